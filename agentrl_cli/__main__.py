@@ -1,0 +1,3 @@
+from agentrl_cli.app import main
+
+main()

@@ -1,0 +1,38 @@
+"""Options shared by every command (`--config`, `--set`, `--json`) and the output helpers:
+results on stdout (human or JSON), errors, hints and progress on stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+
+from agentrl_cli.config import LoadedConfig, load_config
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", "-c", help="Config file (default: ./agentrl.yaml if present, else the built-in defaults).",
+    show_default=False, dir_okay=False)]
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", "-s", help="Override a key: --set rollout.concurrency=8 (repeatable; list items by index: harnesses.0.cpu=2).",
+    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
+RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id (default: the newest run).", show_default=False)]
+
+
+def load(config: Path | None, sets: list[str] | None) -> LoadedConfig:
+    return load_config(config, sets or [])
+
+
+def out() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

@@ -1,0 +1,178 @@
+"""Load, merge and validate the platform config; turn every mistake into a ConfigError.
+
+Precedence, lowest first: built-in defaults < the YAML file < `AGENTRL_SECTION__KEY` environment
+variables < `--set section.key=value` overrides. Lists in the file replace the default list whole;
+list items are addressed by index (`--set harnesses.0.cpu=2`). Values of overrides are parsed as
+YAML scalars, so `8` is an int, `true` a bool and `[a, b]` a list.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from agentrl_cli.config.explain import format_validation_error
+from agentrl_cli.config.models import PlatformConfig
+from agentrl_cli.errors import ConfigError
+
+DEFAULT_CONFIG_NAME = "agentrl.yaml"
+ENV_PREFIX = "AGENTRL_"
+
+
+@dataclass
+class LoadedConfig:
+    """A validated config and where it came from."""
+
+    config: PlatformConfig
+    source: str  # path of the file, or "built-in defaults"
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def hash(self) -> str:
+        return config_hash(self.config)
+
+    def masked_overrides(self) -> list[str]:
+        return [mask_override(o) for o in self.overrides]
+
+    def resolved(self) -> dict[str, Any]:
+        """The config as plain JSON-able data, secrets masked."""
+        return self.config.model_dump(mode="json")
+
+
+SECRET_WORDS = ("api_key", "apikey", "token", "password", "secret", "credential")
+
+
+def mask_override(item: str) -> str:
+    """`inference.api_key=sk-...` -> `inference.api_key=***`; other items unchanged."""
+    key, sep, _ = item.partition("=")
+    if sep and any(word in key.rsplit(".", 1)[-1].lower() for word in SECRET_WORDS):
+        return f"{key}=***"
+    return item
+
+
+def config_hash(config: PlatformConfig) -> str:
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None,
+                env: Mapping[str, str] | None = None) -> LoadedConfig:
+    """Resolve the config. `path=None` means ./agentrl.yaml if present, else built-in defaults."""
+    env = os.environ if env is None else env
+    overrides = list(overrides or [])
+    data, source = _read_file(path)
+    merged = _deep_merge(PlatformConfig().model_dump(mode="python"), data)
+    origins: dict[tuple, str] = {}
+    for key, value in sorted(env.items()):
+        if key.startswith(ENV_PREFIX) and "__" in key:
+            parts = _split_path(key[len(ENV_PREFIX):].lower().replace("__", "."), f"environment variable {key}")
+            _set_path(merged, parts, _parse_scalar(value), f"environment variable {key}")
+            origins[tuple(parts)] = f"environment variable {key}"
+    for item in overrides:
+        parts, value = _parse_set(item)
+        _set_path(merged, parts, value, f"--set {item}")
+        origins[tuple(parts)] = f"--set {item}"
+    try:
+        config = PlatformConfig.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(*format_validation_error(exc, merged, origins, source)) from None
+    return LoadedConfig(config=config, source=source, overrides=overrides)
+
+
+def _read_file(path: str | os.PathLike | None) -> tuple[dict, str]:
+    if path is None:
+        if not Path(DEFAULT_CONFIG_NAME).exists():
+            return {}, "built-in defaults"
+        path = DEFAULT_CONFIG_NAME
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"config file not found: {p}",
+                          f"run `agentrl init` to write {DEFAULT_CONFIG_NAME} from the template, or pass --config PATH to an existing file")
+    if p.is_dir():
+        raise ConfigError(f"config path is a directory, not a file: {p}", "pass --config PATH/TO/agentrl.yaml")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {p}: {exc}", "check the file's permissions and that it is UTF-8 text") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"malformed YAML in {p}{where}: {problem}",
+                          "fix the YAML syntax there (indentation with spaces, `key: value` pairs); "
+                          "`agentrl init --force` writes a fresh template") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping of sections (model:, rollout:, ...), not a {type(data).__name__}",
+                          "start from the template: `agentrl init`")
+    return data, str(p)
+
+
+def _deep_merge(base: Any, update: Any) -> Any:
+    if isinstance(base, dict) and isinstance(update, dict):
+        out = dict(base)
+        for k, v in update.items():
+            out[k] = _deep_merge(base[k], v) if k in base else copy.deepcopy(v)
+        return out
+    return copy.deepcopy(update)
+
+
+def _parse_set(item: str) -> tuple[list, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"bad --set {item!r}: expected KEY.PATH=VALUE",
+                          "for example `--set rollout.concurrency=8` or `--set harnesses.0.cpu=2`")
+    return _split_path(key.strip(), f"--set {item}"), _parse_scalar(raw)
+
+
+def _split_path(key: str, origin: str) -> list:
+    parts = key.split(".")
+    if any(not p for p in parts):
+        raise ConfigError(f"bad key path {key!r} in {origin}: empty segment",
+                          "use dotted names like rollout.concurrency (list items by index: harnesses.0.cpu)")
+    return [int(p) if p.isdigit() else p for p in parts]
+
+
+def _parse_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        return raw
+
+
+def _set_path(data: dict, parts: list, value: Any, origin: str) -> None:
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        here = ".".join(str(p) for p in parts[: i + 1])
+        if isinstance(node, list):
+            if not isinstance(part, int) or not -len(node) <= part < len(node):
+                raise ConfigError(f"{origin}: {here} is not an item of a list of {len(node)}",
+                                  f"use an index from 0 to {len(node) - 1}")
+            node = node[part]
+        elif isinstance(node, dict):
+            if part not in node or not isinstance(node[part], (dict, list)):
+                node[part] = {} if part not in node else node[part]
+                if not isinstance(node[part], (dict, list)):
+                    raise ConfigError(f"{origin}: {here} is a value, not a section", f"set {here}=VALUE instead")
+            node = node[part]
+        else:  # pragma: no cover - guarded above
+            raise ConfigError(f"{origin}: cannot descend into {here}", "check the key path")
+    last = parts[-1]
+    if isinstance(node, list):
+        if not isinstance(last, int) or not -len(node) <= last < len(node):
+            raise ConfigError(f"{origin}: index {last} is outside a list of {len(node)}", f"use an index from 0 to {len(node) - 1}")
+    node[last] = value

@@ -1,0 +1,37 @@
+"""Errors a user can act on, and the exit codes the command line maps them to.
+
+Every error carries a message (what was wrong) and a hint (what to do). The command line renders
+them on stderr without a traceback unless AGENTRL_DEBUG=1. Nothing here imports Typer.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+
+
+class AgentrlError(Exception):
+    """Base class: a problem the user can fix. `exit_code` is what the CLI exits with."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message if not self.hint else f"{self.message}\n  fix: {self.hint}"
+
+
+class ConfigError(AgentrlError):
+    """The configuration file, an override or an environment variable is invalid."""
+
+
+class UsageError(AgentrlError):
+    """The command line was used wrongly (bad stage selector, missing run, ...)."""
+
+
+class NotFoundError(AgentrlError):
+    """A named thing (run, report, harness) does not exist."""

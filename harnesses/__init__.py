@@ -1,0 +1,1 @@
+"""Environments (harnesses) behind one versioned contract (`base.py`), found by name (`registry.py`)."""

@@ -1,0 +1,66 @@
+"""The harness contract (DESIGN §3): every environment is presented to training through it.
+
+A new environment implements `HarnessAdapter` and registers under the `agentrl.harnesses`
+entry-point group (or is named by `module:Class` in the config); training code never changes.
+`reset` must leave no state from an earlier episode; `full_reset` also rebuilds external state and
+is what the clean-start check uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+OBSERVATION_STATUSES = ("ok", "empty", "error", "timeout", "rate_limited", "invalid_action")
+
+
+@dataclass
+class TaskSpec:
+    task_id: str
+    harness: str
+    prompt: str
+    answer: Any
+    difficulty: int
+    split: str  # "train" | "eval"
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict
+    id: str = ""
+
+
+@dataclass
+class Observation:
+    text: str
+    data: dict | None = None
+    image: bytes | None = None
+    done: bool = False
+    status: str = "ok"  # one of OBSERVATION_STATUSES
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in OBSERVATION_STATUSES:
+            raise ValueError(f"observation status must be one of {OBSERVATION_STATUSES}, got {self.status!r}")
+
+
+@dataclass
+class Action:
+    text: str  # raw model text
+    tool_calls: list[ToolCall] = field(default_factory=list)  # parsed calls
+
+
+@runtime_checkable
+class HarnessAdapter(Protocol):
+    name: str
+    version: str  # contract version, recorded with every trajectory and run
+
+    def system_prompt(self) -> str: ...
+    def tools(self) -> list[dict]: ...  # JSON-schema tool specs, as chat templates take them
+    def reset(self, task_spec: TaskSpec) -> Observation: ...
+    def step(self, action: Action) -> Observation: ...
+    def compute_reward(self, trajectory: Any) -> float: ...
+    def close(self) -> None: ...
+    def full_reset(self) -> None: ...

@@ -1,0 +1,50 @@
+"""Find harness classes by name: built-ins, the `agentrl.harnesses` entry-point group, or a
+`module:Class` path. An unknown name lists what is registered."""
+
+from __future__ import annotations
+
+import importlib
+from importlib import metadata
+
+from agentrl_cli.errors import NotFoundError
+
+ENTRY_POINT_GROUP = "agentrl.harnesses"
+
+# name -> "module:Class" of the harnesses that ship with agentrl (filled as they are built).
+BUILTIN: dict[str, str] = {}
+
+# Version of the generated task sets; None until task sets ship.
+TASK_SET_VERSION: str | None = None
+
+
+def registered() -> dict[str, str]:
+    """name -> "module:Class" for built-ins and installed entry points."""
+    found = dict(BUILTIN)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def resolve(name: str) -> type:
+    """The harness class for a registered name or a `module:Class` path."""
+    target = registered().get(name, name if ":" in name else None)
+    if target is None:
+        known = ", ".join(sorted(registered())) or "none yet"
+        raise NotFoundError(f"unknown harness {name!r}; registered: {known}",
+                            f"use a registered name, a `module:Class` path, or register one under the "
+                            f"`{ENTRY_POINT_GROUP}` entry-point group")
+    module_name, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise NotFoundError(f"harness {name!r} points at {target!r}, which cannot be loaded: {exc}",
+                            "check the module path and that its package is installed") from None
+
+
+def harness_version(name: str) -> str:
+    """The contract version a harness reports, or a plain reason why it is not available."""
+    try:
+        cls = resolve(name)
+    except NotFoundError:
+        return "unavailable: not registered"
+    return str(getattr(cls, "version", "unknown"))

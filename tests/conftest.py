@@ -1,0 +1,47 @@
+"""Shared fixtures: every test runs in its own working directory with no AGENTRL_* variables."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentrl_cli.app import app
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    for key in list(os.environ):
+        if key.startswith("AGENTRL_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+class Cli:
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str, env: dict | None = None):
+        return self.runner.invoke(app, list(args), env=env, catch_exceptions=False)
+
+    def json(self, *args: str, env: dict | None = None):
+        result = self(*args, "--json", env=env)
+        return result, json.loads(result.stdout)
+
+
+@pytest.fixture
+def cli() -> Cli:
+    return Cli()
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    def write(text: str, name: str = "agentrl.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+    return write
