@@ -65,13 +65,18 @@ def load_knowledge_base() -> KnowledgeBase:
 
 
 def _score(query: str, phrase: str) -> float:
+    """0..100. Word order is ignored; spaces are ignored for CJK-style comparison; a partial match
+    counts only when the shorter string is at least half the longer, so short phrases inside long
+    unrelated queries do not score high."""
     q, p = default_process(query), default_process(phrase)
     if not q or not p:
         return 0.0
-    if q == p:
-        return 100.0
-    # WRatio handles word order and partial phrases; the compact form makes "GPU利用率低" equal "GPU 利用率低".
-    return max(fuzz.WRatio(q, p), fuzz.WRatio(q.replace(" ", ""), p.replace(" ", "")))
+    cq, cp = q.replace(" ", ""), p.replace(" ", "")
+    score = max(fuzz.token_sort_ratio(q, p), fuzz.ratio(cq, cp))
+    short, long_ = sorted((cq, cp), key=len)
+    if len(short) >= 3 and len(short) >= 0.5 * len(long_):
+        score = max(score, 0.95 * fuzz.partial_ratio(cq, cp))
+    return float(score)
 
 
 def search(query: str, limit: int = 5, kb: KnowledgeBase | None = None) -> list[tuple[Entry, float]]:

@@ -158,3 +158,31 @@ def test_verify_reports_each_layer_not_implemented(cli, isolated):
 def test_runs_show_unknown_run_exits_2(cli):
     result = cli("runs", "show", "nope")
     assert result.exit_code == 2 and "no runs" in result.stderr or "no run" in result.stderr
+
+
+def test_troubleshoot_english_and_chinese_reach_the_same_entry(cli):
+    r_en, en = cli.json("troubleshoot", "GPU utilization low")
+    r_zh, zh = cli.json("troubleshoot", "GPU 利用率低")
+    assert r_en.exit_code == r_zh.exit_code == 0
+    assert en["matches"][0]["id"] == zh["matches"][0]["id"] == "gpu-utilization-low"
+    assert en["matches"][0]["causes"] and en["matches"][0]["actions"]
+
+
+def test_troubleshoot_renders_causes_checks_and_actions(cli):
+    result = cli("troubleshoot", "GPU 利用率低", "--lang", "zh")
+    assert result.exit_code == 0
+    assert "How to check" in result.stdout and "What to do" in result.stdout
+
+
+def test_troubleshoot_unknown_symptom_lists_closest_and_exits_1(cli):
+    result, data = cli.json("troubleshoot", "the espresso machine whistles")
+    assert result.exit_code == 1 and not data["matched"] and len(data["closest"]) == 5
+    text = cli("troubleshoot", "the espresso machine whistles")
+    assert text.exit_code == 1 and "Closest symptoms" in text.stdout
+
+
+def test_troubleshoot_list_and_usage_errors(cli):
+    result, entries = cli.json("troubleshoot", "--list")
+    assert result.exit_code == 0 and len(entries) >= 40
+    assert cli("troubleshoot").exit_code == 2
+    assert cli("troubleshoot", "x", "--lang", "fr").exit_code == 2
