@@ -102,6 +102,11 @@ class SandboxConfig(Section):
     output_limit_bytes: int = Field(1_048_576, ge=1024, description="Output captured per command; the rest is dropped and flagged")
     seccomp: bool = Field(True, description="Load the seccomp filter when libseccomp is available")
     service_url: str | None = Field(None, description="Use a remote sandbox service (agentrl serve sandbox) instead of the local pool")
+    bwrap: str = Field("bwrap", description="bubblewrap executable (name on PATH or a path)")
+    python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox (must live under /usr, which is bound read-only)")
+    workdir_size_mb: int = Field(64, ge=1, description="Size of each sandbox's work directory (a tmpfs when running as root)")
+    root_dir: str = Field("/tmp/agentrl-sandboxes", description="Host directory holding the sandboxes' work directories")
+    lease_timeout_s: float = Field(600.0, gt=0, description="A sandbox held longer than this is reclaimed by force")
 
 
 class RewardConfig(Section):

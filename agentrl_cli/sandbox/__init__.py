@@ -1,0 +1,12 @@
+"""Sandboxes for agent-written commands and code: bubblewrap with the SECURITY.md profile
+(`bwrap.py`), limits from outside (`limits.py`, `cgroups.py`), a seccomp filter (`seccomp.py`), the
+in-sandbox supervisor (`supervisor.py`), one sandbox (`sandbox.py`), link-safe file access
+(`files.py`) and the warm pool (`pool.py`)."""
+
+from agentrl_cli.sandbox.bwrap import SandboxUnavailable
+from agentrl_cli.sandbox.limits import Limits
+from agentrl_cli.sandbox.pool import PoolExhausted, SandboxPool
+from agentrl_cli.sandbox.result import ExecResult
+from agentrl_cli.sandbox.sandbox import Sandbox, SandboxSettings
+
+__all__ = ["ExecResult", "Limits", "PoolExhausted", "Sandbox", "SandboxPool", "SandboxSettings", "SandboxUnavailable"]

@@ -1,0 +1,167 @@
+"""Per-sandbox cgroups: a process limit and a memory limit, an OOM-kill counter, and kill-all.
+
+Groups are created under this process's own cgroup (so the host's accounting still covers them):
+cgroup v1 `pids` and `memory` controllers, or the v2 unified hierarchy where its controllers are
+delegated. When neither is writable, `CgroupSet.create` returns None and the sandbox falls back to
+rlimits; the stage-5 report says which is in force.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+PREFIX = "agentrl-sandbox"
+
+
+def _own_paths() -> dict[str, str]:
+    """controller -> this process's cgroup path ('' key for v2)."""
+    paths = {}
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else [""]:
+                paths[c] = path
+    except OSError:
+        pass
+    return paths
+
+
+def _v1_base(controller: str) -> Path | None:
+    own = _own_paths().get(controller)
+    base = ROOT / controller
+    if own is None or not (base / "cgroup.procs").exists():
+        return None
+    return base / own.lstrip("/") / PREFIX
+
+
+def _v2_base() -> Path | None:
+    if not (ROOT / "cgroup.controllers").exists():
+        return None
+    own = _own_paths().get("", "/")
+    return ROOT / own.lstrip("/") / PREFIX
+
+
+class CgroupSet:
+    """The cgroups of one sandbox."""
+
+    def __init__(self, dirs: dict[str, Path], version: int) -> None:
+        self.dirs = dirs  # "pids"/"memory" (v1) or "unified" (v2) -> directory
+        self.version = version
+
+    @classmethod
+    def create(cls, name: str, max_processes: int, memory_bytes: int) -> "CgroupSet | None":
+        dirs: dict[str, Path] = {}
+        try:
+            v2 = _v2_base()
+            if v2 is not None:
+                d = v2 / name
+                d.mkdir(parents=True, exist_ok=False)
+                dirs["unified"] = d
+                (d / "pids.max").write_text(str(max_processes))
+                (d / "memory.max").write_text(str(memory_bytes))
+                (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
+                return cls(dirs, 2)
+            for controller in ("pids", "memory"):
+                base = _v1_base(controller)
+                if base is None:
+                    raise OSError(f"cgroup v1 controller {controller} not mounted")
+                d = base / name
+                d.mkdir(parents=True, exist_ok=False)
+                dirs[controller] = d
+            (dirs["pids"] / "pids.max").write_text(str(max_processes))
+            (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                try:
+                    memsw.write_text(str(memory_bytes))
+                except OSError:
+                    pass
+            return cls(dirs, 1)
+        except OSError:
+            cls(dirs, 0).destroy()
+            return None
+
+    def join_self(self) -> None:
+        """Move the calling process into every group (called in the child before exec)."""
+        for d in self.dirs.values():
+            with open(d / "cgroup.procs", "w") as f:
+                f.write("0")
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for d in self.dirs.values():
+            try:
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            except OSError:
+                pass
+        return found
+
+    def oom_kills(self) -> int:
+        try:
+            if self.version == 2:
+                text = (self.dirs["unified"] / "memory.events").read_text()
+            else:
+                text = (self.dirs["memory"] / "memory.oom_control").read_text()
+        except (OSError, KeyError):
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def memory_failcnt(self) -> int:
+        try:
+            if self.version == 1:
+                return int((self.dirs["memory"] / "memory.failcnt").read_text())
+            events = (self.dirs["unified"] / "memory.events").read_text().split()
+            return int(events[events.index("max") + 1])
+        except (OSError, KeyError, ValueError, IndexError):
+            return 0
+
+    def kill_all(self, deadline_s: float = 5.0) -> bool:
+        """SIGKILL every process in the groups until they are empty; True when empty."""
+        end = time.monotonic() + deadline_s
+        if self.version == 2 and (self.dirs["unified"] / "cgroup.kill").exists():
+            try:
+                (self.dirs["unified"] / "cgroup.kill").write_text("1")
+            except OSError:
+                pass
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+
+    def destroy(self) -> None:
+        self.kill_all()
+        for d in self.dirs.values():
+            for _ in range(200):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.005)  # the kernel frees a group shortly after its last process exits
+
+
+def cgroup_support() -> str:
+    """'v2', 'v1' or 'none: reason' for this host, by trying to create a group."""
+    probe = CgroupSet.create(f"probe-{os.getpid()}-{time.monotonic_ns()}", 8, 64 * 1024 * 1024)
+    if probe is None:
+        return "none: cgroups not writable here (limits fall back to rlimits)"
+    version = probe.version
+    probe.destroy()
+    return f"v{version}"

@@ -1,0 +1,327 @@
+"""One sandbox: a bubblewrap process running the supervisor, a work directory, cgroups, limits.
+
+A `Sandbox` is started once and runs many commands (`exec`); it is reset by destroying it and
+starting a new one, never by cleaning in place. Closing it kills everything inside (the pid
+namespace dies with its first process; the cgroups are emptied as well), unmounts and removes its
+work directory. Fail closed: with `backend="bwrap"` and no working bubblewrap, construction raises
+`SandboxUnavailable` with the fix. `backend="process"` runs the same supervisor WITHOUT isolation,
+for hosts where that is an explicit, reported choice.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import itertools
+import json
+import logging
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from agentrl_cli.sandbox import files
+from agentrl_cli.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, SUPERVISOR_PATH, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
+from agentrl_cli.sandbox.cgroups import CgroupSet
+from agentrl_cli.sandbox.limits import MB, Limits, apply_rlimits
+from agentrl_cli.sandbox.result import ExecResult
+from agentrl_cli.sandbox.seccomp import bpf_program, program_fd
+
+log = logging.getLogger("agentrl.sandbox")
+START_TIMEOUT_S = 30.0
+HOST_GRACE_S = 5.0  # the host waits this much past a command's deadline before destroying the sandbox
+_counter = itertools.count()
+_libc = ctypes.CDLL(None, use_errno=True)
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    backend: str = "bwrap"  # "bwrap" | "process" (no isolation)
+    bwrap: str = "bwrap"
+    limits: Limits = field(default_factory=Limits)
+    seccomp: bool = True
+    cgroups: bool = True
+    workdir_size_mb: int = 64
+    root_dir: Path = Path(tempfile.gettempdir()) / "agentrl-sandboxes"
+    python: str = "/usr/bin/python3"
+
+    @classmethod
+    def from_config(cls, c) -> "SandboxSettings":
+        return cls(backend=c.backend, bwrap=c.bwrap, limits=Limits.from_config(c), seccomp=c.seccomp,
+                   workdir_size_mb=c.workdir_size_mb, root_dir=Path(c.root_dir).expanduser(), python=c.python)
+
+    @property
+    def privileged(self) -> bool:
+        return os.geteuid() == 0
+
+
+def _support_dir(root: Path) -> Path:
+    """A read-only directory with the supervisor and passwd/group files, shared by all sandboxes."""
+    source = resources.files("agentrl_cli.sandbox").joinpath("supervisor.py").read_bytes()
+    d = root / f"support-{hashlib.sha256(source).hexdigest()[:12]}"
+    if (d / "supervisor.py").exists():
+        return d
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)
+    tmp = Path(tempfile.mkdtemp(prefix=".support-", dir=root))
+    (tmp / "supervisor.py").write_bytes(source)
+    (tmp / "passwd").write_text(f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORK}:/bin/bash\n")
+    (tmp / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n")
+    for p in tmp.iterdir():
+        os.chmod(p, 0o644)
+    os.chmod(tmp, 0o755)
+    try:
+        tmp.rename(d)
+    except OSError:  # another process won the race
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def _mount_tmpfs(target: Path, size_mb: int, uid: int) -> bool:
+    opts = f"size={size_mb}m,uid={uid},gid={uid},mode=0700".encode()
+    return _libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) == 0
+
+
+def _umount(target: Path) -> None:
+    _libc.umount2(str(target).encode(), MNT_DETACH)
+
+
+class Sandbox:
+    """A started sandbox. Use as a context manager or call `close()`."""
+
+    def __init__(self, settings: SandboxSettings | None = None, name: str | None = None) -> None:
+        self.settings = s = settings or SandboxSettings()
+        self.id = name or f"{os.getpid()}-{next(_counter)}-{os.urandom(3).hex()}"
+        self.isolated = s.backend == "bwrap"
+        self._lock = threading.Lock()
+        self._closed = False
+        self._buf = b""
+        self.cgroup: CgroupSet | None = None
+        self.workdir_mounted = False
+        bwrap = check_bwrap(s.bwrap) if self.isolated else None
+        self.base = s.root_dir / self.id
+        self.workdir = self.base / "work"
+        support = _support_dir(s.root_dir)
+        try:
+            self.base.mkdir(mode=0o711, parents=True)
+            self.workdir.mkdir(mode=0o700)
+            as_uid = SANDBOX_UID if (s.privileged and self.isolated) else None
+            if as_uid is not None:
+                self.workdir_mounted = _mount_tmpfs(self.workdir, s.workdir_size_mb, as_uid)
+                if not self.workdir_mounted:
+                    os.chown(self.workdir, as_uid, as_uid)
+            if s.cgroups:
+                self.cgroup = CgroupSet.create(f"{self.id}", s.limits.max_processes, s.limits.memory_mb * MB)
+            seccomp_fd = program_fd() if (self.isolated and s.seccomp) else None
+            if self.isolated:
+                profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support,
+                                       tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd)
+                argv = profile.argv([s.python, "-I", "-S", SUPERVISOR_PATH])
+            else:
+                argv = [s.python if Path(s.python).exists() else sys.executable, "-I", "-S", str(support / "supervisor.py")]
+            self.seccomp_loaded = seccomp_fd is not None
+            self._log = open(self.base / "sandbox.log", "wb")
+            rlimits = s.limits.sandbox_rlimits(cgroup_pids=self.cgroup is not None)
+            cgroup = self.cgroup
+
+            def preexec() -> None:  # runs in the child between fork and exec: plain syscalls only
+                if cgroup is not None:
+                    cgroup.join_self()
+                apply_rlimits(rlimits)
+                if as_uid is not None:
+                    os.setgroups([])
+                    os.setresgid(as_uid, as_uid, as_uid)
+                    os.setresuid(as_uid, as_uid, as_uid)
+
+            env = dict(SANDBOX_ENV) if self.isolated else {**SANDBOX_ENV, "HOME": str(self.workdir)}
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                         pass_fds=(seccomp_fd,) if seccomp_fd is not None else (), preexec_fn=preexec,
+                                         start_new_session=True, env=env, cwd=self.workdir if not self.isolated else "/")
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+            os.set_blocking(self.proc.stdout.fileno(), False)
+            ready = self._read_response(time.monotonic() + START_TIMEOUT_S)
+            if not ready or not ready.get("ready"):
+                raise SandboxUnavailable(f"sandbox {self.id} did not start: {self._log_tail() or 'no output'}",
+                                         "run `agentrl sandbox run -- true` to see the failure; check bubblewrap and /usr/bin/python3")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- commands ---------------------------------------------------------------------------------
+    def exec(self, command: str | list[str], timeout: float | None = None, stdin: str | None = None,
+             env: dict | None = None, cwd: str | None = None, cpu_time_s: int | None = None) -> ExecResult:
+        """Run one command (a string goes to bash -c) and wait for it, within the limits."""
+        argv = ["/bin/bash", "-c", command] if isinstance(command, str) else list(command)
+        lim = self.settings.limits
+        timeout = lim.wall_timeout_s if timeout is None else timeout
+        req = {"op": "exec", "argv": argv, "timeout": timeout, "stdin": stdin or "",
+               "output_limit": lim.output_limit_bytes, "cpu_time": cpu_time_s or lim.cpu_time_s,
+               "env": {**SANDBOX_ENV, **({"HOME": str(self.workdir)} if not self.isolated else {}), **(env or {})},
+               "cwd": cwd or (WORK if self.isolated else str(self.workdir)),
+               "address_space": None if self.cgroup else lim.memory_mb * MB}
+        with self._lock:
+            if self._closed or self.proc.poll() is not None:
+                return ExecResult(exit_code=None, killed_reason="sandbox_lost", error="the sandbox is not running")
+            oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+            fail_before = self._pids_max_events()
+            t0 = time.monotonic()
+            resp = self._request(req, t0 + timeout + HOST_GRACE_S)
+            if resp is None:  # the supervisor stopped answering: destroy everything
+                self._kill()
+                return ExecResult(exit_code=None, timed_out=True, killed_reason="wall_timeout",
+                                  duration_s=time.monotonic() - t0, error="sandbox stopped answering; destroyed")
+            result = ExecResult.from_supervisor(resp)
+            if self.cgroup and self.cgroup.oom_kills() > oom_before:
+                result.killed_reason = "memory"
+                result.limits_hit["memory_mb"] = lim.memory_mb
+            hits = self._pids_max_events() - fail_before
+            if hits:
+                result.limits_hit["processes"] = hits
+            return result
+
+    def ping(self) -> bool:
+        with self._lock:
+            return not self._closed and self._request({"op": "ping"}, time.monotonic() + 5) is not None
+
+    def _pids_max_events(self) -> int:
+        if not self.cgroup:
+            return 0
+        d = self.cgroup.dirs.get("pids") or self.cgroup.dirs.get("unified")
+        try:
+            for line in (d / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def _request(self, req: dict, deadline: float) -> dict | None:
+        req = {**req, "id": next(_counter)}
+        try:
+            self.proc.stdin.write(json.dumps(req).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        return self._read_response(deadline)
+
+    def _read_response(self, deadline: float) -> dict | None:
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in self._buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(min(left, 1.0)) and self.proc.poll() is not None:
+                    return None
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    # -- files --------------------------------------------------------------------------------------
+    def read_file(self, relpath: str, max_bytes: int = 1 << 20) -> bytes:
+        return files.read_file(self.workdir, relpath, max_bytes)
+
+    def write_file(self, relpath: str, data: bytes | str, mode: int = 0o644) -> None:
+        uid = SANDBOX_UID if (self.isolated and self.settings.privileged) else None
+        files.write_file(self.workdir, relpath, data.encode() if isinstance(data, str) else data, uid=uid, mode=mode)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return not self._closed and getattr(self, "proc", None) is not None and self.proc.poll() is None
+
+    def processes(self) -> set[int]:
+        """Host pids of everything still running in this sandbox (from its cgroups)."""
+        return self.cgroup.pids() if self.cgroup else set()
+
+    def _kill(self) -> None:
+        """Kill everything inside first, so the outer bubblewrap reaps its child and exits by itself
+        (killing it first would orphan the inner one to the host's init as a zombie)."""
+        proc = getattr(self, "proc", None)
+        if self.cgroup and proc is not None:
+            outer = proc.pid
+            for _ in range(100):
+                inner = self.cgroup.pids() - {outer}
+                if not inner:
+                    break
+                for pid in inner:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.002)
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.cgroup:
+            self.cgroup.kill_all()
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.error("sandbox %s: process %s did not exit after SIGKILL", self.id, proc.pid)
+
+    def close(self) -> None:
+        """Kill everything inside, remove the cgroups, unmount and delete the work directory."""
+        if self._closed:
+            return
+        self._closed = True
+        self._kill()
+        proc = getattr(self, "proc", None)
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+        if self.cgroup:
+            self.cgroup.destroy()
+        if self.workdir_mounted:
+            _umount(self.workdir)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _log_tail(self, n: int = 2000) -> str:
+        try:
+            return (self.base / "sandbox.log").read_bytes()[-n:].decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def describe(self) -> dict:
+        return {"id": self.id, "backend": self.settings.backend, "isolated": self.isolated,
+                "seccomp": "loaded" if self.seccomp_loaded else bpf_program()[1] if self.isolated else "not used",
+                "cgroups": f"v{self.cgroup.version}" if self.cgroup else "none (rlimits)",
+                "workdir": "tmpfs" if self.workdir_mounted else "directory"}
