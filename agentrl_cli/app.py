@@ -15,6 +15,7 @@ from typer.core import TyperGroup
 from agentrl_cli import __version__
 from agentrl_cli.commands import config as config_cmd
 from agentrl_cli.commands import runs as runs_cmd
+from agentrl_cli.commands import sandbox as sandbox_cmd
 from agentrl_cli.commands import stage as stage_cmd
 from agentrl_cli.commands.init import init
 from agentrl_cli.commands.troubleshoot import troubleshoot
@@ -95,6 +96,7 @@ app.add_typer(stage_cmd.app, name="stage")
 app.command("verify")(verify_command)
 app.command("troubleshoot")(troubleshoot)
 app.add_typer(runs_cmd.app, name="runs")
+app.add_typer(sandbox_cmd.app, name="sandbox")
 
 
 def main() -> None:
