@@ -113,12 +113,10 @@ def create_run(loaded: LoadedConfig, run_id: str | None = None, command: list[st
     return run
 
 
-def task_set_version() -> str | None:
-    try:
-        from harnesses.registry import TASK_SET_VERSION
-    except ImportError:  # pragma: no cover
-        return None
-    return TASK_SET_VERSION
+def task_set_version() -> str:
+    from harnesses.tasks import TASK_SET_VERSION, task_set_digest
+
+    return f"{TASK_SET_VERSION}+{task_set_digest()}"
 
 
 def list_runs(runs_dir: Path) -> list[RunDir]:

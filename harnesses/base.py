@@ -9,7 +9,7 @@ is what the clean-start check uses.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable  # noqa: F401
 
 OBSERVATION_STATUSES = ("ok", "empty", "error", "timeout", "rate_limited", "invalid_action")
 
@@ -52,6 +52,16 @@ class Action:
     tool_calls: list[ToolCall] = field(default_factory=list)  # parsed calls
 
 
+@dataclass
+class Trajectory:
+    """What a harness scores: the task and the actions and observations of one episode.
+    (The stored trajectory record in agentrl_cli.data carries much more.)"""
+
+    task: TaskSpec
+    actions: list[Action] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+
+
 @runtime_checkable
 class HarnessAdapter(Protocol):
     name: str
@@ -61,6 +71,6 @@ class HarnessAdapter(Protocol):
     def tools(self) -> list[dict]: ...  # JSON-schema tool specs, as chat templates take them
     def reset(self, task_spec: TaskSpec) -> Observation: ...
     def step(self, action: Action) -> Observation: ...
-    def compute_reward(self, trajectory: Any) -> float: ...
+    def compute_reward(self, trajectory: Trajectory) -> float: ...
     def close(self) -> None: ...
     def full_reset(self) -> None: ...

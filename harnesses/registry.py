@@ -10,11 +10,12 @@ from agentrl_cli.errors import NotFoundError
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
-# name -> "module:Class" of the harnesses that ship with agentrl (filled as they are built).
-BUILTIN: dict[str, str] = {}
-
-# Version of the generated task sets; None until task sets ship.
-TASK_SET_VERSION: str | None = None
+# name -> "module:Class" of the harnesses that ship with agentrl.
+BUILTIN: dict[str, str] = {
+    "terminal_like": "harnesses.terminal_like:TerminalLike",
+    "code_sandbox_like": "harnesses.code_sandbox_like:CodeSandboxLike",
+    "tool_api_like": "harnesses.tool_api_like:ToolApiLike",
+}
 
 
 def registered() -> dict[str, str]:

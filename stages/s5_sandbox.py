@@ -1,16 +1,208 @@
 """Stage 5 - sandbox and harnesses.
 
-Planned checks: create/exec/reclaim under concurrency with no leftovers; timeouts end the process with a timeout observation; clean reset; limits hold; egress denied.
-Not built yet: the stage reports one failing "not implemented" check, never pass or skip.
+Checks: bubblewrap isolation available (fail closed), seccomp filter loaded, cgroup or rlimit
+limits in force; create/exec/reclaim of a warm pool under concurrency with zero leaked processes,
+fds or directories; a timeout ends the command with a `timeout` result; limits hold (memory,
+processes, CPU time, file size, output size); egress denied (a listener this stage opens on the
+host's loopback is unreachable, only `lo` exists). Then, for every configured harness: its
+version, clean reset (initial observations equal after destroy-and-rebuild), a scripted episode
+per task family earning full reward, and invalid actions answered without a crash.
 """
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from agentrl_cli.context import StageContext
 from agentrl_cli.report import Check, StageReport
-
-PLANNED = (
-    "create/exec/reclaim under concurrency with no leftovers; timeouts end the process with a timeout observation; clean reset; limits hold; egress denied"
-)
+from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
+from agentrl_cli.sandbox.bwrap import check_bwrap
+from agentrl_cli.sandbox.cgroups import cgroup_support
+from agentrl_cli.sandbox.seccomp import bpf_program
+from harnesses.contract import invalid_actions_handled, play, reset_clean
+from harnesses.registry import resolve
+from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 
 
 def run(ctx: StageContext) -> StageReport:
-    return ctx.report([Check.not_implemented(PLANNED)])
+    cfg = ctx.config.sandbox
+    settings = SandboxSettings.from_config(cfg)
+    root = Path(tempfile.mkdtemp(prefix="agentrl-stage5-"))
+    try:
+        return _run(ctx, SandboxSettings(**{**settings.__dict__, "root_dir": root}))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(ctx: StageContext, settings: SandboxSettings) -> StageReport:
+    cfg = ctx.config.sandbox
+    checks = [ctx.check("isolation (bubblewrap namespaces)", lambda: _isolation(cfg))]
+    if checks[0].status != "pass":
+        return ctx.report(checks + [Check.skipped("sandbox checks", "isolation is not available; see the check above")])
+    checks.append(ctx.check("seccomp filter", lambda: _seccomp(cfg)))
+    checks.append(ctx.check("create/exec/reclaim under concurrency", lambda: _churn(settings, ctx.config.stages.sandbox_concurrency)))
+    with Sandbox(settings) as sb:
+        checks.append(ctx.check("timeout ends the command", lambda: _timeout(sb)))
+    checks += _limits(ctx, settings)
+    checks.append(ctx.check("egress denied", lambda: _egress(settings)))
+    for h in ctx.config.harnesses:
+        checks += _harness_checks(ctx, h.name)
+    return ctx.report(checks, environment={"sandbox_backend": cfg.backend, "cgroups": cgroup_support(),
+                                           "seccomp": bpf_program()[1]})
+
+
+def _isolation(cfg) -> Check:
+    name = "isolation (bubblewrap namespaces)"
+    if cfg.backend == "process":
+        return Check(name, "fail", "process backend", "bwrap",
+                     "sandbox.backend is 'process': agent commands run WITHOUT isolation",
+                     "install bubblewrap (`apt-get install bubblewrap`) and set sandbox.backend: bwrap")
+    try:
+        path = check_bwrap(cfg.bwrap)
+    except SandboxUnavailable as exc:
+        return Check(name, "fail", None, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces", exc.message, exc.hint)
+    return Check(name, "pass", path, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces")
+
+
+def _seccomp(cfg) -> Check:
+    if not cfg.seccomp:
+        return Check.skipped("seccomp filter", "disabled by sandbox.seccomp: false", "loaded")
+    program, status = bpf_program()
+    return Check.judge("seccomp filter", program is not None, status, "loaded",
+                       "pip install pyseccomp and apt-get install libseccomp2, or set sandbox.seccomp: false (weaker)")
+
+
+def _churn(settings: SandboxSettings, concurrency: int) -> Check:
+    episodes = concurrency * 4
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    pool = SandboxPool(settings, size=min(8, concurrency), max_concurrency=concurrency)
+
+    def episode(i: int) -> None:
+        try:
+            with pool.lease(timeout=120) as sb:
+                r = sb.exec(f"echo {i}; sleep 0 &")
+                if r.stdout.strip() != str(i):
+                    failures.append(f"episode {i}: {r.status} {r.output[:80]!r}")
+        except Exception as exc:  # noqa: BLE001 - counted as a failure
+            failures.append(f"episode {i}: {exc}")
+
+    with ThreadPoolExecutor(concurrency) as ex:
+        list(ex.map(episode, range(episodes)))
+    final = pool.close()
+    elapsed = time.perf_counter() - t0
+    leaks = {"processes": final["leaked_processes"], "fds": max(0, final["open_fds_delta"]), "dirs": final["sandbox_dirs"]}
+    ok = not failures and not any(leaks.values())
+    return Check.judge("create/exec/reclaim under concurrency", ok,
+                       {"episodes": episodes, "concurrency": concurrency, "failures": len(failures), "leaks": leaks,
+                        "episodes_per_s": round(episodes / elapsed, 1)},
+                       "0 failures, 0 leaked processes/fds/dirs",
+                       "see the detail; check sandbox.max_concurrency against the host's limits and run `agentrl sandbox check`",
+                       "; ".join(failures[:5]))
+
+
+def _timeout(sb: Sandbox) -> Check:
+    r = sb.exec("sleep 60", timeout=1)
+    left = {p for p in sb.processes()} - {sb.proc.pid}
+    ok = r.status == "timeout" and (sb.cgroup is None or len(left) <= 2)  # only bubblewrap's init and the supervisor
+    return Check.judge("timeout ends the command", ok, {"status": r.status, "seconds": round(r.duration_s, 2)},
+                       "status timeout, the command's processes gone", "the sandbox failed to kill a timed-out command; report a bug")
+
+
+def _limits(ctx: StageContext, settings: SandboxSettings) -> list[Check]:
+    lim = settings.limits
+    probes = [
+        ("memory limit", dict(memory_mb=64), ["python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
+         lambda r: r.killed_reason == "memory" or (r.exit_code not in (0, None) and "MemoryError" in r.stderr)),
+        ("process limit", dict(max_processes=16, wall_timeout_s=3), "for i in $(seq 64); do sleep 5 & done; wait",
+         lambda r: bool(r.limits_hit.get("processes")) or "fork" in r.stderr),
+        ("CPU-time limit", dict(cpu_time_s=1, wall_timeout_s=20), "while :; do :; done", lambda r: r.killed_reason == "cpu_time"),
+        ("file-size limit", dict(max_file_size_mb=1), "head -c 4000000 /dev/zero > big",
+         lambda r: r.exit_code != 0 and "File too large" in r.stderr),
+        ("output limit", dict(output_limit_bytes=64 * 1024), "yes", lambda r: r.truncated and len(r.output) <= 64 * 1024),
+    ]
+    checks = []
+    for name, limits, command, holds in probes:
+        def probe(name=name, limits=limits, command=command, holds=holds) -> Check:
+            s = SandboxSettings(**{**settings.__dict__, "limits": lim.with_(**limits)})
+            with Sandbox(s) as sb:
+                r = sb.exec(command)
+            return Check.judge(name, holds(r), {"limit": limits, "status": r.status, "stopped_by": r.killed_reason,
+                                                "limits_hit": r.limits_hit}, "the command is stopped at the limit",
+                               "the limit did not hold: check `agentrl sandbox check` (cgroups) and the sandbox.* limits",
+                               (r.stderr or r.stdout)[-300:])
+        checks.append(ctx.check(name, probe))
+    return checks
+
+
+def _egress(settings: SandboxSettings) -> Check:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    code = (f"import socket\ns=socket.socket(); s.settimeout(2)\ntry:\n    s.connect(('127.0.0.1', {port})); print('REACHED')\n"
+            "except OSError:\n    print('blocked')\nprint(sorted(n for _, n in socket.if_nameindex()))")
+    try:
+        with Sandbox(settings) as sb:
+            out = sb.exec(["python3", "-c", code]).stdout
+        try:
+            conn, _ = listener.accept()
+            conn.close()
+            reached = True
+        except OSError:
+            reached = False
+    finally:
+        listener.close()
+    ok = not reached and "REACHED" not in out and "['lo']" in out
+    return Check.judge("egress denied", ok, {"host_listener_reached": reached, "interfaces": out.strip().splitlines()[-1:]},
+                       "host loopback listener unreachable; only lo", "bubblewrap must be given --unshare-net; check sandbox.backend")
+
+
+def _harness_checks(ctx: StageContext, name: str) -> list[Check]:
+    state: dict = {}
+
+    def build() -> Check:
+        state["h"] = resolve(name)()
+        return Check("harness " + name + ": loads", "pass", {"version": state["h"].version}, "registered and constructed")
+
+    checks = [ctx.check(f"harness {name}: loads", build)]
+    h = state.get("h")
+    if h is None:
+        return checks
+    families = HARNESS_FAMILIES.get(name, ())
+    tasks = [load_tasks(name, "eval", f)[0] for f in families]
+    if not tasks:
+        h.close()
+        return checks + [Check.skipped(f"harness {name}: episodes", "no built-in task set or scripted solutions for this harness",
+                                       hint="run the harness contract suite (tests/integration/test_harness_contract.py) against it")]
+    try:
+        def reset_check() -> Check:
+            results = [reset_clean(h, t) for t in tasks]
+            bad = [d for ok, d in results if not ok]
+            return Check.judge(f"harness {name}: clean reset", not bad, f"{len(results) - len(bad)}/{len(results)} tasks",
+                               "initial observation equal after destroy-and-rebuild", "the harness keeps state across reset; fix its reset()",
+                               "; ".join(bad))
+
+        def scripted() -> Check:
+            rewards = [h.compute_reward(play(h, t)[0]) for t in tasks]
+            return Check.judge(f"harness {name}: scripted episodes", bool(rewards) and min(rewards) == 1.0,
+                               {"families": len(tasks), "mean_reward": round(sum(rewards) / max(1, len(rewards)), 3)},
+                               "reward 1.0 for the scripted solution of every family",
+                               "the harness or its verifier is broken for the families below 1.0")
+
+        def invalid() -> Check:
+            ok, detail = invalid_actions_handled(h, tasks[0])
+            return Check.judge(f"harness {name}: invalid actions", ok, detail, "invalid_action, no crash",
+                               "step() must answer malformed actions with an invalid_action observation", detail)
+
+        checks += [ctx.check(f"harness {name}: clean reset", reset_check), ctx.check(f"harness {name}: scripted episodes", scripted),
+                   ctx.check(f"harness {name}: invalid actions", invalid)]
+    finally:
+        h.close()
+    return checks

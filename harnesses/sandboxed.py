@@ -1,0 +1,138 @@
+"""Shared machinery of the harnesses that act through a sandbox: one sandbox per episode taken from
+a provider (the warm pool, or one started directly), task files written before the first
+observation, tool dispatch with explicit observation statuses, and destroy-on-reset.
+
+A subclass sets `name`, `version`, `tools()`, `system_prompt()`, `parse(action)` (its own action
+convention) and one `tool_<name>(arguments)` method per tool.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agentrl_cli.sandbox import ExecResult, Sandbox, SandboxSettings
+from harnesses.base import Action, Observation, TaskSpec, ToolCall
+
+MAX_OBSERVATION_CHARS = 2000
+STATUS_ORDER = ("ok", "empty", "invalid_action", "rate_limited", "timeout", "error")  # worst last
+
+
+class SandboxProvider(Protocol):
+    def acquire(self) -> Sandbox: ...
+    def release(self, sandbox: Sandbox) -> None: ...
+
+
+class DirectProvider:
+    """Starts a sandbox per episode and destroys it on release (no pool)."""
+
+    def __init__(self, settings: SandboxSettings | None = None) -> None:
+        self.settings = settings or SandboxSettings()
+
+    def acquire(self) -> Sandbox:
+        return Sandbox(self.settings)
+
+    def release(self, sandbox: Sandbox) -> None:
+        sandbox.close()
+
+
+def clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 40] + f"\n... [{len(text) - limit + 40} characters cut]"
+
+
+def worst(statuses: list[str]) -> str:
+    return max(statuses, key=STATUS_ORDER.index) if statuses else "ok"
+
+
+def exec_observation(header: str, r: ExecResult) -> Observation:
+    """A command's result as an observation: output, exit code, and why it stopped if it was stopped."""
+    lines = [header, clip(r.output.rstrip("\n"))] if r.output else [header]
+    if r.killed_reason:
+        lines.append(f"[stopped: {r.killed_reason.replace('_', ' ')}]")
+    if r.truncated:
+        lines.append("[output truncated]")
+    lines.append(f"[exit code {r.exit_code}]")
+    status = r.status
+    if status == "ok" and not r.output.strip():
+        status = "empty"  # success with nothing to show: never reported as a failure
+    return Observation(text="\n".join(lines), status=status,
+                       info={"exit_code": r.exit_code, "duration_s": r.duration_s, "killed_reason": r.killed_reason,
+                             "truncated": r.truncated})
+
+
+class SandboxHarness:
+    name = "sandboxed"
+    version = "0"
+
+    def __init__(self, sandboxes: SandboxProvider | None = None, settings: SandboxSettings | None = None,
+                 step_timeout_s: float = 30.0) -> None:
+        self._provider = sandboxes or DirectProvider(settings)
+        self.step_timeout_s = step_timeout_s
+        self.sandbox: Sandbox | None = None
+        self.task: TaskSpec | None = None
+
+    # -- contract -------------------------------------------------------------------------------
+    def reset(self, task_spec: TaskSpec) -> Observation:
+        self._release()  # never clean in place: the old sandbox is destroyed
+        self.sandbox = self._provider.acquire()
+        self.task = task_spec
+        files = task_spec.meta.get("files", {})
+        for path, content in sorted(files.items()):
+            self.sandbox.write_file(path, content)
+        text = task_spec.prompt
+        if files:
+            text += "\nFiles in the working directory: " + ", ".join(sorted(files))
+        return Observation(text=text, data={"files": sorted(files)}, status="ok")
+
+    def step(self, action: Action) -> Observation:
+        if self.task is None or self.sandbox is None:
+            return Observation(text="no episode is running: reset first", status="invalid_action", done=True)
+        calls, errors, done = self.parse(action)
+        if errors and not calls:
+            return Observation(text="invalid action: " + "; ".join(errors), status="invalid_action")
+        if done and not calls:
+            return Observation(text="submitted", status="ok", done=True)
+        if not calls:
+            return Observation(text=self.no_action_hint(), status="invalid_action")
+        observations = [self._dispatch(call) for call in calls]
+        return Observation(text="\n".join(o.text for o in observations), status=worst([o.status for o in observations]),
+                           done=done, info={"calls": [o.info for o in observations], "parse_errors": errors})
+
+    def full_reset(self) -> None:
+        """Destroy the episode's sandbox and forget the task (the clean-start check rebuilds from here)."""
+        self._release()
+        self.task = None
+
+    def close(self) -> None:
+        self.full_reset()
+
+    # -- for subclasses ---------------------------------------------------------------------------
+    def parse(self, action: Action) -> tuple[list[ToolCall], list[str], bool]:
+        """(tool calls, parse errors, episode finished)."""
+        raise NotImplementedError
+
+    def no_action_hint(self) -> str:
+        return "no tool call found; call a tool or give the final answer"
+
+    def _dispatch(self, call: ToolCall) -> Observation:
+        handler = getattr(self, f"tool_{call.name}", None)
+        known = [t["function"]["name"] for t in self.tools()]
+        if handler is None or call.name not in known:
+            return Observation(text=f"unknown tool {call.name!r}; tools: {', '.join(known)}", status="invalid_action")
+        try:
+            return handler(call.arguments)
+        except (KeyError, TypeError, ValueError) as exc:
+            return Observation(text=f"bad arguments for {call.name}: {exc}", status="invalid_action")
+
+    def _release(self) -> None:
+        if self.sandbox is not None:
+            sb, self.sandbox = self.sandbox, None
+            self._provider.release(sb)
+
+    def tools(self) -> list[dict]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def function_tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    """A JSON-schema tool spec in the shape chat templates take."""
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": {"type": "object", "properties": properties, "required": required}}}

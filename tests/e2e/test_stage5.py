@@ -1,0 +1,34 @@
+"""`agentrl stage run 5` on this machine: every check passes and shows what it measured."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
+
+
+def test_stage_5_passes_with_measured_values(cli):
+    result, data = cli.json("stage", "run", "5")
+    report = data["reports"][0]
+    failing = [(c["name"], c["detail"][:200]) for c in report["checks"] if c["status"] != "pass"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    names = {c["name"] for c in report["checks"]}
+    assert {"isolation (bubblewrap namespaces)", "seccomp filter", "create/exec/reclaim under concurrency",
+            "timeout ends the command", "memory limit", "process limit", "CPU-time limit", "file-size limit",
+            "output limit", "egress denied"} <= names
+    for harness in ("terminal_like", "code_sandbox_like", "tool_api_like"):
+        assert f"harness {harness}: clean reset" in names and f"harness {harness}: scripted episodes" in names
+    assert all(c["measured"] is not None for c in report["checks"])
+    churn = next(c for c in report["checks"] if c["name"] == "create/exec/reclaim under concurrency")
+    assert churn["measured"]["leaks"] == {"processes": 0, "fds": 0, "dirs": 0}
+
+
+def test_stage_5_fails_closed_without_bubblewrap(cli):
+    result, data = cli.json("stage", "run", "5", "--set", "sandbox.bwrap=/nonexistent/bwrap")
+    checks = data["reports"][0]["checks"]
+    assert result.exit_code == 1
+    assert checks[0]["status"] == "fail" and "apt-get install bubblewrap" in checks[0]["hint"]
+    assert checks[1]["status"] == "skip"
