@@ -251,6 +251,7 @@ def test_call_log_is_thread_safe_and_indexed(tmp_path):
 
 def test_call_log_drops_the_oldest_half_past_max_entries():
     log = CallLog(max_entries=10)
+    assert log, "an empty log is truthy, so `log or CallLog()` keeps it"
     for step in range(11):
         log.record({"episode_id": "e", "step": step, "tool": "t"})
     assert [e["step"] for e in log.query(episode_id="e")] == [5, 6, 7, 8, 9, 10]
