@@ -16,6 +16,7 @@ from agentrl_cli import __version__
 from agentrl_cli.commands import config as config_cmd
 from agentrl_cli.commands import runs as runs_cmd
 from agentrl_cli.commands import sandbox as sandbox_cmd
+from agentrl_cli.commands import serve as serve_cmd
 from agentrl_cli.commands import stage as stage_cmd
 from agentrl_cli.commands.init import init
 from agentrl_cli.commands.troubleshoot import troubleshoot
@@ -97,6 +98,7 @@ app.command("verify")(verify_command)
 app.command("troubleshoot")(troubleshoot)
 app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(sandbox_cmd.app, name="sandbox")
+app.add_typer(serve_cmd.app, name="serve")
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ failing "not implemented" check.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 from agentrl_cli.config import LoadedConfig

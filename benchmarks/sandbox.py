@@ -67,15 +67,23 @@ def cold_start(settings: SandboxSettings, n: int) -> list[float]:
     return lat
 
 
-def concurrent_throughput(settings: SandboxSettings, episodes: int, concurrency: int = 64) -> tuple[float, int]:
-    failures = []
-    with SandboxPool(settings, size=16, max_concurrency=concurrency) as pool:
+def concurrent_throughput(settings: SandboxSettings, episodes: int, concurrency: int = 64) -> tuple[float, int, list[float], dict]:
+    """`episodes` sandbox starts, `concurrency` at a time (SECURITY.md row 14): rate, failures,
+    per-episode acquire latencies and the pool's final leak counters."""
+    failures, starts = [], []
+    pool = SandboxPool(settings, size=16, max_concurrency=concurrency)
+    try:
         def episode(i: int) -> None:
             try:
-                with pool.lease(timeout=120) as sb:
+                t = time.perf_counter()
+                sb = pool.acquire(timeout=120)
+                starts.append(time.perf_counter() - t)
+                try:
                     r = sb.exec(f"echo {i}")
                     if r.stdout.strip() != str(i):
                         failures.append(i)
+                finally:
+                    pool.release(sb)
             except Exception:  # noqa: BLE001 - counted
                 failures.append(i)
 
@@ -83,18 +91,22 @@ def concurrent_throughput(settings: SandboxSettings, episodes: int, concurrency:
         with ThreadPoolExecutor(concurrency) as ex:
             list(ex.map(episode, range(episodes)))
         elapsed = time.perf_counter() - t
-    return episodes / elapsed, len(failures)
+    finally:
+        final = pool.close()
+    return episodes / elapsed, len(failures), starts, final
 
 
 def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=100, help="samples per latency figure")
+    p.add_argument("--episodes", type=int, default=1000, help="sandbox starts in the 64-concurrent churn")
     args = p.parse_args()
     settings = SandboxSettings(root_dir=Path(tempfile.mkdtemp(prefix="agentrl-bench-")))
     warm = warm_acquire(settings, args.n)
     bare, inside = exec_vs_bare(settings, args.n)
     cold = cold_start(settings, max(10, args.n // 4))
-    rate, failures = concurrent_throughput(settings, episodes=max(256, args.n * 4))
+    rate, failures, starts, final = concurrent_throughput(settings, episodes=args.episodes)
+    leaks = final["leaked_processes"] + max(0, final["open_fds_delta"]) + final["sandbox_dirs"]
     ratio = median(inside) / median(bare)
     figures = {
         "warm_acquire_p50": figure(percentile(warm, 0.5) * 1e3, "ms", "< 5", percentile(warm, 0.5) * 1e3 < 5),
@@ -106,6 +118,9 @@ def main() -> int:
         "cold_start_p99": figure(percentile(cold, 0.99) * 1e3, "ms"),
         "episodes_per_s_at_64_concurrent": figure(rate, "episodes/s"),
         "failures_at_64_concurrent": figure(failures, "episodes", "0", failures == 0),
+        "start_p50_at_64_concurrent": figure(percentile(starts, 0.5) * 1e3, "ms"),
+        "start_p99_at_64_concurrent": figure(percentile(starts, 0.99) * 1e3, "ms"),
+        "leaks_after_churn": figure(leaks, "processes+fds+dirs", "0", leaks == 0),
     }
     return report(figures, args.json)
 

@@ -49,3 +49,19 @@ def harness_version(name: str) -> str:
     except NotFoundError:
         return "unavailable: not registered"
     return str(getattr(cls, "version", "unknown"))
+
+
+def create(name: str, platform_config=None, **kwargs):
+    """A harness instance configured from the platform config: sandboxed harnesses get the sandbox
+    service (sandbox.service_url) or local sandboxes with the configured limits; `harnesses[].options`
+    become constructor arguments."""
+    cls = resolve(name)
+    if platform_config is not None:
+        options = next((dict(h.options) for h in platform_config.harnesses if h.name == name), {})
+        kwargs = {**options, **kwargs}
+        from harnesses.sandboxed import SandboxHarness, provider_from_config
+
+        if issubclass(cls, SandboxHarness) and "sandboxes" not in kwargs:
+            kwargs["sandboxes"] = provider_from_config(platform_config.sandbox)
+            kwargs.setdefault("step_timeout_s", platform_config.rollout.step_timeout_seconds)
+    return cls(**kwargs)

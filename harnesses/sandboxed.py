@@ -35,6 +35,15 @@ class DirectProvider:
         sandbox.close()
 
 
+def provider_from_config(sandbox_config) -> SandboxProvider:
+    """The remote sandbox service when sandbox.service_url is set, else local sandboxes."""
+    if sandbox_config.service_url:
+        from agentrl_cli.sandbox.remote import RemoteProvider
+
+        return RemoteProvider(sandbox_config.service_url)
+    return DirectProvider(SandboxSettings.from_config(sandbox_config))
+
+
 def clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 40] + f"\n... [{len(text) - limit + 40} characters cut]"
 

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import ipaddress
 import math
 import operator
 import random
-import socket
 import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import httpx
-import uvicorn
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
+
+from agentrl_cli.serving import ServerThread
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 10_000
@@ -224,55 +222,24 @@ def create_app(tables: dict[str, dict[str, Any]], faults: Faults | None = None) 
 
 
 class ToolService:
-    """`create_app` served by uvicorn in a daemon thread on an ephemeral loopback port."""
+    """`create_app` served by uvicorn in a daemon thread on an ephemeral loopback port. The host must
+    be loopback unless `allow_non_loopback=True`: this fault-injecting service is for tests."""
 
     def __init__(self, tables: dict[str, dict[str, Any]], faults: Faults | None = None, host: str = "127.0.0.1",
                  port: int = 0, *, allow_non_loopback: bool = False, startup_timeout_s: float = 10.0) -> None:
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:  # a name, not an address: refused too
-            loopback = False
-        if not loopback and not allow_non_loopback:
-            raise ValueError(f"ToolService host {host!r} is not a loopback address; this fault-injecting test "
-                             f"service must not be reachable from other machines. Use host='127.0.0.1' or "
-                             f"'::1', or pass allow_non_loopback=True if exposing it is intended.")
-        self.host, self.port, self.startup_timeout_s = host, port, startup_timeout_s
         self.app = create_app(tables, faults)
         self.state: ServiceState = self.app.state.tool_service
-        self._server, self._thread, self._socket = None, None, None  # set by start()
+        self._server = ServerThread(self.app, host, port, name="tool service", allow_non_loopback=allow_non_loopback,
+                                    startup_timeout_s=startup_timeout_s)
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return self._server.url
 
     def start(self) -> "ToolService":
         self.state.closing = False
-        self._socket = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)  # TCP
-        self._socket.bind((self.host, self.port))
-        self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
-                                        name=f"tool-service-{self.port}", daemon=True)
-        self._thread.start()
-        self._wait_healthy()
+        self._server.start()
         return self
-
-    def _wait_healthy(self) -> None:
-        deadline, last = time.monotonic() + self.startup_timeout_s, "no answer yet"
-        with httpx.Client(timeout=0.5) as client:
-            while time.monotonic() < deadline:
-                if not self._thread.is_alive():
-                    raise RuntimeError(f"tool service on {self.url} exited during startup (see the log above)")
-                try:
-                    if client.get(f"{self.url}/health").status_code == 200:
-                        return
-                except httpx.TransportError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                time.sleep(0.02)  # poll interval
-        self.stop()
-        raise RuntimeError(f"tool service on {self.url} not healthy within {self.startup_timeout_s} s ({last})")
 
     def set_faults(self, faults: Faults) -> None:
         self.state.set_faults(faults)
@@ -282,15 +249,7 @@ class ToolService:
 
     def stop(self) -> None:
         self.state.closing = True
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=5)
-            if self._thread.is_alive():
-                self._server.force_exit = True
-                self._thread.join(timeout=2)
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
+        self._server.stop()
 
     def __enter__(self) -> "ToolService":
         return self.start()

@@ -1,7 +1,7 @@
 """A warm pool of sandboxes: pre-spawned, handed out fast, destroyed and respawned after use.
 
-`acquire()` takes a warm sandbox when one is ready (microseconds) or starts one (milliseconds),
-within `max_concurrency` sandboxes alive at once. `release()` never cleans a sandbox in place: it
+`acquire()` takes a warm sandbox when one is ready (microseconds) or waits, first come first
+served, for the next one started (milliseconds), within `max_concurrency` sandboxes alive at once. `release()` never cleans a sandbox in place: it
 destroys it and starts a replacement in the background. A reaper reclaims sandboxes held past
 `lease_timeout_s`. `metrics()` counts what the pool created and destroyed and what it may have
 leaked (processes left in destroyed sandboxes' cgroups, this process's fds, leftover directories).
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
 from agentrl_cli.errors import AgentrlError
@@ -35,78 +36,83 @@ class _Lease:
 
 class SandboxPool:
     def __init__(self, settings: SandboxSettings | None = None, size: int = 8, max_concurrency: int = 64,
-                 lease_timeout_s: float = 600.0, workers: int = 2) -> None:
+                 lease_timeout_s: float = 600.0, workers: int = 4) -> None:
         self.settings = settings or SandboxSettings()
-        self.size = size
+        self.size = min(size, max_concurrency)
         self.max_concurrency = max_concurrency
         self.lease_timeout_s = lease_timeout_s
-        self._warm: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()
-        self._slots = threading.BoundedSemaphore(max_concurrency)  # one per live sandbox
+        self._cv = threading.Condition()
+        self._warm: deque[Sandbox] = deque()
+        self._waiters: deque[Future] = deque()  # FIFO: the oldest waiter gets the next sandbox
         self._leases: dict[str, _Lease] = {}
-        self._lock = threading.Lock()
+        self._live = 0  # warm + leased + starting + being destroyed: never above max_concurrency
+        self._starting = 0
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
-        self._pending = 0
         self.counters = {"created": 0, "destroyed": 0, "acquired": 0, "warm_hits": 0, "reclaimed": 0,
                          "spawn_failures": 0, "leaked_processes": 0}
         self._baseline_fds = _count_fds()
         self._reaper = threading.Thread(target=self._reap, name="sandbox-reaper", daemon=True)
         self._reaper.start()
-        for _ in range(min(size, max_concurrency)):
-            self._refill()
+        with self._cv:
+            self._schedule_spawns()
 
     # -- public -------------------------------------------------------------------------------------
     def acquire(self, timeout: float = 60.0) -> Sandbox:
-        if self._closed:
-            raise PoolExhausted("the sandbox pool is closed", "create a new pool")
+        """A sandbox for one episode: warm if one is ready, else the next one started (first come, first served)."""
+        with self._cv:
+            if self._closed:
+                raise PoolExhausted("the sandbox pool is closed", "create a new pool")
+            if self._warm and not self._waiters:
+                sb = self._warm.popleft()
+                self.counters["warm_hits"] += 1
+                self._schedule_spawns()
+                return self._lease(sb)
+            fut: Future = Future()
+            self._waiters.append(fut)
+            self._schedule_spawns()
         try:
-            sb = self._warm.get_nowait()
-            self.counters["warm_hits"] += 1
-        except queue.Empty:
-            if not self._slots.acquire(timeout=timeout):
-                raise PoolExhausted(f"no sandbox free within {timeout:.0f} s ({self.max_concurrency} alive at most)",
-                                    "raise sandbox.max_concurrency or lower rollout.concurrency") from None
-            try:
-                sb = self._spawn()
-            except BaseException:
-                self._slots.release()
-                raise
-        with self._lock:
-            self._leases[sb.id] = _Lease(sb, time.monotonic())
-            self.counters["acquired"] += 1
-        return sb
+            sb = fut.result(timeout=timeout)
+        except FutureTimeout:
+            with self._cv:
+                if fut in self._waiters:
+                    self._waiters.remove(fut)
+                    raise PoolExhausted(f"no sandbox free within {timeout:.0f} s ({self.max_concurrency} alive at most)",
+                                        "raise sandbox.max_concurrency or lower rollout.concurrency") from None
+            sb = fut.result()  # delivered just as the wait ran out
+        with self._cv:
+            return self._lease(sb)
 
     def release(self, sandbox: Sandbox) -> None:
         """Give a sandbox back: it is destroyed and a fresh one is started to replace it."""
-        with self._lock:
+        with self._cv:
             lease = self._leases.pop(sandbox.id, None)
-        if lease is None:
-            return  # already reclaimed
-        self._executor.submit(self._destroy_and_refill, sandbox)
+        if lease is not None:  # else already reclaimed
+            self._executor.submit(self._destroy, sandbox)
 
     def lease(self, timeout: float = 60.0) -> "_LeaseContext":
         return _LeaseContext(self, timeout)
 
     def metrics(self) -> dict:
-        with self._lock:
-            in_use = len(self._leases)
-        return {**self.counters, "warm": self._warm.qsize(), "in_use": in_use, "pending": self._pending,
-                "open_fds": _count_fds(), "open_fds_delta": _count_fds() - self._baseline_fds,
+        with self._cv:
+            state = {"warm": len(self._warm), "in_use": len(self._leases), "pending": self._starting,
+                     "waiting": len(self._waiters), "alive": self._live}
+        return {**self.counters, **state, "open_fds": _count_fds(), "open_fds_delta": _count_fds() - self._baseline_fds,
                 "sandbox_dirs": _count_dirs(self.settings.root_dir)}
 
     def close(self) -> dict:
         """Destroy every sandbox; returns the final metrics (leaks included)."""
-        self._closed = True
+        with self._cv:
+            self._closed = True
+            for fut in self._waiters:
+                fut.cancel()
+            self._waiters.clear()
         self._executor.shutdown(wait=True)
-        with self._lock:
-            leased = [lease.sandbox for lease in self._leases.values()]
+        with self._cv:
+            doomed = list(self._warm) + [lease.sandbox for lease in self._leases.values()]
+            self._warm.clear()
             self._leases.clear()
-        while True:
-            try:
-                leased.append(self._warm.get_nowait())
-            except queue.Empty:
-                break
-        for sb in leased:
+        for sb in doomed:
             self._destroy(sb)
         return self.metrics()
 
@@ -116,64 +122,72 @@ class SandboxPool:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- internals ----------------------------------------------------------------------------------
-    def _spawn(self) -> Sandbox:
+    # -- internals (call the *_locked ones holding self._cv) -----------------------------------------
+    def _lease(self, sb: Sandbox) -> Sandbox:
+        self._leases[sb.id] = _Lease(sb, time.monotonic())
+        self.counters["acquired"] += 1
+        return sb
+
+    def _schedule_spawns(self) -> None:
+        wanted = len(self._waiters) + max(0, self.size - len(self._warm)) - self._starting
+        while wanted > 0 and self._live < self.max_concurrency and not self._closed:
+            self._live += 1
+            self._starting += 1
+            wanted -= 1
+            self._executor.submit(self._spawn_and_deliver)
+
+    def _spawn_and_deliver(self) -> None:
         try:
             sb = Sandbox(self.settings)
-        except BaseException:
-            self.counters["spawn_failures"] += 1
-            raise
-        self.counters["created"] += 1
-        return sb
+        except Exception as exc:  # noqa: BLE001
+            log.warning("sandbox failed to start: %s", exc)
+            with self._cv:
+                self.counters["spawn_failures"] += 1
+                self._live -= 1
+                self._starting -= 1
+                while self._waiters:  # tell the oldest waiter instead of letting it time out
+                    fut = self._waiters.popleft()
+                    if fut.set_running_or_notify_cancel():
+                        fut.set_exception(exc)
+                        break
+            return
+        with self._cv:
+            self.counters["created"] += 1
+            self._starting -= 1
+            while self._waiters:
+                fut = self._waiters.popleft()
+                if fut.set_running_or_notify_cancel():
+                    fut.set_result(sb)
+                    return
+            if not self._closed:
+                self._warm.append(sb)
+                return
+        self._destroy(sb)
 
     def _destroy(self, sb: Sandbox) -> None:
         cgroup = sb.cgroup
         sb.close()
-        if cgroup is not None:
-            self.counters["leaked_processes"] += len(cgroup.pids())
-        self.counters["destroyed"] += 1
-        self._slots.release()
-
-    def _destroy_and_refill(self, sb: Sandbox) -> None:
-        try:
-            self._destroy(sb)
-        finally:
-            if not self._closed:
-                self._refill_now()
-
-    def _refill(self) -> None:
-        self._executor.submit(self._refill_now)
-
-    def _refill_now(self) -> None:
-        if self._closed or self._warm.qsize() >= self.size:
-            return
-        if not self._slots.acquire(blocking=False):
-            return  # at the concurrency limit: acquire() will start one when a slot frees
-        self._pending += 1
-        try:
-            sb = self._spawn()
-        except Exception as exc:  # noqa: BLE001
-            self._slots.release()
-            log.warning("warm sandbox failed to start: %s", exc)
-            return
-        finally:
-            self._pending -= 1
-        if self._closed:
-            self._destroy(sb)
-        else:
-            self._warm.put(sb)
+        with self._cv:
+            if cgroup is not None:
+                self.counters["leaked_processes"] += len(cgroup.pids())
+            self.counters["destroyed"] += 1
+            self._live -= 1
+            self._schedule_spawns()
 
     def _reap(self) -> None:
         while not self._closed:
             time.sleep(min(1.0, self.lease_timeout_s / 4))
             now = time.monotonic()
-            with self._lock:
+            with self._cv:
                 stale = [lid for lid, lease in self._leases.items() if now - lease.since > self.lease_timeout_s]
                 victims = [self._leases.pop(lid).sandbox for lid in stale]
+                self.counters["reclaimed"] += len(victims)
             for sb in victims:
                 log.warning("reclaiming sandbox %s held longer than %.0f s", sb.id, self.lease_timeout_s)
-                self.counters["reclaimed"] += 1
-                self._executor.submit(self._destroy_and_refill, sb)
+                try:
+                    self._executor.submit(self._destroy, sb)
+                except RuntimeError:  # the pool is closing
+                    self._destroy(sb)
 
 
 class _LeaseContext:

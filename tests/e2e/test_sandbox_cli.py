@@ -45,3 +45,37 @@ def test_check_reports_isolation(cli):
 def test_missing_bubblewrap_is_a_clear_refusal(cli):
     result = cli("sandbox", "run", "--set", "sandbox.bwrap=/nonexistent/bwrap", "--", "true")
     assert result.exit_code == 2 and "apt-get install bubblewrap" in result.stderr
+
+
+def test_serve_sandbox_runs_the_http_service(tmp_path):
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agentrl = Path(sys.executable).parent / "agentrl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}
+    proc = subprocess.Popen([str(agentrl), "serve", "sandbox", "--port", str(port), "--set", "sandbox.pool_size=1"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        sb = httpx.post(f"{url}/sandboxes", timeout=30).json()
+        r = httpx.post(f"{url}/sandboxes/{sb['id']}/exec", json={"command": "echo $((6*7))"}, timeout=30).json()
+        assert r["stdout"] == "42\n" and r["status"] == "ok" and sb["isolated"] is True
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,130 @@
+"""The sandbox pool as an HTTP service (`agentrl serve sandbox`), for clusters where sandboxes run
+in their own pods: create, exec, files, reset (destroy and start anew), close, health, metrics.
+
+Endpoints (JSON unless noted):
+    GET  /health                         {"status": "ok", "backend", "isolated"}
+    GET  /metrics                        Prometheus text: pool counters and gauges
+    POST /sandboxes                      -> {"id", "isolated", "workdir"}
+    POST /sandboxes/{id}/exec            {"command": str | [str], "timeout", "stdin", "env", "cpu_time_s"} -> ExecResult
+    PUT  /sandboxes/{id}/files?path=P    body: raw bytes -> 204
+    GET  /sandboxes/{id}/files?path=P    -> raw bytes (link-safe; 400 when the path leaves the sandbox)
+    POST /sandboxes/{id}/reset           -> a new sandbox {"id", ...}; the old one is destroyed
+    DELETE /sandboxes/{id}               -> 204
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.sandbox.pool import PoolExhausted, SandboxPool
+from agentrl_cli.sandbox.sandbox import Sandbox
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+
+class ExecRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str | list[str] = Field(min_length=1)
+    timeout: float | None = Field(None, gt=0, le=3600)
+    stdin: str | None = None
+    env: dict[str, str] | None = None
+    cpu_time_s: int | None = Field(None, ge=1)
+
+
+class _PoolCollector:
+    def __init__(self, pool: SandboxPool) -> None:
+        self.pool = pool
+
+    def collect(self):
+        for key, value in self.pool.metrics().items():
+            yield GaugeMetricFamily(f"agentrl_sandbox_pool_{key}", f"sandbox pool: {key.replace('_', ' ')}", value=value)
+
+
+def create_app(pool: SandboxPool) -> FastAPI:
+    app = FastAPI(title="agentrl sandbox service")
+    live: dict[str, Sandbox] = {}
+    lock = threading.Lock()
+    registry = CollectorRegistry()
+    registry.register(_PoolCollector(pool))
+
+    def get(sid: str) -> Sandbox:
+        with lock:
+            sb = live.get(sid)
+        if sb is None:
+            raise HTTPException(404, f"no sandbox {sid!r}; create one with POST /sandboxes")
+        return sb
+
+    def describe(sb: Sandbox) -> dict:
+        return {"id": sb.id, "isolated": sb.isolated, "workdir": "/work" if sb.isolated else str(sb.workdir)}
+
+    def create() -> dict:
+        try:
+            sb = pool.acquire(timeout=60)
+        except PoolExhausted as exc:
+            raise HTTPException(503, f"{exc.message}; {exc.hint}") from None
+        with lock:
+            live[sb.id] = sb
+        return describe(sb)
+
+    def release(sid: str) -> None:
+        with lock:
+            sb = live.pop(sid, None)
+        if sb is not None:
+            pool.release(sb)
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "backend": pool.settings.backend, "isolated": pool.settings.backend == "bwrap"}
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
+
+    @app.post("/sandboxes")
+    def create_sandbox() -> dict:
+        return create()
+
+    @app.post("/sandboxes/{sid}/exec")
+    def exec_(sid: str, req: ExecRequest) -> dict:
+        r = get(sid).exec(req.command, timeout=req.timeout, stdin=req.stdin, env=req.env, cpu_time_s=req.cpu_time_s)
+        return r.to_dict()
+
+    @app.put("/sandboxes/{sid}/files", status_code=204)
+    async def put_file(sid: str, path: str, request: Request) -> Response:
+        sb = get(sid)
+        data = await request.body()
+        if len(data) > MAX_FILE_BYTES:
+            raise HTTPException(413, f"file larger than {MAX_FILE_BYTES} bytes")
+        try:
+            sb.write_file(path, data)
+        except UnsafePath as exc:
+            raise HTTPException(400, exc.message) from None
+        return Response(status_code=204)
+
+    @app.get("/sandboxes/{sid}/files")
+    def get_file(sid: str, path: str, max_bytes: int = 1 << 20) -> Response:
+        try:
+            data = get(sid).read_file(path, max_bytes=min(max_bytes, MAX_FILE_BYTES))
+        except UnsafePath as exc:
+            raise HTTPException(400, exc.message) from None
+        return Response(data, media_type="application/octet-stream")
+
+    @app.post("/sandboxes/{sid}/reset")
+    def reset(sid: str) -> dict:
+        get(sid)
+        release(sid)
+        return create()
+
+    @app.delete("/sandboxes/{sid}", status_code=204)
+    def close(sid: str) -> Response:
+        get(sid)
+        release(sid)
+        return Response(status_code=204)
+
+    return app
