@@ -1,0 +1,67 @@
+"""Demonstrations for the warm start: every training-split task of the given harnesses played by the
+scripted solutions through the real harness (real sandboxes, real observations), turned into chat
+messages and then into token ids with a loss mask over the assistant's own tokens only."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from harnesses.contract import play
+from harnesses.registry import resolve
+from harnesses.tasks import load_tasks
+
+
+def episode_messages(harness, task) -> list[dict]:
+    """Play the scripted solution of `task`; return system/user/assistant/tool messages."""
+    traj, _ = play(harness, task)
+    messages = [{"role": "system", "content": harness.system_prompt()}, {"role": "user", "content": traj.observations[0].text}]
+    for action, obs in zip(traj.actions, traj.observations[1:]):
+        messages.append({"role": "assistant", "content": action.text})
+        if not obs.done:
+            messages.append({"role": "tool", "content": obs.text})
+    return messages
+
+
+def collect(harness_names: list[str], split: str = "train", workers: int = 4,
+            progress: Callable[[int, int], None] = lambda done, total: None, make=None) -> list[dict]:
+    """[{"harness", "task_id", "messages", "tools"}] for every task of `split` of each harness."""
+    jobs = [(name, t) for name in harness_names for t in load_tasks(name, split)]
+    make = make or (lambda name: resolve(name)())
+    out: list[dict] = []
+
+    def run(chunk: list) -> list[dict]:
+        instances: dict = {}
+        rows = []
+        try:
+            for name, task in chunk:
+                h = instances.get(name) or instances.setdefault(name, make(name))
+                rows.append({"harness": name, "task_id": task.task_id, "messages": episode_messages(h, task), "tools": h.tools()})
+                progress(len(out) + len(rows), len(jobs))
+        finally:
+            for h in instances.values():
+                h.close()
+        return rows
+
+    chunks = [jobs[i::workers] for i in range(workers)]
+    with ThreadPoolExecutor(workers) as ex:
+        for rows in ex.map(run, chunks):
+            out.extend(rows)
+    return sorted(out, key=lambda r: r["task_id"])
+
+
+def tokenize(tokenizer, demo: dict, max_len: int) -> tuple[list[int], list[int]] | None:
+    """(input_ids, loss_mask): the mask is 1 on assistant content and its end token. None when too long."""
+    messages, tools = demo["messages"], demo.get("tools")
+    ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False)
+    if len(ids) > max_len:
+        return None
+    mask = [0] * len(ids)
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        start = len(tokenizer.apply_chat_template(messages[:i], tools=tools, tokenize=True, add_generation_prompt=True, return_dict=False))
+        end = len(tokenizer.apply_chat_template(messages[: i + 1], tools=tools, tokenize=True, return_dict=False))
+        for j in range(start, end - 1):  # content and <|im_end|>, not the trailing newline
+            mask[j] = 1
+    return ids, mask

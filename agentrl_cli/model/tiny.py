@@ -1,0 +1,67 @@
+"""The built-in tiny model (`model.path: builtin:tiny-agent`): a small Llama-architecture causal LM
+with the byte-level tokenizer and the chat template, saved as an ordinary Hugging Face model
+directory. `save_model_dir` writes atomically (temp directory, then rename) and marks the
+directory complete, so a killed build never leaves a directory that loads half-written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from agentrl_cli.model.tokenizer import build_tokenizer
+
+RECIPE_VERSION = "1"  # bump when the architecture, tokenizer or warm-start recipe changes
+ARCH = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+            max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
+COMPLETE = "agentrl.json"  # written last: its presence means the directory is complete
+
+
+def tiny_config(tokenizer, **overrides) -> LlamaConfig:
+    vocab = (len(tokenizer) + 7) // 8 * 8
+    return LlamaConfig(vocab_size=vocab, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id, **{**ARCH, **overrides})
+
+
+def init_model(seed: int = 0, **overrides):
+    """(model, tokenizer) with freshly initialised weights."""
+    tokenizer = build_tokenizer()
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_config(tokenizer, **overrides))
+    model.generation_config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id,
+                                               bos_token_id=None, do_sample=False)
+    return model, tokenizer
+
+
+def save_model_dir(model, tokenizer, path: Path, info: dict) -> Path:
+    """Write a complete Hugging Face model directory at `path` (atomically replacing nothing partial)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / COMPLETE).write_text(json.dumps({"recipe_version": RECIPE_VERSION, **info}, indent=2) + "\n")
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def build_random(path: Path, seed: int = 0, **overrides) -> Path:
+    """A tiny model directory with random weights (tests, protocol checks)."""
+    model, tokenizer = init_model(seed, **overrides)
+    return save_model_dir(model, tokenizer, path, {"kind": "random", "seed": seed, "arch": {**ARCH, **overrides}})
+
+
+def is_complete(path: Path) -> bool:
+    return (Path(path) / COMPLETE).exists() and (Path(path) / "config.json").exists()
