@@ -14,6 +14,7 @@ from typer.core import TyperGroup
 
 from agentrl_cli import __version__
 from agentrl_cli.commands import config as config_cmd
+from agentrl_cli.commands import model as model_cmd
 from agentrl_cli.commands import runs as runs_cmd
 from agentrl_cli.commands import sandbox as sandbox_cmd
 from agentrl_cli.commands import serve as serve_cmd
@@ -99,6 +100,7 @@ app.command("troubleshoot")(troubleshoot)
 app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(serve_cmd.app, name="serve")
+app.add_typer(model_cmd.app, name="model")
 
 
 def main() -> None:

@@ -1,0 +1,162 @@
+"""Start and stop inference servers from the config: SGLang (`python -m sglang.launch_server`,
+possibly with another interpreter, since SGLang usually lives in its own environment or image),
+the SGLang router in front of several replicas, or the embedded server (`agentrl serve inference
+--engine hf`). Each server's log streams to the run directory; start-up waits for health with a
+deadline; stop is terminate, then kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from agentrl_cli.errors import AgentrlError
+
+ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_loaded; power-of-two is its nearest
+
+
+class InferenceUnavailable(AgentrlError):
+    """The configured engine cannot be started here."""
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    url: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+def sglang_command(cfg, model_path: str, port: int) -> list[str]:
+    cmd = [cfg.python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", cfg.host,
+           "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--weight-version", "0"]
+    if cfg.mem_fraction_static is not None:
+        cmd += ["--mem-fraction-static", str(cfg.mem_fraction_static)]
+    if cfg.max_running_requests is not None:
+        cmd += ["--max-running-requests", str(cfg.max_running_requests)]
+    if cfg.api_key is not None:
+        cmd += ["--api-key", cfg.api_key.get_secret_value()]
+    if cfg.enable_metrics:
+        cmd.append("--enable-metrics")
+    return cmd
+
+
+def router_command(cfg, worker_urls: list[str], port: int) -> list[str]:
+    return [cfg.python, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
+            "--policy", ROUTER_POLICY.get(cfg.router_policy, cfg.router_policy), "--host", cfg.host, "--port", str(port)]
+
+
+def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: str, context_length: int) -> list[str]:
+    cmd = [sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", "hf", "--model", str(model_path),
+           "--host", cfg.host, "--port", str(port), "--batch-window-ms", str(batch_window_ms),
+           "--max-batch-size", str(cfg.max_batch_size), "--dtype", dtype, "--context-length", str(context_length),
+           "--weight-version", "0"]
+    if cfg.api_key is not None:
+        cmd += ["--api-key", cfg.api_key.get_secret_value()]
+    return cmd
+
+
+def check_sglang(python: str) -> None:
+    try:
+        proc = subprocess.run([python, "-c", "import sglang, sys; print(sglang.__version__)"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        proc = None
+        problem = str(exc)
+    else:
+        problem = proc.stderr.strip().splitlines()[-1] if proc.returncode else ""
+    if proc is None or proc.returncode != 0:
+        raise InferenceUnavailable(f"SGLang is not installed for {python} ({problem or 'import failed'})",
+                                   "on a GPU host: pip install 'agentrl-cli[sglang]' (or `pip install sglang[all] sglang-router`), "
+                                   "or set inference.python to the interpreter of the environment that has SGLang; "
+                                   "on a CPU box use inference.engine: hf")
+
+
+def _start(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None) -> ServerProcess:
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{name}.log"
+    log = open(log_path, "ab")
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
+    finally:
+        log.close()
+    return ServerProcess(name, url, proc, log_path)
+
+
+def wait_healthy(servers: list[ServerProcess], deadline_s: float, path: str = "/health_generate") -> None:
+    end = time.monotonic() + deadline_s
+    pending = list(servers)
+    with httpx.Client(timeout=5) as client:
+        while pending and time.monotonic() < end:
+            for s in list(pending):
+                if not s.alive():
+                    raise InferenceUnavailable(f"{s.name} exited during start-up (code {s.proc.returncode}):\n{s.log_tail(1500)}",
+                                               f"see {s.log_path}")
+                try:
+                    if client.get(s.url + path).status_code == 200:
+                        pending.remove(s)
+                except httpx.TransportError:
+                    pass
+            if pending:
+                time.sleep(0.2)
+    if pending:
+        raise InferenceUnavailable(f"not healthy within {deadline_s:.0f} s: {', '.join(s.name for s in pending)}",
+                                   f"see {pending[0].log_path}; raise inference.startup_timeout_s for large models")
+
+
+def launch(config, model_path: str, logs: Path) -> tuple[list[ServerProcess], list[str]]:
+    """Start what the config asks for; returns (processes, the URLs clients should use: the router's
+    when there is one, else every server's, for the client to spread requests over)."""
+    cfg = config.inference
+    servers: list[ServerProcess] = []
+    try:
+        if cfg.engine == "sglang":
+            check_sglang(cfg.python)
+        for i in range(cfg.replicas):
+            port = cfg.port + i
+            url = f"http://{cfg.host}:{port}"
+            cmd = (sglang_command(cfg, model_path, port) if cfg.engine == "sglang" else
+                   hf_command(cfg, model_path, port, config.rollout.batch_window_ms,
+                              config.model.dtype, config.model.context_length))
+            servers.append(_start(f"{cfg.engine}-{i}", cmd, url, logs))
+        wait_healthy(servers, cfg.startup_timeout_s)
+        if cfg.replicas > 1 and cfg.engine == "sglang":
+            router_port = cfg.port + cfg.replicas
+            router = _start("router", router_command(cfg, [s.url for s in servers], router_port),
+                            f"http://{cfg.host}:{router_port}", logs)
+            servers.append(router)
+            wait_healthy([router], cfg.startup_timeout_s, path="/health")
+            return servers, [router.url]
+        return servers, [s.url for s in servers]
+    except BaseException:
+        for s in servers:
+            s.stop()
+        raise
