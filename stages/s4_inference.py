@@ -1,16 +1,200 @@
 """Stage 4 - inference.
 
-Planned checks: server starts and is healthy; tokens/s and p99 latency under concurrent load; no out-of-memory; log-probs consistent with a forward pass; weight update round trip changes outputs and reports the new version.
-Not built yet: the stage reports one failing "not implemented" check, never pass or skip.
+Starts the configured engine (the embedded server on CPU, SGLang on GPUs) through the launcher and
+checks: the engine is available; the model resolves; the server becomes healthy; tokens/s and p99
+latency under `stages.inference_load_concurrency` concurrent requests, with no errors and the
+server still up (peak memory recorded); log-probs returned by the server match a forward pass of
+the same model in this process; a weight update round trip (perturbed weights, then the original
+ones) changes the greedy output, reports each new weight_version, and restores the output.
 """
 
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+
+import torch
+
 from agentrl_cli.context import StageContext
+from agentrl_cli.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, launch
+from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.report import Check, StageReport
 
-PLANNED = (
-    "server starts and is healthy; tokens/s and p99 latency under concurrent load; no out-of-memory; log-probs consistent with a forward pass; weight update round trip changes outputs and reports the new version"
-)
+PROMPTS = ["Compute the value of 12 + 30.", "How many lines of notes.txt contain the word iris?",
+           "Write solution.py defining solve() that returns the value of 7 * 6.", "What is the total stock of table inv-1?"]
 
 
 def run(ctx: StageContext) -> StageReport:
-    return ctx.report([Check.not_implemented(PLANNED)])
+    cfg = ctx.config
+    checks: list[Check] = []
+    if cfg.inference.engine == "sglang":
+        checks.append(ctx.check("engine available", lambda: _sglang_available(cfg.inference.python)))
+        if checks[-1].status != "pass":
+            return ctx.report(checks)
+    state: dict = {}
+
+    def model() -> Check:
+        ctx.progress("resolving the model (the built-in one is built on first use, a few minutes)")
+        state["path"] = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+        return Check("model resolves", "pass", str(state["path"]), "a Hugging Face model directory")
+
+    checks.append(ctx.check("model resolves", model))
+    if "path" not in state:
+        return ctx.report(checks)
+
+    def start() -> Check:
+        t0 = time.perf_counter()
+        state["servers"], state["urls"] = launch(cfg, str(state["path"]), ctx.run.logs)
+        return Check("server starts and is healthy", "pass", {"seconds": round(time.perf_counter() - t0, 1), "urls": state["urls"]},
+                     f"healthy within {cfg.inference.startup_timeout_s:.0f} s")
+
+    checks.append(ctx.check("server starts and is healthy", start))
+    if "servers" not in state:
+        return ctx.report(checks)
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(state["path"])
+        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
+                                           return_dict=False) for p in PROMPTS]
+        checks += asyncio.run(_served_checks(ctx, state, prompts))
+    finally:
+        for s in state["servers"]:
+            s.stop()
+    return ctx.report(checks, environment={"engine": cfg.inference.engine, "model": str(state["path"])})
+
+
+def _sglang_available(python: str) -> Check:
+    try:
+        check_sglang(python)
+    except InferenceUnavailable as exc:
+        return Check("engine available", "fail", None, "SGLang importable", exc.message, exc.hint)
+    return Check("engine available", "pass", python, "SGLang importable")
+
+
+async def _served_checks(ctx: StageContext, state: dict, prompts: list[list[int]]) -> list[Check]:
+    cfg = ctx.config
+    api_key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
+    client = InferenceClient(state["urls"], api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
+                             max_retries=cfg.inference.max_retries)
+    try:
+        ctx.progress("load test")
+        checks = await _load(ctx, client, state, prompts)
+        ctx.progress("log-probs against a forward pass")
+        checks.append(await _guarded(ctx, "log-probs match a forward pass", _logprobs(ctx, client, state, prompts)))
+        ctx.progress("weight update round trip")
+        checks.append(await _guarded(ctx, "weight update round trip", _weight_round_trip(ctx, client, state, prompts)))
+        return checks
+    finally:
+        await client.close()
+
+
+async def _guarded(ctx: StageContext, name: str, coro) -> Check:
+    try:
+        return await coro
+    except Exception as exc:  # noqa: BLE001 - becomes a failing check
+        return Check.crashed(name, exc)
+
+
+async def _load(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> list[Check]:
+    th = ctx.config.stages
+    n = th.inference_load_concurrency
+    errors: list[str] = []
+    latencies: list[float] = []
+    tokens = 0
+
+    async def one(i: int) -> None:
+        nonlocal tokens
+        t0 = time.perf_counter()
+        try:
+            g = await client.generate(prompts[i % len(prompts)], SamplingParams(max_new_tokens=32, temperature=1.0, seed=i, ignore_eos=True))
+        except Exception as exc:  # noqa: BLE001 - counted
+            errors.append(str(exc)[:200])
+            return
+        latencies.append(time.perf_counter() - t0)
+        tokens += len(g.output_ids)
+
+    await client.generate(prompts[0], SamplingParams(max_new_tokens=4))  # warm-up
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(n * 2)))
+    wall = time.perf_counter() - t0
+    rate = tokens / wall if wall > 0 else 0.0
+    p99 = sorted(latencies)[max(0, math.ceil(0.99 * len(latencies)) - 1)] * 1000 if latencies else float("inf")
+    alive = all(s.alive() for s in state["servers"])
+    peak = _peak_rss_mb(state["servers"])
+    return [
+        Check.judge("tokens/s under load", rate >= th.inference_min_tokens_per_s,
+                    {"tokens_per_s": round(rate, 1), "requests": n * 2, "concurrency": n},
+                    f">= {th.inference_min_tokens_per_s} (stages.inference_min_tokens_per_s)",
+                    "raise inference.max_batch_size or rollout.batch_window_ms; on GPUs check tp/dp sizes"),
+        Check.judge("p99 latency under load", p99 <= th.inference_max_p99_ms, {"p99_ms": round(p99, 1)},
+                    f"<= {th.inference_max_p99_ms:.0f} ms (stages.inference_max_p99_ms)",
+                    "lower the load (inference.max_running_requests) or add replicas (inference.replicas)"),
+        Check.judge("no errors or out-of-memory under load", not errors and alive, {"errors": len(errors), "server_alive": alive,
+                    "peak_rss_mb": peak}, "0 errors, server still up",
+                    "see the server log in the run's logs/ directory; lower max_batch_size or context length",
+                    "; ".join(errors[:3])),
+    ]
+
+
+def _peak_rss_mb(servers) -> float | None:
+    peaks = []
+    for s in servers:
+        try:
+            for line in Path(f"/proc/{s.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks.append(int(line.split()[1]) / 1024)
+        except OSError:
+            pass
+    return round(max(peaks), 1) if peaks else None
+
+
+def _forward_logprobs(model, prompt: list[int], output: list[int], temperature: float) -> list[float]:
+    ids = torch.tensor([prompt + output])
+    with torch.inference_mode():
+        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+    scaled = logits / temperature if temperature > 1e-6 else logits
+    return torch.log_softmax(scaled, dim=-1).gather(1, torch.tensor(output)[:, None])[:, 0].tolist()
+
+
+async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(state["path"], torch_dtype=torch.float32).eval()
+    worst = 0.0
+    for prompt, temperature in zip(prompts[:2], (0.0, 0.7)):
+        g = await client.generate(prompt, SamplingParams(max_new_tokens=24, temperature=temperature, seed=7, ignore_eos=True))
+        ref = _forward_logprobs(model, prompt, g.output_ids, temperature)
+        worst = max(worst, max(abs(a - b) for a, b in zip(g.output_logprobs, ref)))
+    limit = ctx.config.stages.logprob_max_abs_diff
+    return Check.judge("log-probs match a forward pass", worst <= limit, {"max_abs_diff": worst}, f"<= {limit} (float32)",
+                       "the server's log-probs disagree with the model: check model.dtype and that server and trainer load the same weights")
+
+
+async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    greedy = SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
+    before = await client.generate(prompts[0], greedy)
+    perturbed = ctx.run.path / "stage4-perturbed-weights"
+    model = AutoModelForCausalLM.from_pretrained(state["path"], torch_dtype=torch.float32)
+    torch.manual_seed(4)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * p.std().clamp(min=1e-3) * 0.5)
+    model.save_pretrained(perturbed, safe_serialization=True)
+    AutoTokenizer.from_pretrained(state["path"]).save_pretrained(perturbed)
+    await client.update_weights_from_disk(str(perturbed), "stage4-perturbed")
+    during = await client.generate(prompts[0], greedy)
+    await client.update_weights_from_disk(str(state["path"]), "stage4-restored")
+    after = await client.generate(prompts[0], greedy)
+    ok = (during.output_ids != before.output_ids and during.weight_version == "stage4-perturbed"
+          and after.output_ids == before.output_ids and after.weight_version == "stage4-restored")
+    return Check.judge("weight update round trip", ok,
+                       {"changed": during.output_ids != before.output_ids, "restored": after.output_ids == before.output_ids,
+                        "versions": [before.weight_version, during.weight_version, after.weight_version]},
+                       "outputs change with new weights, versions reported, original output restored",
+                       "update_weights_from_disk did not take effect: see the server log; check the path is readable by the server")

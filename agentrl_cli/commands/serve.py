@@ -9,7 +9,7 @@ import typer
 
 from agentrl_cli.commands.common import ConfigOpt, SetOpt, err, load
 
-app = typer.Typer(help="Run platform services (sandbox pool; inference and reward arrive with their issues).",
+app = typer.Typer(help="Run platform services: the sandbox pool, inference servers.",
                   no_args_is_help=True)
 
 
@@ -53,3 +53,63 @@ def sandbox(
         uvicorn.run(create_app(pool), host=host, port=port, log_level=loaded.config.observe.log_level)
     finally:
         pool.close()
+
+
+@app.command("inference")
+def inference(
+    engine: Annotated[str, typer.Option("--engine", help="hf (embedded server) or sglang (execs SGLang's launcher).")] = "hf",
+    model: Annotated[str, typer.Option("--model", help="Model directory or builtin:tiny-agent (default model.path).")] = "",
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind (default inference.port).")] = 0,
+    batch_window_ms: Annotated[float, typer.Option("--batch-window-ms", help="Batching window (default rollout.batch_window_ms).")] = -1.0,
+    max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Most requests per forward pass (default inference.max_batch_size).")] = 0,
+    dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16 (default model.dtype).")] = "",
+    context_length: Annotated[int, typer.Option("--context-length", help="Context length (default model.context_length).")] = 0,
+    weight_version: Annotated[str, typer.Option("--weight-version", help="Initial weight_version reported.")] = "default",
+    api_key: Annotated[str, typer.Option("--api-key", help="Require this bearer token (except /health* and /metrics).")] = "",
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Serve a model over SGLang's HTTP protocol: the embedded Hugging Face server on CPU (engine hf),
+    or SGLang itself (engine sglang) with the same flags.
+
+    Examples:
+
+    * `agentrl serve inference --engine hf --model builtin:tiny-agent --port 30000`
+
+    * `agentrl serve inference --engine sglang --model /models/Qwen2.5-0.5B-Instruct`
+    """
+    import os
+
+    from agentrl_cli.errors import UsageError
+    from agentrl_cli.model.resolve import resolve_model_path
+
+    loaded = load(config, sets)
+    cfg = loaded.config
+    if engine not in ("hf", "sglang"):
+        raise UsageError(f"bad --engine {engine!r}", "use hf or sglang")
+    path = resolve_model_path(model or cfg.model.path, cfg.model.cache_dir)
+    port = port or cfg.inference.port
+    if engine == "sglang":
+        from agentrl_cli.inference.launcher import check_sglang, sglang_command
+
+        inf = cfg.inference.model_copy(update={"host": host})
+        check_sglang(inf.python)
+        cmd = sglang_command(inf, str(path), port)
+        err().print("exec: " + " ".join(cmd), markup=False)
+        os.execvp(cmd[0], cmd)
+    import uvicorn
+
+    from agentrl_cli.inference.engine import HFEngine
+    from agentrl_cli.inference.hf_server import create_app
+
+    eng = HFEngine(path, dtype=dtype or cfg.model.dtype, max_batch_size=max_batch_size or cfg.inference.max_batch_size,
+                   batch_window_ms=cfg.rollout.batch_window_ms if batch_window_ms < 0 else batch_window_ms,
+                   context_length=context_length or cfg.model.context_length, weight_version=weight_version)
+    key = api_key or (cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None)
+    err().print(f"embedded inference server on http://{host}:{port} ({path})")
+    try:
+        uvicorn.run(create_app(eng, api_key=key or None, enable_metrics=cfg.inference.enable_metrics),
+                    host=host, port=port, log_level=cfg.observe.log_level)
+    finally:
+        eng.close()

@@ -4,6 +4,7 @@ messages and then into token ids with a loss mask over the assistant's own token
 
 from __future__ import annotations
 
+import itertools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -29,6 +30,7 @@ def collect(harness_names: list[str], split: str = "train", workers: int = 4,
     jobs = [(name, t) for name in harness_names for t in load_tasks(name, split)]
     make = make or (lambda name: resolve(name)())
     out: list[dict] = []
+    done = itertools.count(1)
 
     def run(chunk: list) -> list[dict]:
         instances: dict = {}
@@ -37,7 +39,7 @@ def collect(harness_names: list[str], split: str = "train", workers: int = 4,
             for name, task in chunk:
                 h = instances.get(name) or instances.setdefault(name, make(name))
                 rows.append({"harness": name, "task_id": task.task_id, "messages": episode_messages(h, task), "tools": h.tools()})
-                progress(len(out) + len(rows), len(jobs))
+                progress(next(done), len(jobs))
         finally:
             for h in instances.values():
                 h.close()

@@ -1,0 +1,103 @@
+"""Inference benchmark: saturated tokens/s of the embedded server at batch 1, 8, 32 and 64 against
+`model.generate` in-process at the same batch (ratio, measured side by side in one run), and p50/p99
+latency at 64 concurrent requests. Target (issue 4): server >= 80% of in-process throughput at
+batch >= 32.
+
+    python benchmarks/inference.py [--json] [--model PATH] [--new-tokens 32]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from agentrl_cli.inference.client import InferenceClient, SamplingParams  # noqa: E402
+from agentrl_cli.inference.engine import HFEngine  # noqa: E402
+from agentrl_cli.inference.hf_server import create_app  # noqa: E402
+from agentrl_cli.serving import ServerThread  # noqa: E402
+from benchmarks._common import figure, parser, percentile, report  # noqa: E402
+
+BATCHES = (1, 8, 32, 64)
+
+
+def prompts(tokenizer, n: int) -> list[list[int]]:
+    texts = [f"Compute the value of {i} + {2 * i + 1}." for i in range(n)]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True,
+                                          return_dict=False) for t in texts]
+
+
+def in_process_rate(model, tokenizer, batch: list[list[int]], new_tokens: int) -> float:
+    width = max(map(len, batch))
+    ids = torch.full((len(batch), width), tokenizer.pad_token_id)
+    mask = torch.zeros_like(ids)
+    for r, p in enumerate(batch):
+        ids[r, width - len(p):] = torch.tensor(p)
+        mask[r, width - len(p):] = 1
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=True,
+                             temperature=1.0, top_k=0, pad_token_id=tokenizer.pad_token_id)
+    return (out.shape[1] - width) * len(batch) / (time.perf_counter() - t0)
+
+
+async def served_rate(url: str, batch: list[list[int]], new_tokens: int) -> tuple[float, list[float]]:
+    client = InferenceClient(url, timeout_s=600)
+    lat: list[float] = []
+
+    async def one(i: int, p: list[int]) -> int:
+        t = time.perf_counter()
+        g = await client.generate(p, SamplingParams(max_new_tokens=new_tokens, temperature=1.0, seed=i, ignore_eos=True))
+        lat.append(time.perf_counter() - t)
+        return len(g.output_ids)
+
+    t0 = time.perf_counter()
+    tokens = sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(batch))))
+    rate = tokens / (time.perf_counter() - t0)
+    await client.close()
+    return rate, lat
+
+
+def main() -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--model", default="", help="model directory (default: a random tiny model made here)")
+    p.add_argument("--new-tokens", type=int, default=32)
+    args = p.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    path = args.model
+    if not path:
+        from agentrl_cli.model.tiny import build_random
+        path = str(build_random(Path(tempfile.mkdtemp(prefix="agentrl-bench-")) / "tiny", seed=0))
+    engine = HFEngine(path, max_batch_size=64, batch_window_ms=20)
+    server = ServerThread(create_app(engine), name="bench-hf").start()
+    tokenizer, model = engine.tokenizer, engine._model
+    figures: dict = {}
+    try:
+        asyncio.run(served_rate(server.url, prompts(tokenizer, 2), 4))  # warm-up
+        in_process_rate(model, tokenizer, prompts(tokenizer, 2), 4)
+        for b in BATCHES:
+            batch = prompts(tokenizer, b)
+            served, lat = asyncio.run(served_rate(server.url, batch, args.new_tokens))
+            local = in_process_rate(model, tokenizer, batch, args.new_tokens)
+            ratio = served / local
+            target = b >= 32
+            figures[f"server_tokens_per_s_batch{b}"] = figure(served, "tokens/s")
+            figures[f"in_process_tokens_per_s_batch{b}"] = figure(local, "tokens/s")
+            figures[f"server_vs_in_process_batch{b}"] = figure(ratio, "x", ">= 0.8" if target else None, ratio >= 0.8 if target else None)
+            if b == 64:
+                figures["latency_p50_at_64_concurrent"] = figure(percentile(lat, 0.5) * 1e3, "ms")
+                figures["latency_p99_at_64_concurrent"] = figure(percentile(lat, 0.99) * 1e3, "ms")
+    finally:
+        server.stop()
+        engine.close()
+    return report(figures, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`agentrl stage run 4` with the embedded server, and with SGLang asked for but not installed."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+from agentrl_cli.model.tiny import build_random
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stage_4_passes_with_the_embedded_server(cli, tmp_path):
+    model = build_random(tmp_path / "model", seed=3)
+    result, data = cli.json("stage", "run", "4", "--set", f"model.path={model}", "--set", f"inference.port={_port()}",
+                            "--set", "stages.inference_load_concurrency=8")
+    report = data["reports"][0]
+    failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] != "pass"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["log-probs match a forward pass"]["measured"]["max_abs_diff"] < 1e-4
+    assert by_name["weight update round trip"]["measured"]["versions"] == ["0", "stage4-perturbed", "stage4-restored"]
+    assert by_name["tokens/s under load"]["measured"]["tokens_per_s"] > 0
+
+
+def test_stage_4_with_sglang_missing_says_how_to_install(cli):
+    result, data = cli.json("stage", "run", "4", "--set", "inference.engine=sglang", "--set", f"inference.python={sys.executable}")
+    check = data["reports"][0]["checks"][0]
+    assert result.exit_code == 1 and check["name"] == "engine available" and check["status"] == "fail"
+    assert "pip install" in check["hint"]
