@@ -1,0 +1,157 @@
+"""Decoding one static batch: left-padded prefill in one forward pass, then one forward pass per
+step over the KV cache for the rows still running. Finished rows leave the batch (their cache
+rows are dropped), so they neither cost compute nor change.
+
+`Request` is the engine's record of one generation request; `BatchRun` mutates it and reports
+back through the `BatchHooks` the engine implements (pause/abort checkpoints, completion,
+retraction). Queueing, locks and weight swaps belong in `engine.py`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from transformers import DynamicCache
+
+from agentrl_cli.inference.sampling import BatchSampler, GenParams, check_finished, prompt_logprobs
+
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    input_ids: list[int]
+    params: GenParams
+    return_logprob: bool
+    logprob_start_len: int
+    future: Future
+    seq: int
+    admitted: bool  # False while it waits on a pause (SGLang: not yet inside the scheduler)
+    internal: bool = False  # health checks: not counted in metrics
+    started: float = field(default_factory=time.perf_counter)
+    arrival: float = field(default_factory=time.monotonic)
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    input_logprobs: list | None = None
+    weight_version: str = ""
+    retractions: int = 0
+    abort_message: str | None = None  # set by abort(); the batch finishes the row at its next step
+    finished: bool = False
+
+    def reset_for_retry(self) -> None:
+        self.output_ids, self.output_logprobs, self.input_logprobs = [], [], None
+        self.finished = False
+        self.retractions += 1
+
+    def result(self, finish_reason: dict) -> dict:
+        return {"rid": self.rid, "output_ids": list(self.output_ids), "output_logprobs": list(self.output_logprobs),
+                "input_logprobs": self.input_logprobs, "finish_reason": finish_reason,
+                "prompt_tokens": len(self.input_ids), "completion_tokens": len(self.output_ids),
+                "weight_version": self.weight_version, "retractions": self.retractions,
+                "e2e_latency": time.perf_counter() - self.started}
+
+
+class BatchHooks(Protocol):
+    def checkpoint(self, active: list[Request]) -> str:
+        """Called between steps: "run", "hold" (finish aborted rows, then ask again) or "retract"."""
+
+    def finish(self, req: Request, finish_reason: dict) -> None: ...
+
+    def retract(self, reqs: list[Request]) -> None: ...
+
+
+class BatchRun:
+    """Runs `reqs` to completion on `model`; every request ends through `hooks.finish` or `hooks.retract`."""
+
+    def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int) -> None:
+        self.model, self.tokenizer, self.hooks, self.pad_id = model, tokenizer, hooks, pad_id
+        self.active = list(reqs)
+        self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size)
+        self.generated = 0
+        # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def run(self) -> int:
+        """Decode until every row has finished; returns the number of tokens generated."""
+        logits, cache, mask, pos = self._prefill()
+        while self.active:
+            action = self.hooks.checkpoint(self.active)
+            if action == "retract":
+                self.hooks.retract(self.active)
+                self.active = []
+                break
+            keep = self._finish_aborted()
+            if keep is not None:
+                logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
+            if not self.active or action == "hold":
+                continue
+            tokens = self._sample_and_check(logits)
+            keep = [i for i, r in enumerate(self.active) if not r.finished]
+            if len(keep) < len(self.active):
+                tokens = [tokens[i] for i in keep]
+                logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
+            if not self.active:
+                break
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            pos = pos + 1
+            out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long)[:, None], attention_mask=mask,
+                             position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
+            logits = out.logits[:, -1, :]
+        return self.generated
+
+    def _prefill(self):
+        width = max(len(r.input_ids) for r in self.active)
+        ids = torch.full((len(self.active), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(self.active), width), dtype=torch.long)
+        for i, r in enumerate(self.active):
+            ids[i, width - len(r.input_ids):] = torch.tensor(r.input_ids, dtype=torch.long)
+            mask[i, width - len(r.input_ids):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        whole_prompt = any(r.return_logprob and r.logprob_start_len == 0 for r in self.active)
+        try:
+            cache = DynamicCache(config=self.model.config)
+        except TypeError:  # transformers 4.x
+            cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
+        for i, r in enumerate(self.active):
+            if r.return_logprob and r.logprob_start_len == 0:
+                own = out.logits[i, width - len(r.input_ids):]
+                r.input_logprobs = prompt_logprobs(own, r.input_ids, r.params.temperature)
+        return out.logits[:, -1, :], cache, mask, positions[:, -1]
+
+    def _finish_aborted(self) -> list[int] | None:
+        aborted = [r for r in self.active if r.abort_message is not None]
+        for r in aborted:
+            r.finished = True
+            self.hooks.finish(r, {**ABORTED, "message": r.abort_message})
+        if not aborted:
+            return None
+        return [i for i, r in enumerate(self.active) if not r.finished]
+
+    def _sample_and_check(self, logits: torch.Tensor) -> list[int]:
+        tokens, logprobs = self.sampler.sample(logits, [len(r.output_ids) for r in self.active])
+        for r, tok, lp in zip(self.active, tokens, logprobs):
+            r.output_ids.append(tok)
+            r.output_logprobs.append(lp)
+            self.generated += 1
+            reason = check_finished(r.params, r.output_ids, self.tokenizer)
+            if reason is not None:
+                r.finished = True
+                self.hooks.finish(r, reason)
+        return tokens
+
+    def _select(self, keep: list[int], logits, cache, mask, pos):
+        self.active = [self.active[i] for i in keep]
+        if not keep:
+            return logits, cache, mask, pos
+        self.sampler.select(keep)
+        idx = torch.tensor(keep, dtype=torch.long)
+        cache.batch_select_indices(idx)
+        return logits[idx], cache, mask[idx], pos[idx]

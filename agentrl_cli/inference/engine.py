@@ -1,0 +1,346 @@
+"""The embedded inference engine: a Hugging Face causal LM behind a scheduler thread that batches
+requests arriving within a short window, plus SGLang's control semantics (pause/continue, abort by
+rid prefix, weight updates from disk under a writer lock, weight versions, counters).
+
+Concurrency model: one scheduler thread owns the model and runs one static batch at a time
+(`batch.py`). Everything else talks to it through a queue guarded by one condition variable.
+A weight update loads the new model in the caller's thread, then the scheduler swaps it in
+between batches: requests submitted before the update finish on the old weights (or are
+aborted when asked), requests submitted after it wait for the new ones, so no request ever mixes
+two weight versions. HTTP shapes belong in `protocol.py` / `hf_server.py`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from agentrl_cli.inference.batch import BatchRun, Request
+from agentrl_cli.inference.sampling import GenParams, context_error
+from agentrl_cli.inference.stats import EngineStats
+
+log = logging.getLogger(__name__)
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+# transformers' from_pretrained patches process-wide state while it builds a model (tie-weights and
+# init switches, the default dtype); two loads in parallel threads corrupt each other (untied or
+# meta-device weights). This lock holds no data: it only keeps loads in this process one at a time.
+_LOAD_LOCK = threading.Lock()
+WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
+
+
+@dataclass(eq=False)
+class _Swap:
+    model: object
+    model_path: str
+    weight_version: str | None
+    barrier: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+    ok: bool = False
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        ids.update([value] if isinstance(value, int) else (value or ()))
+    return ids
+
+
+class HFEngine:
+    """Batching generation over one model directory; thread-safe; `close()` when done."""
+
+    def __init__(self, model_path, dtype: str = "float32", max_batch_size: int = 64, batch_window_ms: float = 10.0,
+                 context_length: int | None = None, weight_version: str = "default") -> None:
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.model_path = self.tokenizer_path = str(model_path)
+        self.dtype, self.max_batch_size, self.batch_window_s = dtype, max_batch_size, batch_window_ms / 1000.0
+        with _LOAD_LOCK:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self._model = self._load(self.model_path)
+        self.context_length = int(context_length or self._model.config.max_position_embeddings)
+        self.weight_version = weight_version
+        self.eos_ids = _eos_ids(self._model, self.tokenizer)
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
+        self._cv = threading.Condition()
+        self._update_lock = threading.Lock()  # one weight update at a time
+        self._queue: list[Request] = []
+        self._running: list[Request] = []
+        self._paused: str | None = None
+        self._swap: _Swap | None = None
+        self._seq = itertools.count()
+        self._closed = False
+        self.stats = EngineStats()
+        self._thread = threading.Thread(target=self._loop, name="hf-engine-scheduler", daemon=True)
+        self._thread.start()
+
+    # ---- model -------------------------------------------------------------------------------
+
+    def _load(self, path: str):
+        dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
+        with _LOAD_LOCK:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model.eval().requires_grad_(False)
+        on_meta = [name for name, p in model.named_parameters() if p.device.type == "meta"]
+        if on_meta:
+            raise RuntimeError(f"{len(on_meta)} parameters were not loaded (e.g. {on_meta[0]})")
+        return model
+
+    @property
+    def model_config(self):
+        return self._model.config
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._model.config.vocab_size)
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def submit(self, input_ids: list[int], sampling: dict | None = None, return_logprob: bool = False,
+               rid: str | None = None, *, logprob_start_len: int = -1, internal: bool = False) -> Future:
+        """Queue one prompt; the Future resolves to a result dict (see `Request.result`)."""
+        return self.submit_many([dict(input_ids=input_ids, sampling=sampling, return_logprob=return_logprob,
+                                      rid=rid, logprob_start_len=logprob_start_len)], internal=internal)[0]
+
+    def submit_many(self, specs: list[dict], *, internal: bool = False) -> list[Future]:
+        """Queue several prompts at once (keys as `submit`'s arguments), so they share a batch."""
+        prepared = []
+        for spec in specs:
+            input_ids, sampling = list(spec["input_ids"]), spec.get("sampling") or {}
+            if not input_ids:
+                raise ValueError("input_ids is empty: give at least one token id")
+            problem = context_error(len(input_ids), sampling.get("max_new_tokens"), self.context_length)
+            if problem:
+                raise ValueError(problem)
+            params = GenParams.from_sampling(sampling, prompt_len=len(input_ids), context_length=self.context_length,
+                                             eos_ids=self.eos_ids, tokenizer=self.tokenizer)
+            prepared.append((spec.get("rid") or uuid.uuid4().hex, input_ids, params, bool(spec.get("return_logprob")),
+                             int(spec.get("logprob_start_len", -1))))
+        futures = [Future() for _ in prepared]
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            for (rid, input_ids, params, want_lp, start), future in zip(prepared, futures):
+                self._queue.append(Request(rid, input_ids, params, want_lp, start, future, next(self._seq),
+                                           admitted=self._paused is None, internal=internal))
+            self._cv.notify_all()
+        return futures
+
+    def abort(self, rid: str = "", abort_all: bool = False) -> int:
+        """SGLang's abort_request: no-op unless `abort_all` or `rid` is live; then every live request
+        whose rid starts with `rid` is aborted. Returns how many were aborted."""
+        with self._cv:
+            live = self._queue + self._running
+            if not abort_all and not any(r.rid == rid for r in live):
+                return 0
+            return self._abort_locked(lambda r: abort_all or r.rid.startswith(rid))
+
+    def _abort_locked(self, match, message: str = "Aborted") -> int:
+        queued = [r for r in self._queue if match(r)]
+        self._queue = [r for r in self._queue if not match(r)]
+        for r in queued:
+            r.weight_version = r.weight_version or self.weight_version
+            self._complete_locked(r, {**r.result(dict(WAITING_ABORT)), "waiting_abort": True})
+        running = [r for r in self._running if match(r) and r.abort_message is None]
+        for r in running:
+            r.abort_message = message
+        self._cv.notify_all()
+        return len(queued) + len(running)
+
+    def _complete_locked(self, req: Request, result: dict) -> None:
+        if not req.internal:
+            self.stats.record_request(len(req.input_ids), result["completion_tokens"],
+                                      result["finish_reason"]["type"] == "abort", result["e2e_latency"])
+        if not req.future.done():
+            req.future.set_result(result)
+
+    # ---- control -----------------------------------------------------------------------------
+
+    def pause(self, mode: str = "abort") -> None:
+        """Requests wait while paused. "abort" aborts in-flight requests, "retract" puts running ones
+        back in the queue (restarted from scratch on resume), "in_place" holds them mid-batch."""
+        if mode not in PAUSE_MODES:
+            raise ValueError(f"pause mode must be one of {', '.join(PAUSE_MODES)}; got {mode!r}")
+        with self._cv:
+            self._paused = mode
+            if mode == "abort":
+                self._abort_locked(lambda r: r.admitted)
+            self._cv.notify_all()
+            if mode != "in_place":
+                self._cv.wait_for(lambda: not self._running or self._closed, timeout=60)
+
+    def resume(self) -> None:
+        with self._cv:
+            self._paused = None
+            for r in self._queue:
+                r.admitted = True
+            self._cv.notify_all()
+
+    @property
+    def paused(self) -> str | None:
+        return self._paused
+
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self._thread.is_alive()
+
+    def set_weight_version(self, version: str, abort_all_requests: bool = True) -> None:
+        with self._cv:
+            if abort_all_requests:
+                self._abort_locked(lambda r: r.admitted)
+            self.weight_version = version
+
+    def flush_cache(self) -> bool:
+        """True when nothing is in flight (SGLang refuses to flush otherwise); there is no prefix cache."""
+        with self._cv:
+            return not self._running and not any(r.admitted for r in self._queue)
+
+    def update_weights_from_disk(self, model_path, weight_version: str | None = None,
+                                 abort_all_requests: bool = False) -> tuple[bool, str]:
+        """Load `model_path` beside the serving model, then swap between batches (see module doc)."""
+        with self._update_lock:
+            try:
+                model = self._load(str(model_path))
+                if int(model.config.vocab_size) != self.vocab_size:
+                    raise ValueError(f"vocab_size {model.config.vocab_size} differs from the serving model's "
+                                     f"{self.vocab_size}")
+            except Exception as exc:  # noqa: BLE001 - any load failure means: keep the old weights
+                return False, f"Failed to update weights: {exc}.\nRolling back to original weights."
+            swap = _Swap(model, str(model_path), weight_version)
+            with self._cv:
+                if self._closed:
+                    return False, "Failed to update weights: the engine is closed."
+                swap.barrier = next(self._seq)
+                self._swap = swap
+                if abort_all_requests:
+                    self._abort_locked(lambda r: r.admitted)
+                self._cv.notify_all()
+            swap.done.wait()
+        if not swap.ok:
+            return False, "Failed to update weights: the engine closed before the swap."
+        message = "Succeeded to update model weights."
+        return True, message + (f" Weight version updated to {weight_version}." if weight_version is not None else "")
+
+    def snapshot(self) -> dict:
+        with self._cv:
+            return {"num_running_reqs": len(self._running), "num_queue_reqs": len(self._queue),
+                    "weight_version": self.weight_version, "paused": self._paused, **self.stats.snapshot()}
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._abort_locked(lambda r: True, message="Aborted: the server is shutting down")
+            if self._swap is not None:
+                self._swap.done.set()
+            self._cv.notify_all()
+        self._thread.join(timeout=30)
+
+    # ---- hooks called by BatchRun in the scheduler thread -------------------------------------
+
+    def checkpoint(self, active: list[Request]) -> str:
+        with self._cv:
+            while True:
+                if self._closed or self._paused is None:
+                    return "run"
+                if any(r.abort_message is not None for r in active):
+                    return "hold"
+                if self._paused == "abort":
+                    self._abort_locked(lambda r: r in active)
+                    continue
+                if self._paused == "retract" or self._swap is not None:
+                    return "retract"
+                self._cv.wait()
+
+    def finish(self, req: Request, finish_reason: dict) -> None:
+        with self._cv:
+            if req in self._running:
+                self._running.remove(req)
+            self._complete_locked(req, req.result(finish_reason))
+            self._cv.notify_all()
+
+    def retract(self, reqs: list[Request]) -> None:
+        with self._cv:
+            for r in reqs:
+                r.reset_for_retry()
+                if r in self._running:
+                    self._running.remove(r)
+            self._queue[:0] = sorted(reqs, key=lambda r: r.seq)
+            self._cv.notify_all()
+
+    # ---- scheduler ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while True:
+                picked = self._next_batch()
+                if picked is None:
+                    return
+                self._run_batch(*picked)
+
+    def _eligible(self) -> list[Request]:
+        if self._paused is not None:
+            return []
+        if self._swap is None:
+            return self._queue
+        return [r for r in self._queue if r.seq < self._swap.barrier]
+
+    def _next_batch(self):
+        with self._cv:
+            while True:
+                if self._closed:
+                    return None
+                if self._swap is not None and not self._running and not self._eligible():
+                    self._apply_swap_locked()
+                    continue
+                eligible = self._eligible()
+                if not eligible:
+                    self._cv.wait()
+                    continue
+                wait = min(r.arrival for r in eligible) + self.batch_window_s - time.monotonic()
+                if wait > 0 and len(eligible) < self.max_batch_size:
+                    self._cv.wait(wait)
+                    continue
+                batch = eligible[:self.max_batch_size]
+                taken = set(map(id, batch))
+                self._queue = [r for r in self._queue if id(r) not in taken]
+                self._running = list(batch)
+                self.stats.batch_started(len(batch))
+                for r in batch:
+                    r.weight_version = self.weight_version
+                return batch, self._model
+
+    def _apply_swap_locked(self) -> None:
+        swap, self._swap = self._swap, None
+        self._model, self.model_path = swap.model, swap.model_path
+        if swap.weight_version is not None:
+            self.weight_version = swap.weight_version
+        self.eos_ids = _eos_ids(self._model, self.tokenizer)
+        swap.ok = True
+        swap.done.set()
+        self._cv.notify_all()
+
+    def _run_batch(self, batch: list[Request], model) -> None:
+        started, generated = time.perf_counter(), 0
+        try:
+            generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id).run()
+        except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
+            log.exception("batch of %d requests failed", len(batch))
+            with self._cv:
+                for r in self._running:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+        finally:
+            with self._cv:
+                self._running = []
+                self.stats.record_batch(generated, time.perf_counter() - started)
+                self._cv.notify_all()

@@ -1,0 +1,196 @@
+"""The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
+(SGLANG_API.md) over an `HFEngine`, so clients cannot tell it from an SGLang server for the
+endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
+updates in `engine.py`; this module only routes, awaits the engine off the event loop, and maps
+errors to status codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from agentrl_cli import __version__
+from agentrl_cli.inference.metrics import engine_registry
+from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
+                                            UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
+                                            error_body, parse_generate, parse_model)
+
+HEALTH_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT
+FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+              "requests, the operation will not be performed.)\n")
+GPU_ONLY_UPDATES = ("update_weights_from_tensor", "update_weights_from_distributed", "init_weights_update_group",
+                    "destroy_weights_update_group")
+
+
+def json_response(obj, status_code: int = 200) -> Response:
+    return Response(dumps(obj), status_code=status_code, media_type="application/json")
+
+
+def _constant(make, status_code: int = 200):
+    """An endpoint without parameters answering `make()` as JSON."""
+    async def endpoint():
+        return json_response(make(), status_code)
+    return endpoint
+
+
+async def _body(request: Request):
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ProtocolError(f"the request body is not valid JSON: {exc}") from None
+
+
+def create_app(engine, *, served_model_name: str | None = None, api_key: str | None = None,
+               enable_metrics: bool = True) -> FastAPI:
+    """An app serving `engine`; `served_model_name` defaults to the (current) model path, as SGLang's."""
+    app = FastAPI(title="agentrl embedded inference server (SGLang protocol)")
+    model_name = lambda: served_model_name or engine.model_path  # noqa: E731
+    registry = engine_registry(engine, model_name) if enable_metrics else None
+
+    @app.middleware("http")
+    async def require_api_key(request: Request, call_next):
+        path = request.url.path
+        if api_key and not (path.startswith("/health") or path == "/metrics"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return json_response({"error": "Unauthorized"}, 401)
+        return await call_next(request)
+
+    @app.exception_handler(ProtocolError)
+    async def bad_request(_request: Request, exc: ProtocolError):
+        return json_response(error_body(str(exc)), 400)
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request):
+        parsed = parse_generate(await _body(request), engine.tokenizer, engine.vocab_size, engine.context_length)
+        try:
+            futures = engine.submit_many([dict(input_ids=i.input_ids, sampling=i.sampling, rid=i.rid,
+                                               return_logprob=i.return_logprob, logprob_start_len=i.logprob_start_len)
+                                          for i in parsed.items])
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        except RuntimeError as exc:  # the engine is closed
+            return json_response(error_body(str(exc)), 503)
+        try:
+            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
+        except asyncio.CancelledError:  # the client went away or the server stops: free the engine
+            for item in parsed.items:
+                engine.abort(item.rid)
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed batch: report it, keep serving
+            return json_response(error_body(f"generation failed: {type(exc).__name__}: {exc}"), 500)
+        outputs = [build_output(item, result, engine.tokenizer, parsed.return_text_in_logprobs)
+                   for item, result in zip(parsed.items, results)]
+        return json_response(outputs if parsed.as_list else outputs[0])
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200 if engine.alive else 503)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
+        try:
+            future = engine.submit([0], {"max_new_tokens": 1, "temperature": 0.0}, rid=rid, internal=True)
+            await asyncio.wait_for(asyncio.wrap_future(future), HEALTH_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - any failure or timeout means unhealthy
+            engine.abort(rid)
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    def model_info():
+        config = engine.model_config
+        return {"model_path": engine.model_path, "tokenizer_path": engine.tokenizer_path, "is_generation": True,
+                "preferred_sampling_params": None, "weight_version": engine.weight_version,
+                "has_image_understanding": False, "has_audio_understanding": False,
+                "model_type": getattr(config, "model_type", None),
+                "architectures": getattr(config, "architectures", None)}
+
+    def server_info():
+        snap = engine.snapshot()
+        args = {"model_path": engine.model_path, "tokenizer_path": engine.tokenizer_path,
+                "served_model_name": model_name(), "tp_size": 1, "dp_size": 1, "pp_size": 1, "dtype": engine.dtype,
+                "context_length": engine.context_length, "max_running_requests": engine.max_batch_size,
+                "max_batch_size": engine.max_batch_size, "batch_window_ms": engine.batch_window_s * 1000.0,
+                "weight_version": engine.weight_version, "enable_metrics": enable_metrics,
+                "skip_tokenizer_init": False}
+        return {**args, "status": "ready", "max_total_num_tokens": engine.context_length * engine.max_batch_size,
+                "max_req_input_len": engine.context_length - 1,
+                "internal_states": [{**args, "last_gen_throughput": snap["gen_throughput"]}],
+                "version": f"agentrl-hf-{__version__}"}
+
+    for path, fn in (("/model_info", model_info), ("/get_model_info", model_info),
+                     ("/server_info", server_info), ("/get_server_info", server_info)):
+        app.add_api_route(path, _constant(fn), methods=["GET"])
+
+    @app.get("/get_weight_version")
+    @app.get("/weight_version")
+    async def weight_version():
+        return json_response({"weight_version": engine.weight_version})
+
+    @app.get("/v1/models")
+    async def models():
+        return json_response({"object": "list", "data": [
+            {"id": model_name(), "object": "model", "created": 0, "owned_by": "sglang", "root": model_name(),
+             "parent": None, "max_model_len": engine.context_length}]})
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        return Response(FLUSH_TEXT, status_code=200 if engine.flush_cache() else 400)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        req = parse_model(UpdateWeightsFromDiskIn, await _body(request))
+        if req.load_format not in LOAD_FORMATS:
+            return json_response({"success": False, "message": f"load_format {req.load_format!r} {UNSUPPORTED_SUFFIX}",
+                                  "num_paused_requests": 0}, 400)
+        version = None if req.weight_version is None else str(req.weight_version)
+        ok, message = await asyncio.to_thread(engine.update_weights_from_disk, req.model_path,
+                                              weight_version=version, abort_all_requests=req.abort_all_requests)
+        return json_response({"success": ok, "message": message, "num_paused_requests": 0}, 200 if ok else 400)
+
+    @app.post("/update_weight_version")
+    async def update_weight_version(request: Request):
+        req = parse_model(UpdateWeightVersionIn, await _body(request))
+        version = str(req.new_version)
+        await asyncio.to_thread(engine.set_weight_version, version, req.abort_all_requests)
+        return json_response({"success": True, "message": f"Weight version updated to {version}",
+                              "new_version": version})
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request):
+        req = parse_model(PauseIn, await _body(request))
+        await asyncio.to_thread(engine.pause, req.mode)
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        engine.resume()
+        return json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        req = parse_model(AbortIn, await _body(request))
+        engine.abort(req.rid, req.abort_all)
+        return Response(status_code=200)
+
+    for name in GPU_ONLY_UPDATES:
+        refusal = {"success": False, "message": f"{name} {UNSUPPORTED_SUFFIX}; use update_weights_from_disk"}
+        app.add_api_route(f"/{name}", _constant(lambda refusal=refusal: refusal, 400), methods=["POST"])
+
+    if registry is not None:
+        @app.get("/metrics")
+        async def metrics():
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,171 @@
+"""Per-request generation settings and the batched token sampler of the embedded engine.
+
+`GenParams` turns a validated SGLang `sampling_params` dict into what decoding needs (greedy
+detection, stop sets, the seed of the request's own `torch.Generator`). `BatchSampler` picks the
+next token for every row of a batch and returns SGLang's log-probs: `log_softmax(logits / T)` of
+the sampled token, after penalties and before top-k/top-p/min-p truncation (greedy: plain
+`log_softmax`). `check_finished` applies SGLang's stopping rules in SGLang's order.
+
+HTTP validation belongs in `protocol.py`; batching, the KV cache and scheduling in `batch.py` and
+`engine.py`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+GREEDY_BELOW = 1e-6  # SGLang: temperature < 1e-6 means greedy (top_k=1, temperature=1)
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Normalised sampling settings of one request (SGLang names and defaults)."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    min_new_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    stop_ids: frozenset[int] = frozenset()  # stop_token_ids and EOS ids; empty when ignore_eos
+    stop_str_max_tokens: int = 0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
+
+    @classmethod
+    def from_sampling(cls, sampling: dict, *, prompt_len: int, context_length: int, eos_ids: set[int],
+                      tokenizer) -> "GenParams":
+        """`sampling` uses SGLang's keys; missing keys take SGLang's defaults. `max_new_tokens=None`
+        means "up to the context": the engine clamps it to `context_length - prompt_len - 1`."""
+        limit = max(context_length - prompt_len - 1, 1)
+        max_new = sampling.get("max_new_tokens", 128)
+        max_new = limit if max_new is None else min(int(max_new), limit)
+        stop = sampling.get("stop") or ()
+        stop = (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+        stop_ids = set() if sampling.get("ignore_eos") else {*(sampling.get("stop_token_ids") or ()), *eos_ids}
+        seed = sampling.get("sampling_seed")
+        return cls(
+            max_new_tokens=max_new,
+            temperature=float(sampling.get("temperature", 1.0)),
+            top_p=float(sampling.get("top_p", 1.0)),
+            top_k=int(sampling.get("top_k", -1)),
+            min_p=float(sampling.get("min_p", 0.0)),
+            frequency_penalty=float(sampling.get("frequency_penalty", 0.0)),
+            presence_penalty=float(sampling.get("presence_penalty", 0.0)),
+            min_new_tokens=int(sampling.get("min_new_tokens", 0)),
+            stop=stop,
+            stop_ids=frozenset(stop_ids),
+            stop_str_max_tokens=max((len(tokenizer.encode(s, add_special_tokens=False)) for s in stop), default=0),
+            seed=secrets.randbits(63) if seed is None else int(seed),
+        )
+
+
+def check_finished(params: GenParams, output_ids: list[int], tokenizer) -> dict | None:
+    """SGLang's `Req.check_finished`: length, then stop token ids / EOS, then stop strings."""
+    if len(output_ids) >= params.max_new_tokens:
+        return {"type": "length", "length": params.max_new_tokens}
+    if output_ids[-1] in params.stop_ids:
+        return {"type": "stop", "matched": output_ids[-1]}
+    if params.stop:
+        tail = tokenizer.decode(output_ids[-(params.stop_str_max_tokens + 1):])
+        for s in params.stop:
+            if s in tail:
+                return {"type": "stop", "matched": s}
+    return None
+
+
+class BatchSampler:
+    """Vectorised sampling for the rows of one batch; `select` keeps rows when others finish."""
+
+    def __init__(self, params: list[GenParams], vocab_size: int) -> None:
+        self.params = list(params)
+        self.vocab = vocab_size
+        f = lambda name: torch.tensor([getattr(p, name) for p in params], dtype=torch.float32)  # noqa: E731
+        self.greedy = torch.tensor([p.greedy for p in params])
+        self.temperature = torch.where(self.greedy, torch.ones(len(params), dtype=torch.float32), f("temperature"))
+        self.top_p, self.min_p = f("top_p"), f("min_p")
+        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params])
+        self.freq, self.pres = f("frequency_penalty"), f("presence_penalty")
+        self.penalised = bool((self.freq != 0).any() or (self.pres != 0).any())
+        self.counts = torch.zeros((len(params), vocab_size), dtype=torch.float32) if self.penalised else None
+        self.generators = [torch.Generator().manual_seed(p.seed) for p in params]
+        self.banned = torch.zeros((len(params), vocab_size), dtype=torch.bool)
+        for i, p in enumerate(params):
+            if p.min_new_tokens > 0:
+                self.banned[i, [t for t in p.stop_ids if t < vocab_size]] = True
+
+    def select(self, keep: list[int]) -> None:
+        idx = torch.tensor(keep, dtype=torch.long)
+        self.params = [self.params[i] for i in keep]
+        self.generators = [self.generators[i] for i in keep]
+        for name in ("greedy", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
+            setattr(self, name, getattr(self, name)[idx])
+        if self.counts is not None:
+            self.counts = self.counts[idx]
+
+    def scaled_logits(self, logits: torch.Tensor, produced: list[int]) -> torch.Tensor:
+        """Logits after penalties and min_new_tokens masking, divided by the temperature."""
+        logits = logits.float()
+        if self.counts is not None:
+            logits = logits - self.freq[:, None] * self.counts - self.pres[:, None] * (self.counts > 0)
+        early = torch.tensor([n < p.min_new_tokens for n, p in zip(produced, self.params)])
+        if early.any():
+            logits = logits.masked_fill(self.banned & early[:, None], float("-inf"))
+        return logits / self.temperature[:, None]
+
+    def sample(self, logits: torch.Tensor, produced: list[int]) -> tuple[list[int], list[float]]:
+        """Next token and its log-prob for each row; `produced[i]` = tokens row i has output so far."""
+        scaled = self.scaled_logits(logits, produced)
+        logprobs = torch.log_softmax(scaled, dim=-1).clamp(min=torch.finfo(torch.float32).min)
+        tokens = scaled.argmax(dim=-1)
+        rows = (~self.greedy).nonzero().flatten()
+        if len(rows):
+            tokens[rows] = self._draw(scaled[rows], rows.tolist())
+        if self.counts is not None:
+            self.counts[torch.arange(len(tokens)), tokens] += 1
+        return tokens.tolist(), logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
+
+    def _draw(self, scaled: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        """Inverse-CDF sampling over the top-k / top-p / min-p filtered distribution of each row."""
+        probs = torch.softmax(scaled, dim=-1)
+        sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
+        ranks = torch.arange(sorted_p.shape[-1])[None, :]
+        keep = ranks < self.top_k[rows][:, None]
+        keep &= (sorted_p.cumsum(-1) - sorted_p) <= self.top_p[rows][:, None]
+        keep &= sorted_p >= self.min_p[rows][:, None] * sorted_p[:, :1]
+        keep[:, 0] = True
+        cdf = (sorted_p * keep).cumsum(-1)
+        u = torch.stack([torch.rand((), generator=self.generators[r]) for r in rows]) * cdf[:, -1]
+        pick = torch.searchsorted(cdf, u[:, None].contiguous(), right=True)
+        pick = torch.minimum(pick, keep.sum(-1, keepdim=True) - 1)
+        return sorted_idx.gather(1, pick).squeeze(1)
+
+
+def prompt_logprobs(logits: torch.Tensor, input_ids: list[int], temperature: float) -> list[float | None]:
+    """`input_token_logprobs` values for a whole prompt: null first, then log P(token | prefix).
+    `logits` are the prefill logits of the prompt's own positions (no padding)."""
+    scale = 1.0 if temperature < GREEDY_BELOW else temperature
+    lp = torch.log_softmax(logits[:-1].float() / scale, dim=-1).clamp(min=torch.finfo(torch.float32).min)
+    picked = lp.gather(1, torch.tensor(input_ids[1:], dtype=torch.long)[:, None]).squeeze(1)
+    return [None, *picked.tolist()]
+
+
+def context_error(input_len: int, max_new_tokens: int | None, context_length: int) -> str | None:
+    """SGLang's `_validate_one_request` messages for prompts that do not fit the context."""
+    if input_len >= context_length:
+        return f"The input ({input_len} tokens) is longer than the model's context length ({context_length} tokens)."
+    if max_new_tokens is not None and input_len + max_new_tokens >= context_length:
+        return (f"Requested token count exceeds the model's maximum context length of {context_length} tokens. "
+                f"You requested a total of {input_len + max_new_tokens} tokens: {input_len} tokens from the input "
+                f"messages and {max_new_tokens} tokens for the completion. Please reduce the number of tokens in "
+                "the input messages or the completion to fit within the limit.")
+    return None
