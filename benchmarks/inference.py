@@ -19,9 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from agentrl_cli.inference.client import InferenceClient, SamplingParams  # noqa: E402
-from agentrl_cli.inference.engine import HFEngine  # noqa: E402
-from agentrl_cli.inference.hf_server import create_app  # noqa: E402
-from agentrl_cli.serving import ServerThread  # noqa: E402
+from agentrl_cli.config import load_config  # noqa: E402
+from agentrl_cli.inference.launcher import launch  # noqa: E402
 from benchmarks._common import figure, parser, percentile, report  # noqa: E402
 
 BATCHES = (1, 8, 32, 64)
@@ -67,23 +66,27 @@ async def served_rate(url: str, batch: list[list[int]], new_tokens: int) -> tupl
 def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--model", default="", help="model directory (default: a random tiny model made here)")
-    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=128, help="tokens per request (inference.max_new_tokens default)")
     args = p.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     path = args.model
     if not path:
         from agentrl_cli.model.tiny import build_random
         path = str(build_random(Path(tempfile.mkdtemp(prefix="agentrl-bench-")) / "tiny", seed=0))
-    engine = HFEngine(path, max_batch_size=64, batch_window_ms=20)
-    server = ServerThread(create_app(engine), name="bench-hf").start()
-    tokenizer, model = engine.tokenizer, engine._model
+    # the server runs as its own process, as in production (`agentrl serve inference`)
+    cfg = load_config(None, [f"inference.port={_free_port()}", "inference.max_batch_size=64", "rollout.batch_window_ms=10"], env={}).config
+    servers, urls = launch(cfg, path, Path(tempfile.mkdtemp(prefix="agentrl-bench-logs-")))
+    url = urls[0]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     figures: dict = {}
     try:
-        asyncio.run(served_rate(server.url, prompts(tokenizer, 2), 4))  # warm-up
+        asyncio.run(served_rate(url, prompts(tokenizer, 2), 4))  # warm-up
         in_process_rate(model, tokenizer, prompts(tokenizer, 2), 4)
         for b in BATCHES:
             batch = prompts(tokenizer, b)
-            served, lat = asyncio.run(served_rate(server.url, batch, args.new_tokens))
+            served, lat = asyncio.run(served_rate(url, batch, args.new_tokens))
             local = in_process_rate(model, tokenizer, batch, args.new_tokens)
             ratio = served / local
             target = b >= 32
@@ -94,9 +97,16 @@ def main() -> int:
                 figures["latency_p50_at_64_concurrent"] = figure(percentile(lat, 0.5) * 1e3, "ms")
                 figures["latency_p99_at_64_concurrent"] = figure(percentile(lat, 0.99) * 1e3, "ms")
     finally:
-        server.stop()
-        engine.close()
+        for s in servers:
+            s.stop()
     return report(figures, args.json)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

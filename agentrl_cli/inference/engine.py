@@ -37,6 +37,9 @@ _LOAD_LOCK = threading.Lock()
 WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
 
 
+MAX_WINDOW_FACTOR = 8  # a batch forms at most this many windows after its first request
+
+
 @dataclass(eq=False)
 class _Swap:
     model: object
@@ -306,7 +309,10 @@ class HFEngine:
                 if not eligible:
                     self._cv.wait()
                     continue
-                wait = min(r.arrival for r in eligible) + self.batch_window_s - time.monotonic()
+                # the window restarts while requests keep arriving (many episodes answering at once),
+                # bounded so the first one never waits more than MAX_WINDOW_FACTOR windows
+                first, last = min(r.arrival for r in eligible), max(r.arrival for r in eligible)
+                wait = min(last + self.batch_window_s, first + self.batch_window_s * MAX_WINDOW_FACTOR) - time.monotonic()
                 if wait > 0 and len(eligible) < self.max_batch_size:
                     self._cv.wait(wait)
                     continue
