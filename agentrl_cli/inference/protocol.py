@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 
 from agentrl_cli.inference.sampling import context_error
 
@@ -40,6 +40,15 @@ class SamplingParamsIn(BaseModel):
     """SGLang's SamplingParams fields and defaults; unknown keys are refused (SGLang answers 500)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _seed_alias(self) -> "SamplingParamsIn":
+        if self.seed is not None:
+            if self.sampling_seed is not None and self.sampling_seed != self.seed:
+                raise ValueError("seed and sampling_seed disagree; give one of them")
+            self.sampling_seed, self.seed = self.seed, None
+        return self
+
     max_new_tokens: StrictInt | None = 128
     stop: StrictStr | list[StrictStr] | None = None
     stop_token_ids: list[StrictInt] | None = None
@@ -58,6 +67,7 @@ class SamplingParamsIn(BaseModel):
     no_stop_trim: StrictBool = False
     stream_interval: StrictInt | None = None
     sampling_seed: StrictInt | None = None
+    seed: StrictInt | None = None  # accepted as an alias of sampling_seed (SGLang itself has no `seed` key)
     json_schema: Any = None
     regex: Any = None
     ebnf: Any = None

@@ -90,3 +90,15 @@ def test_launcher_starts_the_embedded_server_and_refuses_missing_sglang(models, 
     with pytest.raises(InferenceUnavailable) as info:
         launch(sg, str(models[0]), tmp_path / "logs")
     assert "pip install" in info.value.hint and "inference.engine: hf" in info.value.hint
+
+
+def test_seed_is_an_alias_of_sampling_seed(two_servers):
+    import httpx
+
+    url = two_servers[0].url
+    body = {"input_ids": [3, 4, 5], "sampling_params": {"max_new_tokens": 8, "temperature": 1.0, "seed": 11}}
+    a = httpx.post(f"{url}/generate", json=body, timeout=30).json()
+    b = httpx.post(f"{url}/generate", json={**body, "sampling_params": {**body["sampling_params"], "seed": None, "sampling_seed": 11}}, timeout=30).json()
+    assert a["output_ids"] == b["output_ids"]
+    bad = httpx.post(f"{url}/generate", json={**body, "sampling_params": {"seed": 1, "sampling_seed": 2}}, timeout=30)
+    assert bad.status_code == 400 and "seed" in bad.text
