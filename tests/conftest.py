@@ -45,3 +45,26 @@ def write_yaml(tmp_path):
         path.write_text(text, encoding="utf-8")
         return path
     return write
+
+
+@pytest.fixture(scope="session")
+def random_model_dir(tmp_path_factory) -> Path:
+    """A tiny random-weight model directory, so CLI tests need not build the built-in model."""
+    from agentrl_cli.model.tiny import build_random
+
+    return build_random(tmp_path_factory.mktemp("model") / "tiny", seed=5)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def quick_sets(random_model_dir) -> list[str]:
+    """--set arguments that keep `stage run all` quick in tests: a random tiny model, a free port."""
+    return ["--set", f"model.path={random_model_dir}", "--set", f"inference.port={free_port()}",
+            "--set", "stages.inference_load_concurrency=4", "--set", "stages.sandbox_concurrency=4"]

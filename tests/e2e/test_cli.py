@@ -18,8 +18,8 @@ def test_help_of_every_command_shows_examples(cli):
         assert "Examples" in result.stdout, args
 
 
-def test_stage_run_all_writes_nine_reports_and_exits_1_while_unbuilt(cli, isolated):
-    result = cli("stage", "run", "all")
+def test_stage_run_all_writes_nine_reports_and_exits_1_while_unbuilt(cli, isolated, quick_sets):
+    result = cli("stage", "run", "all", *quick_sets)
     assert result.exit_code == 1
     assert "Summary" in result.stdout
     runs = list((isolated / "runs").iterdir())
@@ -34,8 +34,8 @@ def test_stage_run_all_writes_nine_reports_and_exits_1_while_unbuilt(cli, isolat
     assert meta["run_id"] == runs[0].name and meta["config_source"] == "built-in defaults"
 
 
-def test_stage_run_json_reports_every_failing_check_with_a_hint(cli):
-    result, data = cli.json("stage", "run", "all")
+def test_stage_run_json_reports_every_failing_check_with_a_hint(cli, quick_sets):
+    result, data = cli.json("stage", "run", "all", *quick_sets)
     assert result.exit_code == data["exit_code"] == 1
     assert [r["stage"] for r in data["reports"]] == list(range(9))
     failing = [c for r in data["reports"] for c in r["checks"] if c["status"] == "fail"]

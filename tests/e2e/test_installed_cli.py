@@ -22,8 +22,8 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     return subprocess.run([AGENTRL, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
 
 
-def test_stage_run_all_from_a_fresh_directory(tmp_path):
-    proc = run("stage", "run", "all", "--json", cwd=tmp_path)
+def test_stage_run_all_from_a_fresh_directory(tmp_path, quick_sets):
+    proc = run("stage", "run", "all", "--json", *quick_sets, cwd=tmp_path)
     assert proc.returncode == 1, proc.stderr
     data = json.loads(proc.stdout)
     assert len(data["reports"]) == 9
