@@ -1,6 +1,7 @@
-"""Decoding one static batch: left-padded prefill in one forward pass, then one forward pass per
-step over the KV cache for the rows still running. Finished rows leave the batch (their cache
-rows are dropped), so they neither cost compute nor change.
+"""Decoding one batch: left-padded prefill in one forward pass, then one forward pass per step over
+the KV cache for the rows still running. Finished rows leave the batch (their cache rows are
+dropped), so they neither cost compute nor change; requests that arrive while it runs join it
+between steps (prefilled on their own, caches merged with masked left padding).
 
 `Request` is the engine's record of one generation request; `BatchRun` mutates it and reports
 back through the `BatchHooks` the engine implements (pause/abort checkpoints, completion,
@@ -65,12 +66,15 @@ class BatchHooks(Protocol):
 
     def retract(self, reqs: list[Request]) -> None: ...
 
+    def admit(self, room: int) -> list[Request]:
+        """Requests that may join the running batch now (same weights), at most `room`."""
+
 
 class BatchRun:
     """Runs `reqs` to completion on `model`; every request ends through `hooks.finish` or `hooks.retract`."""
 
-    def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int) -> None:
-        self.model, self.tokenizer, self.hooks, self.pad_id = model, tokenizer, hooks, pad_id
+    def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int, max_rows: int = 64) -> None:
+        self.model, self.tokenizer, self.hooks, self.pad_id, self.max_rows = model, tokenizer, hooks, pad_id, max_rows
         self.active = list(reqs)
         self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size)
         self.generated = 0
@@ -103,7 +107,29 @@ class BatchRun:
             out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long)[:, None], attention_mask=mask,
                              position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
             logits = out.logits[:, -1, :]
+            joining = self.hooks.admit(self.max_rows - len(self.active))
+            if joining:
+                logits, cache, mask, pos = self._join(joining, logits, cache, mask, pos)
         return self.generated
+
+    def _join(self, joining: list[Request], logits, cache, mask, pos):
+        """Prefill late arrivals on their own and merge them into the running batch: both KV caches
+        are left-padded to one length (padding masked out), so every row still sees only its tokens."""
+        sub = BatchRun(self.model, self.tokenizer, joining, self.hooks, pad_id=self.pad_id, max_rows=self.max_rows)
+        logits2, cache2, mask2, pos2 = sub._prefill()
+        width = max(mask.shape[1], mask2.shape[1])
+
+        def left(t: torch.Tensor, dim_len: int) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, 0, width - dim_len, 0))
+
+        for a, b in zip(cache.layers, cache2.layers):
+            a.keys = torch.cat([left(a.keys, mask.shape[1]), left(b.keys, mask2.shape[1])])
+            a.values = torch.cat([left(a.values, mask.shape[1]), left(b.values, mask2.shape[1])])
+        mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
+                          torch.nn.functional.pad(mask2, (width - mask2.shape[1], 0))])
+        self.active += sub.active
+        self.sampler.extend(sub.sampler)
+        return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2])
 
     def _prefill(self):
         width = max(len(r.input_ids) for r in self.active)

@@ -271,6 +271,21 @@ class HFEngine:
             self._complete_locked(req, req.result(finish_reason))
             self._cv.notify_all()
 
+    def admit(self, room: int) -> list[Request]:
+        """Waiting requests that join the running batch: only while no pause or weight swap is pending,
+        so a joining request is decoded by the same weights its weight_version names."""
+        if room <= 0:
+            return []
+        with self._cv:
+            if self._closed or self._paused is not None or self._swap is not None or not self._queue:
+                return []
+            joining = self._queue[:room]
+            self._queue = self._queue[len(joining):]
+            self._running.extend(joining)
+            for r in joining:
+                r.weight_version = self.weight_version
+            return joining
+
     def retract(self, reqs: list[Request]) -> None:
         with self._cv:
             for r in reqs:
@@ -338,7 +353,7 @@ class HFEngine:
     def _run_batch(self, batch: list[Request], model) -> None:
         started, generated = time.perf_counter(), 0
         try:
-            generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id).run()
+            generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size).run()
         except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
             log.exception("batch of %d requests failed", len(batch))
             with self._cv:

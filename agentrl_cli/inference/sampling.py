@@ -112,6 +112,18 @@ class BatchSampler:
         if self.counts is not None:
             self.counts = self.counts[idx]
 
+    def extend(self, other: "BatchSampler") -> None:
+        """Append the rows of `other` (requests joining a running batch)."""
+        self.params += other.params
+        self.generators += other.generators
+        for name in ("greedy", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
+            setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
+        if self.counts is not None or other.counts is not None:
+            mine = self.counts if self.counts is not None else torch.zeros((len(self.params) - len(other.params), self.vocab))
+            theirs = other.counts if other.counts is not None else torch.zeros((len(other.params), self.vocab))
+            self.counts = torch.cat([mine, theirs])
+            self.penalised = True
+
     def scaled_logits(self, logits: torch.Tensor, produced: list[int]) -> torch.Tensor:
         """Logits after penalties and min_new_tokens masking, divided by the temperature."""
         logits = logits.float()

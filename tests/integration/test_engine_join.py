@@ -1,0 +1,43 @@
+"""Requests that arrive while a batch is decoding join it between steps, and their tokens and
+log-probs are the ones they would get alone."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agentrl_cli.inference.engine import HFEngine
+from agentrl_cli.model.tiny import build_random
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return build_random(tmp_path_factory.mktemp("join") / "m", seed=9, tie_word_embeddings=False, initializer_range=0.2)
+
+
+def _alone(engine: HFEngine, ids: list[int], n: int) -> dict:
+    return engine.submit(ids, {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}, True, "alone").result(timeout=120)
+
+
+def test_late_arrivals_join_the_running_batch_and_decode_as_if_alone(model_dir):
+    engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=8)
+    try:
+        prompts = [[5, 6, 7, 8, 9], [40, 41], [100, 101, 102, 103, 104, 105, 106, 107, 108]]
+        reference = [_alone(engine, p, n) for p, n in zip(prompts, (200, 6, 9))]
+        long = engine.submit(prompts[0], {"max_new_tokens": 200, "temperature": 0.0, "ignore_eos": True}, True, "long")
+        deadline = time.monotonic() + 30
+        while not engine._running and time.monotonic() < deadline:
+            time.sleep(0.001)
+        late = [engine.submit(p, {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}, True, f"late{i}")
+                for i, (p, n) in enumerate(zip(prompts[1:], (6, 9)))]
+        late_results = [f.result(timeout=120) for f in late]
+        assert not long.done(), "the late requests had to wait for the long one: they did not join its batch"
+        results = [long.result(timeout=120)] + late_results
+        for got, want in zip(results, reference):
+            assert got["output_ids"] == want["output_ids"]
+            assert max(abs(a - b) for a, b in zip(got["output_logprobs"], want["output_logprobs"])) < 1e-4
+    finally:
+        engine.close()
