@@ -68,7 +68,6 @@ def main() -> int:
     p.add_argument("--model", default="", help="model directory (default: a random tiny model made here)")
     p.add_argument("--new-tokens", type=int, default=128, help="tokens per request (inference.max_new_tokens default)")
     args = p.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     path = args.model
     if not path:
         from agentrl_cli.model.tiny import build_random

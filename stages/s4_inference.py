@@ -163,7 +163,7 @@ def _forward_logprobs(model, prompt: list[int], output: list[int], temperature: 
 async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32).eval()
+    model = state["model"] = AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32).eval()
     worst = 0.0
     for prompt, temperature in zip(prompts[:2], (0.0, 0.7)):
         g = await client.generate(prompt, SamplingParams(max_new_tokens=24, temperature=temperature, seed=7, ignore_eos=True))
@@ -180,7 +180,8 @@ async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: 
     greedy = SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
     before = await client.generate(prompts[0], greedy)
     perturbed = ctx.run.path / "stage4-perturbed-weights"
-    model = AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32)
+    # the log-prob check's copy, if it ran; it is not needed after this, so perturb it in place
+    model = state.pop("model", None) or AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32)
     torch.manual_seed(4)
     with torch.no_grad():
         for p in model.parameters():

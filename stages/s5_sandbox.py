@@ -15,6 +15,7 @@ import shutil
 import socket
 import tempfile
 import time
+from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def run(ctx: StageContext) -> StageReport:
     settings = SandboxSettings.from_config(cfg)
     root = Path(tempfile.mkdtemp(prefix="agentrl-stage5-"))
     try:
-        return _run(ctx, SandboxSettings(**{**settings.__dict__, "root_dir": root}))
+        return _run(ctx, replace(settings, root_dir=root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -129,7 +130,7 @@ def _limits(ctx: StageContext, settings: SandboxSettings) -> list[Check]:
     checks = []
     for name, limits, command, holds in probes:
         def probe(name=name, limits=limits, command=command, holds=holds) -> Check:
-            s = SandboxSettings(**{**settings.__dict__, "limits": lim.with_(**limits)})
+            s = replace(settings, limits=lim.with_(**limits))
             with Sandbox(s) as sb:
                 r = sb.exec(command)
             return Check.judge(name, holds(r), {"limit": limits, "status": r.status, "stopped_by": r.killed_reason,

@@ -4,6 +4,7 @@ isolation this host provides."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -43,8 +44,7 @@ def run(
     """
     loaded = load(config, sets)
     settings = SandboxSettings.from_config(loaded.config.sandbox)
-    settings = SandboxSettings(**{**settings.__dict__, "limits": settings.limits.with_(
-        memory_mb=memory_mb, cpu_time_s=cpu_s, wall_timeout_s=timeout)})
+    settings = replace(settings, limits=settings.limits.with_(memory_mb=memory_mb, cpu_time_s=cpu_s, wall_timeout_s=timeout))
     argv = ["/bin/bash", "-c", command[0]] if len(command) == 1 and " " in command[0] else command
     data = sys.stdin.read() if stdin else None
     with Sandbox(settings) as sb:

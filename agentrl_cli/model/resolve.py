@@ -43,8 +43,6 @@ def resolve_model_path(path: str, cache_dir: str, build: bool = True,
 def build_tiny(dest: Path, steps: int = SFT_STEPS, seed: int = 0, force: bool = False,
                progress: Callable[[str, int, int], None] = lambda phase, done, total: None) -> Path:
     """Build the built-in model at `dest` (demonstrations, warm start, save); returns `dest`."""
-    import torch
-
     from agentrl_cli.model.demos import collect
     from agentrl_cli.model.sft import train_sft
 
@@ -54,7 +52,6 @@ def build_tiny(dest: Path, steps: int = SFT_STEPS, seed: int = 0, force: bool = 
         if is_complete(dest) and not force:
             return dest
         demos = collect(list(WARM_START_HARNESSES), progress=lambda d, t: progress("demonstrations", d, t))
-        torch.set_num_threads(max(1, torch.get_num_threads()))
         model, tokenizer = init_model(seed)
         stats = train_sft(model, tokenizer, demos, steps=steps, progress=lambda s, loss: progress("warm start", s, steps))
         return save_model_dir(model, tokenizer, dest, {"kind": "sft", "seed": seed, "arch": ARCH,

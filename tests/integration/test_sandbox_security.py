@@ -117,7 +117,7 @@ def test_6_everything_outside_the_work_dir_is_read_only(make_sandbox):
 
 def test_7_collector_never_follows_links_out_of_the_sandbox(make_sandbox):
     sb = make_sandbox()
-    r = sb.exec("ln -s /etc/passwd sym.txt; ln -s / rootlink; echo data > real.txt; ln real.txt hard.txt; "
+    sb.exec("ln -s /etc/passwd sym.txt; ln -s / rootlink; echo data > real.txt; ln real.txt hard.txt; "
                 "ln /usr/bin/python3 hostlink 2>&1; mkdir d; echo inner > d/f")
     assert "hostlink" not in sb.exec("ls").stdout.split(), "a hard link to a host file was created"
     for path in ("sym.txt", "rootlink/etc/passwd", "hard.txt", "../work/real.txt", "/etc/passwd", "d/../real.txt"):
