@@ -62,6 +62,16 @@ class Trajectory:
     observations: list[Observation] = field(default_factory=list)
 
 
+@dataclass
+class Evidence:
+    """What verifiers need from a finished episode, collected by the harness (`evidence(trajectory)`,
+    optional) before its sandbox is gone, so the episode can be scored anywhere (the reward service)."""
+
+    final_answer: str | None = None
+    files: dict[str, bytes | None] = field(default_factory=dict)  # path -> content; None = missing
+    protected: dict[str, str] = field(default_factory=dict)  # path -> sha256 it must still have (tamper check)
+
+
 @runtime_checkable
 class HarnessAdapter(Protocol):
     name: str

@@ -37,11 +37,16 @@ def _terminal(task: TaskSpec, turn: int) -> str | None:
     return None
 
 
+def reference_solution(task: TaskSpec) -> str:
+    """The gold solution.py of a code task (the reward's null/gold check uses it)."""
+    if task.meta["family"] == "arith":
+        return f"def solve():\n    return {task.meta['expression']}\n"
+    return LIST_SOLUTIONS[task.meta["kind"]]
+
+
 def _code(task: TaskSpec, turn: int) -> str | None:
     if turn == 0:
-        family = task.meta["family"]
-        source = (f"def solve():\n    return {task.meta['expression']}\n" if family == "arith"
-                  else LIST_SOLUTIONS[task.meta["kind"]])
+        source = reference_solution(task)
         return f"```python\nopen('solution.py', 'w').write({source!r})\nprint(open('solution.py').read())\n```"
     return "SUBMIT" if turn == 1 else None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from agentrl_cli.sandbox import ExecResult, Sandbox, SandboxSettings
+from agentrl_cli.sandbox.files import UnsafePath
 from harnesses.base import Action, Observation, TaskSpec, ToolCall
 
 MAX_OBSERVATION_CHARS = 2000
@@ -131,6 +132,17 @@ class SandboxHarness:
             return handler(call.arguments)
         except (KeyError, TypeError, ValueError) as exc:
             return Observation(text=f"bad arguments for {call.name}: {exc}", status="invalid_action")
+
+    def collect_files(self, paths) -> dict[str, bytes | None]:
+        """Files of the episode's sandbox for verification, read without following links; a missing,
+        linked or otherwise unsafe file is None (so a verifier sees it as absent, never as the host's)."""
+        out: dict[str, bytes | None] = {}
+        for path in paths:
+            try:
+                out[path] = self.sandbox.read_file(path, max_bytes=256 * 1024) if self.sandbox is not None else None
+            except UnsafePath:
+                out[path] = None
+        return out
 
     def _release(self) -> None:
         if self.sandbox is not None:

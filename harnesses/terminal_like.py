@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 
-from harnesses.base import Action, Observation, ToolCall, Trajectory
+from harnesses.base import Action, Evidence, Observation, ToolCall, Trajectory
 from harnesses.parsing import answers_match, parse_answer, parse_tool_calls
 from harnesses.sandboxed import SandboxHarness, exec_observation, function_tool
 from agentrl_cli.sandbox.files import UnsafePath
@@ -52,6 +52,11 @@ class TerminalLike(SandboxHarness):
                    f"trap 'pwd > {q(state)}/cwd; export -p > {q(state)}/env' EXIT\n{command}")
         result = self.sandbox.exec(wrapped, timeout=self.step_timeout_s)
         return exec_observation(f"$ {command}", result)
+
+    def evidence(self, trajectory: Trajectory) -> Evidence:
+        answers = [a for a in (parse_answer(x.text) for x in trajectory.actions) if a is not None]
+        state = trajectory.task.meta.get("state", {}) if trajectory.task.meta.get("verify") == "state" else {}
+        return Evidence(final_answer=answers[-1] if answers else None, files=self.collect_files(sorted(state)))
 
     def compute_reward(self, trajectory: Trajectory) -> float:
         task = trajectory.task

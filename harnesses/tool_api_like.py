@@ -14,7 +14,7 @@ import json
 import httpx
 
 from agentrl_cli.tools import CallLog, ToolCaller, ToolSpec, http_tool
-from harnesses.base import Action, Observation, TaskSpec, Trajectory
+from harnesses.base import Action, Evidence, Observation, TaskSpec, Trajectory
 from harnesses.parsing import answers_match, parse_tool_calls
 from harnesses.sandboxed import clip, function_tool, worst
 from harnesses.tasks import load_tasks
@@ -100,6 +100,10 @@ class ToolApiLike:
             statuses.append(result.status)
             infos.append({"tool": result.tool, "status": result.status, "latency_ms": result.latency_ms, "retries": result.retries})
         return Observation(text="\n".join(texts), status=worst(statuses), done=done, info={"calls": infos, "parse_errors": errors})
+
+    def evidence(self, trajectory: Trajectory) -> Evidence:
+        answered = self.answer is not None and trajectory.task.task_id == getattr(self.task, "task_id", None)
+        return Evidence(final_answer=str(self.answer) if answered else None)
 
     def compute_reward(self, trajectory: Trajectory) -> float:
         if self.answer is None or trajectory.task.task_id != getattr(self.task, "task_id", None):

@@ -1,4 +1,4 @@
-"""`agentrl serve sandbox`: run a platform service in the foreground."""
+"""`agentrl serve sandbox|inference|reward`: run a platform service in the foreground."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 
 from agentrl_cli.commands.common import ConfigOpt, SetOpt, err, load
 
-app = typer.Typer(help="Run platform services: the sandbox pool, inference servers.",
+app = typer.Typer(help="Run platform services: the sandbox pool, inference servers, the reward service.",
                   no_args_is_help=True)
 
 
@@ -113,3 +113,34 @@ def inference(
                     host=host, port=port, log_level=cfg.observe.log_level)
     finally:
         eng.close()
+
+
+@app.command("reward")
+def reward(
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8710,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Serve the reward scorer over HTTP (POST /score, POST /score_batch, /health, /info, /metrics);
+    point the rollout at it with reward.service_url. Hidden-test verifiers run in this host's
+    sandboxes (or sandbox.service_url).
+
+    Examples:
+
+    * `agentrl serve reward --port 8710`
+
+    * `agentrl serve reward --set reward.timeout_s=60 --set reward.max_retries=3`
+    """
+    import uvicorn
+
+    from agentrl_cli.reward.scorer import Scorer
+    from agentrl_cli.reward.service import create_app
+
+    loaded = load(config, sets)
+    scorer = Scorer.from_config(loaded.config)
+    err().print(f"reward service on http://{host}:{port} (verifiers {scorer.versions()})", markup=False)
+    try:
+        uvicorn.run(create_app(scorer), host=host, port=port, log_level=loaded.config.observe.log_level)
+    finally:
+        scorer.close()

@@ -284,6 +284,7 @@ class HFEngine:
             self._running.extend(joining)
             for r in joining:
                 r.weight_version = self.weight_version
+            self.stats.batch_joined(len(joining))
             return joining
 
     def retract(self, reqs: list[Request]) -> None:

@@ -97,7 +97,9 @@ class BatchSampler:
         self.freq, self.pres = f("frequency_penalty"), f("presence_penalty")
         self.penalised = bool((self.freq != 0).any() or (self.pres != 0).any())
         self.counts = torch.zeros((len(params), vocab_size), dtype=torch.float32) if self.penalised else None
-        self.generators = [torch.Generator().manual_seed(p.seed) for p in params]
+        self.generators = [_Uniforms(p.seed) for p in params]
+        # rows with no top-k / top-p / min-p truncation sample from the unsorted distribution
+        self.plain = (self.top_k >= vocab_size) & (self.top_p >= 1.0) & (self.min_p <= 0.0)
         self.banned = torch.zeros((len(params), vocab_size), dtype=torch.bool)
         for i, p in enumerate(params):
             if p.min_new_tokens > 0:
@@ -107,7 +109,7 @@ class BatchSampler:
         idx = torch.tensor(keep, dtype=torch.long)
         self.params = [self.params[i] for i in keep]
         self.generators = [self.generators[i] for i in keep]
-        for name in ("greedy", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
+        for name in ("greedy", "plain", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
             setattr(self, name, getattr(self, name)[idx])
         if self.counts is not None:
             self.counts = self.counts[idx]
@@ -116,7 +118,7 @@ class BatchSampler:
         """Append the rows of `other` (requests joining a running batch)."""
         self.params += other.params
         self.generators += other.generators
-        for name in ("greedy", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
+        for name in ("greedy", "plain", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
             setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
         if self.counts is not None or other.counts is not None:
             mine = self.counts if self.counts is not None else torch.zeros((len(self.params) - len(other.params), self.vocab))
@@ -147,8 +149,24 @@ class BatchSampler:
         return tokens.tolist(), logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
 
     def _draw(self, scaled: torch.Tensor, rows: list[int]) -> torch.Tensor:
-        """Inverse-CDF sampling over the top-k / top-p / min-p filtered distribution of each row."""
+        """Inverse-CDF sampling, one uniform per row from the row's own seeded stream: over the plain
+        distribution when the row truncates nothing, else over its top-k / top-p / min-p filtered one.
+        Which path a row takes depends only on its own parameters, never on its batch-mates."""
         probs = torch.softmax(scaled, dim=-1)
+        u = torch.tensor([self.generators[r].next() for r in rows], dtype=torch.float32)
+        out = torch.empty(len(rows), dtype=torch.long)
+        plain = self.plain[rows]
+        if plain.any():
+            cdf = probs[plain].cumsum(-1)
+            pick = torch.searchsorted(cdf, (u[plain] * cdf[:, -1])[:, None].contiguous(), right=True)
+            out[plain] = torch.minimum(pick, torch.tensor(cdf.shape[-1] - 1)).squeeze(1)
+        if not plain.all():
+            cut = ~plain
+            sub = [r for r, p in zip(rows, plain.tolist()) if not p]
+            out[cut] = self._draw_truncated(probs[cut], sub, u[cut])
+        return out
+
+    def _draw_truncated(self, probs: torch.Tensor, rows: list[int], u: torch.Tensor) -> torch.Tensor:
         sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
         ranks = torch.arange(sorted_p.shape[-1])[None, :]
         keep = ranks < self.top_k[rows][:, None]
@@ -156,10 +174,26 @@ class BatchSampler:
         keep &= sorted_p >= self.min_p[rows][:, None] * sorted_p[:, :1]
         keep[:, 0] = True
         cdf = (sorted_p * keep).cumsum(-1)
-        u = torch.stack([torch.rand((), generator=self.generators[r]) for r in rows]) * cdf[:, -1]
-        pick = torch.searchsorted(cdf, u[:, None].contiguous(), right=True)
+        pick = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None].contiguous(), right=True)
         pick = torch.minimum(pick, keep.sum(-1, keepdim=True) - 1)
         return sorted_idx.gather(1, pick).squeeze(1)
+
+
+class _Uniforms:
+    """A request's own stream of uniform draws (seeded), drawn in chunks to keep per-step cost low."""
+
+    CHUNK = 64
+
+    def __init__(self, seed: int) -> None:
+        self._gen = torch.Generator().manual_seed(seed)
+        self._buf: list[float] = []
+        self._pos = 0
+
+    def next(self) -> float:
+        if self._pos >= len(self._buf):
+            self._buf, self._pos = torch.rand(self.CHUNK, generator=self._gen).tolist(), 0
+        self._pos += 1
+        return self._buf[self._pos - 1]
 
 
 def prompt_logprobs(logits: torch.Tensor, input_ids: list[int], temperature: float) -> list[float | None]:

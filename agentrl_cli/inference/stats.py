@@ -25,6 +25,7 @@ class EngineStats:
     e2e_counts: list[int] = field(default_factory=lambda: [0] * (len(E2E_BUCKETS) + 1))  # last: +Inf
     batches: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW_BATCHES))
     batch_sizes: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW_BATCHES))
+    joins: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW_BATCHES))
     last_gen_throughput: float = 0.0
 
     def record_request(self, prompt_tokens: int, completion_tokens: int, aborted: bool, e2e_latency: float) -> None:
@@ -38,6 +39,10 @@ class EngineStats:
 
     def batch_started(self, size: int) -> None:
         self.batch_sizes.append(size)
+
+    def batch_joined(self, size: int) -> None:
+        """Requests that joined a running batch between steps (late arrivals)."""
+        self.joins.append(size)
 
     def record_batch(self, tokens: int, seconds: float) -> None:
         """Generation throughput: tokens over decoding time of the last few batches."""
@@ -56,4 +61,5 @@ class EngineStats:
                 "num_aborted_requests_total": self.num_aborted_requests_total,
                 "gen_throughput": self.last_gen_throughput,
                 "recent_batch_sizes": list(self.batch_sizes),
+                "recent_joins": list(self.joins),
                 "e2e_latency": {"buckets": cumulative, "sum": self.e2e_sum, "count": self.e2e_count}}

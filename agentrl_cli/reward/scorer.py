@@ -1,0 +1,147 @@
+"""The scorer: picks the task's verifier, runs it under a deadline with bounded retries, combines
+the verdict into one reward, and caches results by an idempotency key (a hash of the task, the
+trajectory content and the verifier versions), so the same trajectory always gets the same result.
+
+Failure classes stay apart (SECURITY row 15): the agent failed → `fail` (reward from the
+components, never above zero when tampered); the episode timed out → `timeout` (≤ 0); the verifier
+errored, crashed or ran past its deadline → retried, then `infra_error` (reward 0, `masked`, never
+cached, counted) so the trainer can leave it out instead of learning a false zero. Tasks that fail
+their null/gold check are quarantined: they are not scored (`infra_error`, flag `quarantined_task`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter, OrderedDict
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+
+from agentrl_cli.reward.aggregate import combine
+from agentrl_cli.reward.models import RewardResult, ScoreRequest
+from agentrl_cli.reward.verifiers import Verdict, Verifier, VerifierError, default_verifiers
+
+DEFAULT_WEIGHTS = {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1}
+
+
+class IdempotencyMismatch(ValueError):
+    """A request's idempotency_key is not the hash of its content."""
+
+
+def idempotency_key(req: ScoreRequest, verifier_versions: dict[str, str], weights: dict[str, float]) -> str:
+    body = req.model_dump(mode="json", exclude={"idempotency_key"})
+    blob = json.dumps({"request": body, "verifiers": verifier_versions, "weights": weights},
+                      sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Scorer:
+    """Thread-safe; one per process (the service holds one, the rollout holds one in-process)."""
+
+    def __init__(self, verifiers: dict[str, Verifier] | None = None, *, weights: dict[str, float] | None = None,
+                 timeout_s: float = 30.0, max_retries: int = 2, backoff_s: float = 0.05, cache_size: int = 100_000,
+                 provider=None) -> None:
+        self.verifiers = dict(verifiers) if verifiers is not None else default_verifiers(provider)
+        self.weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
+        self.timeout_s, self.max_retries, self.backoff_s, self.cache_size = timeout_s, max_retries, backoff_s, cache_size
+        self._cache: OrderedDict[str, RewardResult] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="verifier")
+        self._batch_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="score-batch")
+        self.quarantined: dict[str, str] = {}  # task_id -> why
+        self.counters: Counter = Counter()
+        self._count_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config, provider=None) -> "Scorer":
+        if provider is None:
+            from harnesses.sandboxed import provider_from_config
+
+            provider = provider_from_config(config.sandbox)
+        r = config.reward
+        return cls(weights=r.weights, timeout_s=r.timeout_s, max_retries=r.max_retries, cache_size=r.cache_size,
+                   provider=provider)
+
+    def _count(self, key: str) -> None:
+        with self._count_lock:
+            self.counters[key] += 1
+
+    def versions(self) -> dict[str, str]:
+        return {name: v.version for name, v in sorted(self.verifiers.items())}
+
+    def close(self) -> None:
+        self._batch_pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- scoring -----------------------------------------------------------------------------
+
+    def score(self, req: ScoreRequest, verifier: Verifier | None = None) -> RewardResult:
+        """Score one trajectory. `verifier` overrides the task's own (e.g. a live harness)."""
+        versions = self.versions() if verifier is None else {verifier.name: verifier.version}
+        key = idempotency_key(req, versions, self.weights)
+        if req.idempotency_key is not None and req.idempotency_key != key:
+            raise IdempotencyMismatch(f"idempotency_key {req.idempotency_key[:16]}… is not the content hash {key[:16]}…; "
+                                      "omit it or send the key this service returned for the same content")
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                self._count("cache_hits")
+                return hit.model_copy(update={"cached": True})
+        result = self._score_uncached(req, verifier, versions, key)
+        self._count(f"status_{result.status}")
+        if result.status != "infra_error" and self.cache_size > 0:
+            with self._lock:
+                self._cache[key] = result
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return result
+
+    def score_batch(self, reqs: list[ScoreRequest]) -> list[RewardResult]:
+        """Scores in request order; verifiers run concurrently (hidden tests wait on sandboxes)."""
+        return list(self._batch_pool.map(self.score, reqs))
+
+    def _score_uncached(self, req: ScoreRequest, verifier, versions, key) -> RewardResult:
+        base = dict(trajectory_id=req.trajectory_id, verifier_versions=versions, idempotency_key=key)
+        if req.task.task_id in self.quarantined:
+            return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+                                verifier="none", flags=["quarantined_task"],
+                                detail=f"task quarantined: {self.quarantined[req.task.task_id]}")
+        if verifier is None:
+            kind = req.task.meta.get("verify", "answer")
+            verifier = self.verifiers.get(kind)
+            if verifier is None:
+                return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+                                    verifier=str(kind), detail=f"no verifier {kind!r}; known: {sorted(self.verifiers)}")
+        verdict, attempts, error = self._run(verifier, req)
+        if verdict is None:
+            self._count("infra_errors")
+            return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+                                verifier=verifier.name, attempts=attempts, flags=["infra_error"], detail=error)
+        reward, components, status, outcome = combine(verdict, req, self.weights)
+        return RewardResult(**base, reward=reward, components=components, status=status, outcome=outcome,
+                            verifier=verifier.name, attempts=attempts, flags=list(verdict.flags), detail=verdict.detail)
+
+    def _run(self, verifier: Verifier, req: ScoreRequest) -> tuple[Verdict | None, int, str]:
+        error = ""
+        for attempt in range(1, self.max_retries + 2):
+            future = self._pool.submit(verifier.verify, req)
+            try:
+                verdict = future.result(timeout=self.timeout_s)
+            except FutureTimeout:
+                future.cancel()
+                error = f"verifier {verifier.name} ran past its {self.timeout_s:g} s deadline"
+            except VerifierError as exc:
+                error = f"verifier {verifier.name}: {exc}"
+            except Exception as exc:  # noqa: BLE001 - a crashing verifier is infrastructure, not a score
+                error = f"verifier {verifier.name} crashed: {type(exc).__name__}: {exc}"
+            else:
+                if not (0.0 <= verdict.score <= 1.0):
+                    error = f"verifier {verifier.name} returned {verdict.score}, outside [0, 1]"
+                else:
+                    return verdict, attempt, ""
+            self._count("verifier_retries")
+            if attempt <= self.max_retries:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+        return None, self.max_retries + 1, f"{error} (after {self.max_retries + 1} attempts)"

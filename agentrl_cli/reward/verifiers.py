@@ -1,0 +1,143 @@
+"""Outcome verifiers: each turns a scoring request into a score in [0, 1] plus flags.
+
+`answer` (numeric or exact match of the final answer), `regex` (format check of the final answer or
+the last action), `state` (files the agent had to produce), `tests` (hidden unit tests run in a
+FRESH sandbox from the pool with hidden copies of the tests, tamper detection by hash, early-exit
+detection) and `harness` (a live harness's own `compute_reward`, in-process only). A task picks
+its verifier with `meta.verify`. A verifier that cannot do its job (sandbox down, crash) raises
+`VerifierError`: that is an infrastructure failure, never the agent's zero. Aggregation, retries
+and caching belong in `aggregate.py` and `scorer.py`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentrl_cli.reward.models import ScoreRequest
+from harnesses.parsing import answers_match
+
+
+class VerifierError(RuntimeError):
+    """The verifier could not judge (infrastructure); the scorer retries, then marks infra_error."""
+
+
+@dataclass
+class Verdict:
+    score: float  # outcome in [0, 1]
+    flags: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+class Verifier(Protocol):
+    name: str
+    version: str
+
+    def verify(self, req: ScoreRequest) -> Verdict: ...
+
+
+class AnswerVerifier:
+    name, version = "answer", "1"
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        if req.final_answer is None:
+            return Verdict(0.0, detail="no final answer given")
+        ok = answers_match(req.final_answer, req.task.answer)
+        return Verdict(float(ok), detail=f"answer {req.final_answer!r:.60} {'matches' if ok else 'does not match'}")
+
+
+class RegexVerifier:
+    """`meta.pattern` must fully match the final answer (or, without one, the last action)."""
+
+    name, version = "regex", "1"
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        pattern = req.task.meta.get("pattern")
+        if not isinstance(pattern, str):
+            raise VerifierError(f"task {req.task.task_id} has verify=regex but no meta.pattern")
+        text = req.final_answer if req.final_answer is not None else (req.steps[-1].action if req.steps else "")
+        ok = re.fullmatch(pattern, text.strip(), flags=re.DOTALL) is not None
+        return Verdict(float(ok), detail=f"format {'matches' if ok else 'does not match'} {pattern!r}")
+
+
+class StateVerifier:
+    """Every file in `meta.state` must exist with exactly the expected content."""
+
+    name, version = "state", "1"
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        files = req.file_map()
+        expected = req.task.meta.get("state") or {}
+        wrong = [p for p, text in sorted(expected.items())
+                 if files.get(p) is None or files[p].decode("utf-8", "replace") != text]
+        if not expected:
+            raise VerifierError(f"task {req.task.task_id} has verify=state but no meta.state")
+        return Verdict(0.0 if wrong else 1.0, detail=f"wrong or missing: {wrong}" if wrong else "state matches")
+
+
+def tampered(files: dict[str, bytes | None], protected: dict[str, str]) -> list[str]:
+    """Protected files edited or deleted (hash differs or file missing)."""
+    return [p for p, digest in sorted(protected.items())
+            if files.get(p) is None or hashlib.sha256(files[p]).hexdigest() != digest]
+
+
+class HiddenTestsVerifier:
+    """Runs `meta.tests` (never shown to the agent) against the submitted `solution.py` in a fresh
+    sandbox; the pass needs each expected test id in the host-side report."""
+
+    name, version = "tests", "2"
+    SOLUTION = "solution.py"
+
+    def __init__(self, provider, timeout_s: float = 10.0) -> None:
+        self.provider, self.timeout_s = provider, timeout_s
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        from harnesses.code_sandbox_like import run_hidden_tests
+
+        tests = req.task.meta.get("tests") or []
+        if not tests:
+            raise VerifierError(f"task {req.task.task_id} has verify=tests but no hidden tests")
+        files = req.file_map()
+        bad = tampered(files, req.protected)
+        if bad:
+            return Verdict(0.0, ["tamper"], f"protected files edited or deleted: {bad}")
+        source = files.get(self.SOLUTION)
+        if source is None:
+            return Verdict(0.0, detail=f"no {self.SOLUTION} submitted")
+        if self.provider is None:
+            raise VerifierError("no sandbox provider to run hidden tests in")
+        try:
+            result = run_hidden_tests(self.provider, source, tests, timeout_s=self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - sandbox trouble is infrastructure, not the agent's zero
+            raise VerifierError(f"hidden tests could not run: {type(exc).__name__}: {exc}") from exc
+        if result["early_exit"]:
+            return Verdict(0.0, ["tamper", "early_exit"], f"tests {result['early_exit']} exited 0 before reporting")
+        expected = [t["id"] for t in tests]
+        passed = [i for i in result["passed"] if i in expected]
+        return Verdict(len(passed) / len(expected), detail=f"passed {len(passed)}/{len(expected)}: {passed}")
+
+
+class HarnessVerifier:
+    """A live harness's own `compute_reward` (in-process scoring right after the episode)."""
+
+    name, version = "harness", "1"
+
+    def __init__(self, harness, trajectory) -> None:
+        self.harness, self.trajectory = harness, trajectory
+        self.version = f"1+{getattr(harness, 'name', '?')}-{getattr(harness, 'version', '?')}"
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        try:
+            score = float(self.harness.compute_reward(self.trajectory))
+        except Exception as exc:  # noqa: BLE001
+            raise VerifierError(f"{self.harness.name}.compute_reward failed: {type(exc).__name__}: {exc}") from exc
+        if not 0.0 <= score <= 1.0:
+            raise VerifierError(f"{self.harness.name}.compute_reward returned {score}, outside [0, 1]")
+        return Verdict(score, detail="harness compute_reward")
+
+
+def default_verifiers(provider=None, timeout_s: float = 10.0) -> dict[str, Verifier]:
+    return {"answer": AnswerVerifier(), "regex": RegexVerifier(), "state": StateVerifier(),
+            "tests": HiddenTestsVerifier(provider, timeout_s)}
