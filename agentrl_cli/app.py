@@ -14,12 +14,14 @@ from typer.core import TyperGroup
 
 from agentrl_cli import __version__
 from agentrl_cli.commands import config as config_cmd
+from agentrl_cli.commands import data as data_cmd
 from agentrl_cli.commands import model as model_cmd
 from agentrl_cli.commands import runs as runs_cmd
 from agentrl_cli.commands import sandbox as sandbox_cmd
 from agentrl_cli.commands import serve as serve_cmd
 from agentrl_cli.commands import stage as stage_cmd
 from agentrl_cli.commands.init import init
+from agentrl_cli.commands.replay import replay_command
 from agentrl_cli.commands.troubleshoot import troubleshoot
 from agentrl_cli.commands.verify import verify_command
 from agentrl_cli.errors import EXIT_CHECK_FAILED, EXIT_USAGE, AgentrlError
@@ -101,6 +103,8 @@ app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(sandbox_cmd.app, name="sandbox")
 app.add_typer(serve_cmd.app, name="serve")
 app.add_typer(model_cmd.app, name="model")
+app.add_typer(data_cmd.app, name="data")
+app.command("replay")(replay_command)
 
 
 def main() -> None:

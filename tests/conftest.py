@@ -68,3 +68,27 @@ def quick_sets(random_model_dir) -> list[str]:
     """--set arguments that keep `stage run all` quick in tests: a random tiny model, a free port."""
     return ["--set", f"model.path={random_model_dir}", "--set", f"inference.port={free_port()}",
             "--set", "stages.inference_load_concurrency=4", "--set", "stages.sandbox_concurrency=4"]
+
+
+@pytest.fixture
+def aws_env(monkeypatch, tmp_path):
+    """Dummy AWS credentials for S3 tests against moto; never read the machine's AWS config."""
+    for key in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint():
+    """moto's S3 server mode on 127.0.0.1 (a real S3-compatible endpoint), for one test module."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()

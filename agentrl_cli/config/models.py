@@ -154,7 +154,7 @@ class S3Config(Section):
 
 class DataConfig(Section):
     store: Literal["local", "s3"] = Field("local", description="Trajectory store: a local directory or S3")
-    root: str = Field("runs/data", description="Local store directory (and spool for S3)")
+    root: str = Field("data/trajectories", description="Local store directory (and spool and temp files for S3)")
     s3: S3Config = Field(default_factory=S3Config, description="S3 settings when store is s3")
     compression: Literal["zstd", "snappy", "gzip", "none"] = Field("zstd", description="Parquet compression codec")
     rows_per_file: int = Field(1024, ge=1, description="Trajectories buffered before a Parquet file is published")

@@ -106,8 +106,7 @@ def compute_metrics(table: pa.Table, group_by: Sequence[str] = GROUP_KEYS) -> li
 def metrics_from_records(records: Iterable[schema.TrajectoryRecord],
                          group_by: Sequence[str] = GROUP_KEYS) -> list[dict]:
     """`compute_metrics` over in-memory records (e.g. a run that has not been written yet)."""
-    rows = [r.to_row() for r in records]
-    return compute_metrics(pa.Table.from_pylist(rows, schema=schema.SCHEMA), group_by)
+    return compute_metrics(schema.to_full_table([r.to_row() for r in records]), group_by)
 
 
 def _per_trajectory(table: pa.Table, group_by: tuple[str, ...]) -> pa.Table:

@@ -4,7 +4,9 @@ against the schema *before* anything is written (schema drift such as an int whe
 belongs is rejected by name, never coerced).
 
 Partition columns (`harness`, `date`) live in the Hive path `harness=…/date=…`, not in the file;
-`PARTITIONING` re-adds them on read. Writing, stores and queries belong in the other modules.
+`PARTITIONING` re-adds them on read. The training arrays (`token_ids`, `loss_mask`, `logprobs`) are
+stored as raw little-endian bytes of the dtype in each field's metadata; records hold them as
+lists or numpy arrays, `decode_arrays` turns a column back into numpy arrays. Writing, stores and queries belong in the other modules.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import dataclasses
 import datetime as dt
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
@@ -68,9 +70,11 @@ FILE_SCHEMA = pa.schema([
     ("invalid_actions", pa.int32()),
     ("prompt_tokens", pa.int32()),
     ("completion_tokens", pa.int32()),
-    ("token_ids", pa.list_(pa.int32())),
-    ("loss_mask", pa.list_(pa.int8())),
-    ("logprobs", pa.list_(pa.float32())),
+    # the training arrays: raw little-endian bytes of one numpy dtype each (field metadata "dtype"),
+    # one value per row, so writing them costs a memcpy and zstd, not a per-token encode
+    pa.field("token_ids", pa.binary(), metadata={b"dtype": b"<i4"}),
+    pa.field("loss_mask", pa.binary(), metadata={b"dtype": b"|i1"}),
+    pa.field("logprobs", pa.binary(), metadata={b"dtype": b"<f4"}),
     ("started_at", TS),
     ("ended_at", TS),
 ], metadata={b"agentrl.schema_version": str(SCHEMA_VERSION).encode()})
@@ -163,9 +167,15 @@ class TrajectoryRecord:
         return self.started_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
 
     def to_row(self) -> dict:
-        row = dataclasses.asdict(self)
-        row["date"] = self.date
+        """The row as the writer takes it: plain values, steps and artifacts as dicts; numeric
+        columns (token_ids, loss_mask, logprobs) passed through as given (lists or numpy arrays)."""
+        row = {f.name: getattr(self, f.name) for f in _FIELDS}
+        row["steps"] = [{**s.__dict__, "tool_calls": [c.__dict__.copy() for c in s.tool_calls]} for s in self.steps]
+        row["artifacts"] = [a.__dict__.copy() for a in self.artifacts]
         row["reward_components"] = list(self.reward_components.items())
+        row["flags"] = list(self.flags)
+        ok_time = isinstance(self.started_at, dt.datetime) and self.started_at.tzinfo is not None
+        row["date"] = self.date if ok_time else None
         return row
 
     @classmethod
@@ -176,62 +186,163 @@ class TrajectoryRecord:
         row["artifacts"] = [Artifact(**a) for a in row.get("artifacts") or ()]
         comps = row.get("reward_components") or {}
         row["reward_components"] = dict(comps) if not isinstance(comps, dict) else comps
-        for key in ("flags", "token_ids", "loss_mask", "logprobs"):
-            row[key] = list(row.get(key) or ())
+        row["flags"] = list(row.get("flags") or ())
+        for key, dtype in NUMERIC_LISTS.items():
+            value = row.get(key)
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                row[key] = np.frombuffer(value, dtype=dtype).tolist()
+            else:
+                row[key] = [] if value is None else (value if isinstance(value, np.ndarray) else list(value))
         return cls(**row)
 
 
-# ---- validation ------------------------------------------------------------------------------
+_FIELDS = dataclasses.fields(TrajectoryRecord)
+NUMERIC_LISTS = {"token_ids": np.dtype("<i4"), "loss_mask": np.dtype("|i1"), "logprobs": np.dtype("<f4")}
 
-def _check(value: Any, typ: pa.DataType, path: str, errors: list[str], nullable: bool = True) -> None:
-    if value is None:
-        if not nullable:
-            errors.append(f"{path}: null where {typ} is required")
-        return
+
+def as_array(value, dtype: np.dtype, name: str = "array") -> np.ndarray:
+    """`value` (numpy array or list of numbers) as a 1-d array of `dtype`, refusing what would change
+    a value: strings, fractional numbers for an integer dtype, integers outside its range."""
+    arr = value if isinstance(value, np.ndarray) else np.asarray(list(value))
+    if arr.size == 0:
+        return np.zeros(0, dtype=dtype)
+    allowed = "iub" if dtype.kind == "i" else "iubf"
+    if arr.ndim != 1 or arr.dtype.kind not in allowed:
+        raise TypeError(f"{name}: expected numbers for {dtype.name}, got {arr.dtype} with shape {arr.shape}")
+    if dtype.kind == "i" and arr.dtype != dtype:
+        info = np.iinfo(dtype)
+        if arr.min() < info.min or arr.max() > info.max:
+            raise OverflowError(f"{name}: values outside {dtype.name} (min {arr.min()}, max {arr.max()})")
+    return arr.astype(dtype, copy=False)
+
+
+def decode_arrays(column: pa.ChunkedArray | pa.Array, name: str) -> list[np.ndarray]:
+    """A stored training-array column back as numpy arrays (zero-copy views, read-only)."""
+    dtype = NUMERIC_LISTS[name]
+    return [np.frombuffer(b, dtype=dtype) if b is not None else np.zeros(0, dtype=dtype) for b in
+            (v.as_buffer() if v.is_valid else None for v in column)]
+
+
+# ---- validation ------------------------------------------------------------------------------
+# A checker per Arrow type, built once: `check(value, path, errors)`. The training arrays accept a
+# numpy array (checked by dtype and range, the rollout's form) or a list of numbers.
+
+def _scalar(ok, typ):
+    def check(value, path, errors):
+        if value is not None and not ok(value):
+            errors.append(f"{path}: expected {typ}, got {type(value).__name__} {value!r:.60}")
+    return check
+
+
+def _int_ok(bits: int):
+    lo, hi = -(1 << (bits - 1)), 1 << (bits - 1)
+    return lambda v: type(v) is int and lo <= v < hi
+
+
+_INTS = (int,)
+_PY_TYPES = {pa.string(): (str,), pa.bool_(): (bool,), pa.float64(): (int, float), pa.float32(): (int, float),
+             pa.int8(): _INTS, pa.int16(): _INTS, pa.int32(): _INTS, pa.int64(): _INTS, TS: (dt.datetime,)}
+
+
+def _checker(typ: pa.DataType):
     if pa.types.is_string(typ):
-        ok = isinstance(value, str)
-    elif pa.types.is_boolean(typ):
-        ok = isinstance(value, bool)
-    elif pa.types.is_integer(typ):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if ok:
-            bits = typ.bit_width - 1
-            ok = -(1 << bits) <= value < (1 << bits)
-    elif pa.types.is_floating(typ):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    elif pa.types.is_timestamp(typ):
-        ok = isinstance(value, dt.datetime) and value.tzinfo is not None
-    elif pa.types.is_map(typ):
-        items = value.items() if isinstance(value, dict) else value
-        ok = isinstance(value, (dict, list))
-        if ok:
-            for i, item in enumerate(items):
-                if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        return _scalar(lambda v: type(v) is str, typ)
+    if pa.types.is_boolean(typ):
+        return _scalar(lambda v: type(v) is bool, typ)
+    if pa.types.is_integer(typ):
+        return _scalar(_int_ok(typ.bit_width), typ)
+    if pa.types.is_floating(typ):
+        return _scalar(lambda v: type(v) in (int, float), typ)
+    if pa.types.is_timestamp(typ):
+        return _scalar(lambda v: isinstance(v, dt.datetime) and v.tzinfo is not None, typ)
+    if pa.types.is_map(typ):
+        key, item = _checker(typ.key_type), _checker(typ.item_type)
+
+        def check_map(value, path, errors):
+            if value is None:
+                return
+            if not isinstance(value, (dict, list)):
+                errors.append(f"{path}: expected {typ}, got {type(value).__name__}")
+                return
+            for i, pair in enumerate(value.items() if isinstance(value, dict) else value):
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
                     errors.append(f"{path}[{i}]: expected a (key, value) pair")
                     continue
-                _check(item[0], typ.key_type, f"{path}.key", errors, nullable=False)
-                _check(item[1], typ.item_type, f"{path}[{item[0]!r}]", errors)
+                if pair[0] is None:
+                    errors.append(f"{path}.key: null where {typ.key_type} is required")
+                key(pair[0], f"{path}.key", errors)
+                item(pair[1], f"{path}[{pair[0]!r}]", errors)
+        return check_map
+    if pa.types.is_list(typ):
+        inner = _checker(typ.value_type)
+
+        def check_list(value, path, errors):
+            if value is None:
+                return
+            if not isinstance(value, (list, tuple)):
+                errors.append(f"{path}: expected {typ}, got {type(value).__name__} {value!r:.60}")
+                return
+            for i, v in enumerate(value):
+                inner(v, f"{path}[{i}]", errors)
+        return check_list
+    if pa.types.is_struct(typ):
+        # scalar fields checked inline (no call per value): structs are most of a row (steps); a value
+        # that looks wrong goes to the field's own checker, which words the error
+        scalars, nested = [], []
+        for i in range(typ.num_fields):
+            f = typ.field(i)
+            if f.type in _PY_TYPES:
+                bits = f.type.bit_width - 1 if pa.types.is_integer(f.type) else 63
+                scalars.append((f.name, _PY_TYPES[f.type], -(1 << bits), 1 << bits, _checker(f.type)))
+            else:
+                nested.append((f.name, _checker(f.type)))
+        names = {typ.field(i).name for i in range(typ.num_fields)}
+
+        def check_struct(value, path, errors):
+            if value is None:
+                return
+            if not isinstance(value, dict):
+                errors.append(f"{path}: expected {typ}, got {type(value).__name__} {value!r:.60}")
+                return
+            if not names.issuperset(value):
+                for extra in sorted(set(value) - names):
+                    errors.append(f"{path}.{extra}: not in the schema")
+            for name, kinds, lo, hi, check in scalars:
+                v = value.get(name)
+                if v is None:
+                    continue
+                t = type(v)
+                if t not in kinds or (t is int and not lo <= v < hi) or (t is dt.datetime and v.tzinfo is None):
+                    check(v, f"{path}.{name}", errors)
+            for name, check in nested:
+                check(value.get(name), f"{path}.{name}", errors)
+        return check_struct
+    raise TypeError(f"no checker for {typ}")  # pragma: no cover - the schema uses only the types above
+
+
+def _array_checker(name: str):
+    dtype = NUMERIC_LISTS[name]
+
+    def check_array(value, path, errors):
+        if value is None:
             return
-    elif pa.types.is_list(typ):
-        ok = isinstance(value, (list, tuple))
-        if ok:
-            for i, item in enumerate(value):
-                _check(item, typ.value_type, f"{path}[{i}]", errors)
+        if not isinstance(value, (np.ndarray, list, tuple)):
+            errors.append(f"{path}: expected a list or numpy array of {dtype.name}, got {type(value).__name__} {value!r:.60}")
             return
-    elif pa.types.is_struct(typ):
-        ok = isinstance(value, dict)
-        if ok:
-            names = {typ.field(i).name for i in range(typ.num_fields)}
-            for extra in sorted(set(value) - names):
-                errors.append(f"{path}.{extra}: not in the schema")
-            for i in range(typ.num_fields):
-                f = typ.field(i)
-                _check(value.get(f.name), f.type, f"{path}.{f.name}", errors)
-            return
-    else:  # pragma: no cover - the schema uses only the types above
-        ok = False
-    if not ok:
-        errors.append(f"{path}: expected {typ}, got {type(value).__name__} {value!r:.60}")
+        if isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                if type(v) is not int and (dtype.kind == "i" or type(v) is not float):
+                    errors.append(f"{path}[{i}]: expected {dtype.name}, got {type(v).__name__} {v!r:.60}")
+                    return
+        try:
+            as_array(value, dtype, path)
+        except (TypeError, OverflowError, ValueError) as exc:
+            errors.append(str(exc))
+    return check_array
+
+
+REQUIRED = ("schema_version", "run_id", "trajectory_id", "task_id", "harness", "date", "outcome")
+_CHECKS = [(f.name, _array_checker(f.name) if f.name in NUMERIC_LISTS else _checker(f.type)) for f in SCHEMA]
 
 
 def validate_row(row: dict) -> list[str]:
@@ -239,17 +350,49 @@ def validate_row(row: dict) -> list[str]:
     errors: list[str] = []
     for extra in sorted(set(row) - set(SCHEMA.names)):
         errors.append(f"{extra}: not in the schema (schema_version {SCHEMA_VERSION})")
-    required = {"schema_version", "run_id", "trajectory_id", "task_id", "harness", "date", "outcome"}
-    for f in SCHEMA:
-        _check(row.get(f.name), f.type, f.name, errors, nullable=f.name not in required)
-    if row.get("schema_version") not in (None, SCHEMA_VERSION) and isinstance(row.get("schema_version"), int):
-        errors.append(f"schema_version: {row['schema_version']} is not the supported version {SCHEMA_VERSION}")
+    for name in REQUIRED:
+        if row.get(name) is None:
+            errors.append(f"{name}: null where a value is required")
+    for name, check in _CHECKS:
+        check(row.get(name), name, errors)
+    version = row.get("schema_version")
+    if type(version) is int and version != SCHEMA_VERSION:
+        errors.append(f"schema_version: {version} is not the supported version {SCHEMA_VERSION}")
     if isinstance(row.get("outcome"), str) and row["outcome"] not in OUTCOMES:
         errors.append(f"outcome: {row['outcome']!r} is not one of {OUTCOMES}")
     return errors
 
 
+def _numeric_column(values: list, name: str) -> pa.Array:
+    """A training-array column: each row's values as raw bytes of the column's dtype, laid out as
+    one concatenated buffer plus offsets (no per-row bytes objects)."""
+    dtype = NUMERIC_LISTS[name]
+    arrays = [None if v is None else as_array(v, dtype, name) for v in values]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    np.cumsum([0 if a is None else a.nbytes for a in arrays], out=offsets[1:])
+    data = np.concatenate([a.view(np.uint8) for a in arrays if a is not None] or [np.zeros(0, np.uint8)])
+    validity = None
+    if any(a is None for a in arrays):
+        validity = pa.array([a is not None for a in arrays]).buffers()[1]
+    return pa.Array.from_buffers(pa.binary(), len(arrays), [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
 def to_table(rows: list[dict]) -> pa.Table:
     """Rows (already validated) as a table with the file schema (partition columns dropped)."""
-    return pa.Table.from_pylist([{k: v for k, v in r.items() if k not in PARTITION_COLUMNS} for r in rows],
-                                schema=FILE_SCHEMA)
+    columns = {}
+    plain = [{k: v for k, v in r.items() if k not in PARTITION_COLUMNS and k not in NUMERIC_LISTS} for r in rows]
+    rest = pa.Table.from_pylist(plain, schema=pa.schema([f for f in FILE_SCHEMA if f.name not in NUMERIC_LISTS]))
+    for f in FILE_SCHEMA:
+        if f.name in NUMERIC_LISTS:
+            columns[f.name] = _numeric_column([r.get(f.name) for r in rows], f.name)
+        else:
+            columns[f.name] = rest.column(f.name)
+    return pa.Table.from_pydict(columns, schema=FILE_SCHEMA)
+
+
+def to_full_table(rows: list[dict]) -> pa.Table:
+    """Rows as a table with the full `SCHEMA`: the file columns plus the partition columns."""
+    table = to_table(rows)
+    for name in PARTITION_COLUMNS:
+        table = table.append_column(name, pa.array([r.get(name) for r in rows], type=pa.string()))
+    return table

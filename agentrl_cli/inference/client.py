@@ -159,6 +159,16 @@ class InferenceClient:
         if errors:
             raise InferenceError("weight update failed on " + "; ".join(errors), "check the checkpoint path and the server logs")
 
+    async def get_weights_by_name(self, name: str, truncate_size: int = 100) -> dict[str, list]:
+        """Every server's first `truncate_size` rows of parameter `name` (weight-sync verification)."""
+        async def one(url: str):
+            r = await self._http.post(url + "/get_weights_by_name", json={"name": name, "truncate_size": truncate_size})
+            if r.status_code != 200:
+                raise InferenceError(f"{url}: get_weights_by_name({name!r}) failed: {r.text[:200]}",
+                                     "use a parameter name from the model's state dict")
+            return url, r.json()
+        return dict(await asyncio.gather(*(one(u) for u in self.urls)))
+
     async def health(self) -> bool:
         """True when every server answers /health with 200."""
         async def one(url: str) -> bool:

@@ -103,6 +103,10 @@ class HFEngine:
     def model_config(self):
         return self._model.config
 
+    def named_parameters(self):
+        """The current model's parameters (the weights requests now decode with)."""
+        return self._model.named_parameters()
+
     @property
     def vocab_size(self) -> int:
         return int(self._model.config.vocab_size)

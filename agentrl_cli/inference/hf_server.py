@@ -185,6 +185,21 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
         engine.abort(req.rid, req.abort_all)
         return Response(status_code=200)
 
+    async def get_weights_by_name(request: Request):
+        """SGLang's check that a weight sync landed: the first `truncate_size` rows of a parameter."""
+        body = dict(request.query_params) if request.method == "GET" else await _body(request)
+        name, size = body.get("name"), body.get("truncate_size", 100)
+        try:
+            size = int(size)
+        except (TypeError, ValueError):
+            raise ProtocolError(f"truncate_size must be an integer, got {size!r}") from None
+        param = dict(engine.named_parameters()).get(name) if isinstance(name, str) else None
+        if param is None:
+            return json_response({"error": f"no parameter named {name!r}"}, 400)
+        return json_response(param.detach()[:size].float().tolist())
+
+    app.add_api_route("/get_weights_by_name", get_weights_by_name, methods=["GET", "POST"])
+
     for name in GPU_ONLY_UPDATES:
         refusal = {"success": False, "message": f"{name} {UNSUPPORTED_SUFFIX}; use update_weights_from_disk"}
         app.add_api_route(f"/{name}", _constant(lambda refusal=refusal: refusal, 400), methods=["POST"])

@@ -415,3 +415,36 @@ def test_metrics_use_sglang_names(served):
         assert f"{name}{{" in text, name
     counts = [line for line in text.splitlines() if line.startswith("sglang:num_requests_total{")]
     assert float(counts[0].rsplit(" ", 1)[1]) >= 1
+
+
+def test_get_weights_by_name_reports_the_live_weights_and_follows_an_update(tmp_path):
+    """SGLang's sync check: the first rows of a parameter, from the weights now in use."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agentrl_cli.inference.client import InferenceClient
+    from agentrl_cli.inference.engine import HFEngine
+    from agentrl_cli.inference.hf_server import create_app
+    from agentrl_cli.model.tiny import build_random
+    from agentrl_cli.serving import ServerThread
+
+    a, b = build_random(tmp_path / "a", seed=1), build_random(tmp_path / "b", seed=2)
+    engine = HFEngine(a, batch_window_ms=1)
+    server = ServerThread(create_app(engine), name="hf").start()
+    name = "model.layers.0.self_attn.q_proj.weight"
+    try:
+        async def go():
+            client = InferenceClient(server.url)
+            first = (await client.get_weights_by_name(name, 3))[server.url]
+            await client.update_weights_from_disk(str(b), "1")
+            second = (await client.get_weights_by_name(name, 3))[server.url]
+            await client.close()
+            return first, second
+        first, second = asyncio.run(go())
+        for path, got in ((a, first), (b, second)):
+            ref = dict(AutoModelForCausalLM.from_pretrained(path).named_parameters())[name][:3]
+            assert torch.allclose(torch.tensor(got), ref.detach())
+        assert httpx.post(server.url + "/get_weights_by_name", json={"name": "nope"}).status_code == 400
+    finally:
+        server.stop()
+        engine.close()

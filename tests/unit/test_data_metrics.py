@@ -173,13 +173,13 @@ def test_ratios_are_none_without_tool_calls_or_turns():
 
 
 def test_empty_table_gives_only_an_overall_row_of_nones():
-    rows = compute_metrics(pa.Table.from_pylist([], schema=schema.SCHEMA))
+    rows = compute_metrics(schema.to_full_table([]))
     assert rows == [{"harness": ALL, "task_type": ALL, "phase": ALL, "n": 0,
                      **{m.key: None for m in METRICS if m.key != "n"}}]
 
 
 def test_table_without_steps_reports_no_repeated_action_ratio():
-    table = pa.Table.from_pylist([r.to_row() for r in FIXTURE], schema=schema.SCHEMA).drop_columns(["steps"])
+    table = schema.to_full_table([r.to_row() for r in FIXTURE]).drop_columns(["steps"])
     row = compute_metrics(table, group_by=())[0]
     assert row["repeated_action_ratio"] is None and row["mean_turns"] == pytest.approx(2.2)
 
@@ -187,14 +187,14 @@ def test_table_without_steps_reports_no_repeated_action_ratio():
 def test_chunked_table_counts_repeats_per_trajectory():
     # the same fixture split into two record batches: repeats must stay with their own trajectory
     rows = [r.to_row() for r in FIXTURE]
-    table = pa.concat_tables([pa.Table.from_pylist(rows[:3], schema=schema.SCHEMA),
-                              pa.Table.from_pylist(rows[3:], schema=schema.SCHEMA)])
+    table = pa.concat_tables([schema.to_full_table(rows[:3]),
+                              schema.to_full_table(rows[3:])])
     assert compute_metrics(table, group_by=())[0]["repeated_action_ratio"] == pytest.approx(7 / 22)
 
 
 def test_unknown_group_key_and_missing_columns_are_usage_errors():
     with pytest.raises(MetricsError, match="'split'.*harness, task_type, phase"):
         metrics_from_records(FIXTURE, group_by=("split",))
-    table = pa.Table.from_pylist([r.to_row() for r in FIXTURE], schema=schema.SCHEMA).drop_columns(["outcome"])
+    table = schema.to_full_table([r.to_row() for r in FIXTURE]).drop_columns(["outcome"])
     with pytest.raises(MetricsError, match="outcome"):
         compute_metrics(table)

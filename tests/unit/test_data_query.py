@@ -28,7 +28,7 @@ def table() -> pa.Table:
                                     outcome=o, reward=rw, turns=t, tool_calls=c, tool_failures=f,
                                     started_at=s, ended_at=s, trajectory_id=i).to_row()
             for i, h, o, rw, t, c, f, s in ROWS]
-    return pa.Table.from_pylist(rows, schema=schema.SCHEMA)
+    return schema.to_full_table(rows)
 
 
 def ids(table: pa.Table, text: str) -> list[str]:

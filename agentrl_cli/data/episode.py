@@ -1,0 +1,71 @@
+"""From a finished harness episode to the stored `TrajectoryRecord`: steps with their observations,
+statuses and tool calls, the evidence the verifier saw (as artifacts), the reward and its
+components, the outcome and the counts the metrics and queries use. Token ids, loss mask and
+log-probs are filled in by the rollout, which alone knows them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, utcnow
+from harnesses.base import Evidence, Trajectory
+
+FAILED_CALL = ("error", "timeout", "rate_limited", "invalid_action")
+
+
+def _tool_calls(observation) -> list[ToolCallRecord]:
+    calls = (observation.info or {}).get("calls") or []
+    out = []
+    for c in calls:
+        if not isinstance(c, dict):
+            continue
+        status = str(c.get("status") or observation.status)
+        if status == "ok" and c.get("exit_code") not in (None, 0):
+            status = "error"
+        out.append(ToolCallRecord(name=str(c.get("tool", "tool")), arguments=json.dumps(c.get("arguments", {}), default=str),
+                                  status=status, latency_ms=float(c.get("latency_ms") or 1000.0 * (c.get("duration_s") or 0.0)),
+                                  retries=int(c.get("retries") or 0)))
+    return out
+
+
+def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, reward=None,
+                        evidence: Evidence | None = None, termination: str = "done", seed: int = 0,
+                        phase: str = "train", group_id: str = "", task_set_version: str = "",
+                        weight_versions: list[str] | None = None, trajectory_id: str | None = None,
+                        step_times: list[tuple] | None = None) -> TrajectoryRecord:
+    """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i."""
+    task = traj.task
+    steps = []
+    for i, action in enumerate(traj.actions):
+        obs = traj.observations[i + 1] if i + 1 < len(traj.observations) else None
+        started, ended = step_times[i] if step_times and i < len(step_times) else (utcnow(), utcnow())
+        steps.append(StepRecord(index=i, action=action.text, observation=obs.text if obs else "",
+                                observation_status=obs.status if obs else "error",
+                                tool_calls=_tool_calls(obs) if obs else [],
+                                weight_version=(weight_versions[i] if weight_versions and i < len(weight_versions) else ""),
+                                started_at=started, ended_at=ended))
+    calls = [c for s in steps for c in s.tool_calls]
+    evidence = evidence or Evidence()
+    artifacts = [Artifact(path=p, sha256=None if data is None else hashlib.sha256(data).hexdigest(),
+                          content=None if data is None else data.decode("utf-8", "replace"))
+                 for p, data in sorted(evidence.files.items())]
+    versions = [s.weight_version for s in steps if s.weight_version]
+    kwargs = {} if trajectory_id is None else {"trajectory_id": trajectory_id}
+    return TrajectoryRecord(
+        run_id=run_id, task_id=task.task_id, harness=task.harness, harness_version=harness_version,
+        task_type=str(task.meta.get("family", "")), task_set_version=task_set_version, split=task.split, phase=phase,
+        group_id=group_id, seed=seed, policy_version_first=versions[0] if versions else "",
+        policy_version_last=versions[-1] if versions else "",
+        initial_observation=traj.observations[0].text if traj.observations else "",
+        steps=steps, final_answer=evidence.final_answer, artifacts=artifacts,
+        reward=float(reward.reward) if reward is not None else 0.0,
+        reward_components=dict(reward.components) if reward is not None else {},
+        reward_status=reward.status if reward is not None else "unscored",
+        flags=list(reward.flags) if reward is not None else [],
+        outcome=reward.outcome if reward is not None else {"timeout": "timeout", "error": "error",
+                                                           "truncated": "truncated"}.get(termination, "fail"),
+        turns=len(steps), tool_calls=len(calls), tool_failures=sum(c.status in FAILED_CALL for c in calls),
+        invalid_actions=sum(s.observation_status == "invalid_action" for s in steps),
+        started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),
+        **kwargs)

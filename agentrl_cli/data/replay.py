@@ -1,0 +1,99 @@
+"""Replay (seed 000 §5): rebuild the harness a trajectory was recorded with, at the recorded version,
+with the recorded task (from the task set at the recorded version) and seed, replay the recorded
+actions, compare every observation (text and status) and report the first divergence with a diff.
+
+A version mismatch (harness or task set) is reported before anything runs: replaying against
+different code proves nothing. Reading the trajectory from the store belongs to the caller.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from agentrl_cli.data.schema import TrajectoryRecord
+from harnesses.base import Action
+
+
+@dataclass
+class Divergence:
+    step: int  # -1: the initial observation (reset)
+    field: str  # "text" | "status" | "done" | "version"
+    recorded: str
+    replayed: str
+    diff: str = ""
+
+
+@dataclass
+class ReplayReport:
+    trajectory_id: str
+    harness: str
+    harness_version: str
+    steps_compared: int = 0
+    divergence: Divergence | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.divergence is None
+
+    def to_dict(self) -> dict:
+        d = self.divergence
+        return {"trajectory_id": self.trajectory_id, "harness": self.harness, "harness_version": self.harness_version,
+                "ok": self.ok, "steps_compared": self.steps_compared, "notes": self.notes,
+                "divergence": None if d is None else {"step": d.step, "field": d.field, "recorded": d.recorded,
+                                                      "replayed": d.replayed, "diff": d.diff}}
+
+
+def _diff(recorded: str, replayed: str, step: int) -> str:
+    return "".join(difflib.unified_diff(recorded.splitlines(keepends=True), replayed.splitlines(keepends=True),
+                                        fromfile=f"recorded/step{step}", tofile=f"replayed/step{step}"))
+
+
+def _task(record: TrajectoryRecord):
+    from harnesses.tasks import TASK_SET_VERSION, load_tasks
+
+    if record.task_set_version and record.task_set_version != TASK_SET_VERSION:
+        raise LookupError(f"trajectory {record.trajectory_id} used task set {record.task_set_version}; "
+                          f"this install has {TASK_SET_VERSION}")
+    for task in load_tasks(record.harness):
+        if task.task_id == record.task_id:
+            return task
+    raise LookupError(f"task {record.task_id} is not in the {record.harness} task set {TASK_SET_VERSION}")
+
+
+def replay(record: TrajectoryRecord, harness=None, task=None) -> ReplayReport:
+    """Replay `record`. `harness` defaults to a new instance of the registered one; pass your own to
+    replay against modified code (the version check then uses its `version`)."""
+    report = ReplayReport(record.trajectory_id, record.harness, record.harness_version)
+    own = harness is None
+    if own:
+        from harnesses.registry import resolve
+
+        harness = resolve(record.harness)()
+    try:
+        if getattr(harness, "version", None) != record.harness_version:
+            report.divergence = Divergence(-1, "version", record.harness_version, str(harness.version),
+                                           f"recorded with {record.harness} {record.harness_version}, "
+                                           f"installed {harness.version}: install the recorded version to replay")
+            return report
+        task = task or _task(record)
+        obs = harness.reset(task)
+        if obs.text != record.initial_observation:
+            report.divergence = Divergence(-1, "text", record.initial_observation, obs.text,
+                                           _diff(record.initial_observation, obs.text, -1))
+            return report
+        for step in record.steps:
+            obs = harness.step(Action(text=step.action))
+            report.steps_compared += 1
+            for name, rec, got in (("text", step.observation, obs.text), ("status", step.observation_status, obs.status)):
+                if rec != got:
+                    report.divergence = Divergence(step.index, name, rec, got,
+                                                   _diff(rec, got, step.index) if name == "text" else f"- {rec}\n+ {got}\n")
+                    return report
+        if record.steps and not obs.done and record.outcome not in ("truncated", "timeout"):
+            report.notes.append("the replayed episode did not end where the recorded one did")
+        return report
+    finally:
+        if own:
+            harness.close()

@@ -1,0 +1,275 @@
+"""Writing trajectory records to a store as Parquet files, and reading them back.
+
+Belongs here: validation, redaction of the Arrow table before any byte is written, quarantine of rows that do not match the schema
+(SECURITY.md row 27), buffering per (harness, date) partition, and the crash-safe file protocol
+(rows 25, 26): temp file on the store's staging file system → zstd Parquet → fsync → reopen and check
+the footer → `store.publish` (create-only). A failed flush removes its temp file, raises, and keeps
+the rows buffered. Also `read_records` / `find_trajectory`. Not here: stores (`store.py`, `s3.py`),
+the schema itself (`schema.py`), retention (`gc.py`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .redact import Redactor
+from .columnar import check_scalars, records_table
+from .schema import FILE_SCHEMA, TrajectoryRecord, to_table, validate_row
+from .store import TrajectoryStore
+
+log = logging.getLogger("agentrl.data.writer")
+
+_PARTITION_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+# Statistics only for scalar columns (min/max drive filter pushdown); none for the long numeric lists,
+# and no dictionary encoding: both cost more encode time than they save (measured by benchmarks/data.py).
+_SCALAR_COLUMNS = [f.name for f in FILE_SCHEMA if not pa.types.is_nested(f.type) and not pa.types.is_binary(f.type)]
+CHUNK_ROWS = 256  # rows per row group; one is encoded while the next is built
+
+
+class WriteError(OSError):
+    """A Parquet file could not be written or published; its rows are still buffered."""
+
+
+def _partition_errors(row: dict) -> list[str]:
+    errors = []
+    harness, date = row.get("harness"), row.get("date")
+    if isinstance(harness, str) and not _PARTITION_VALUE.fullmatch(harness):
+        errors.append(f"harness: {harness!r} cannot name a partition directory (letters, digits, '_.-')")
+    if isinstance(date, str) and not _DATE.fullmatch(date):
+        errors.append(f"date: {date!r} is not YYYY-MM-DD")
+    return errors
+
+
+class TrajectoryWriter:
+    """Buffers validated rows and publishes one Parquet file per partition every `rows_per_file` rows.
+
+    `write` returns False for a quarantined row. `flush` (and `close`, and a `write` that fills a
+    partition) may raise `WriteError`; nothing is lost then: the rows stay buffered for the next flush.
+    One writer per thread: it holds no lock."""
+
+    def __init__(self, store: TrajectoryStore, *, rows_per_file: int = 1024, compression: str = "zstd",
+                 redactor: Redactor | None = None, quarantine_dir: str | Path | None = None) -> None:
+        if rows_per_file < 1:
+            raise ValueError(f"rows_per_file must be >= 1, got {rows_per_file} (set data.rows_per_file)")
+        self.store, self.rows_per_file, self.redactor = store, rows_per_file, redactor
+        self.compression = None if compression == "none" else compression
+        self.quarantine_dir = Path(quarantine_dir) if quarantine_dir is not None else None
+        self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0}
+        self._buffers: dict[tuple[str, str], list[dict]] = {}
+        self._lock = threading.Lock()  # guards stats and buffers while partitions flush in parallel
+
+    @property
+    def buffered(self) -> int:
+        """Rows accepted but not yet in a published (or spooled) file."""
+        return sum(len(rows) for rows in self._buffers.values())
+
+    def write(self, record: TrajectoryRecord | dict) -> bool:
+        """Validate and buffer one trajectory; False (and quarantined) if it breaks the schema.
+
+        A dict row is validated in full here. A TrajectoryRecord gets the cheap top-level check here
+        and the rest when its file is built (Arrow refuses mistyped values; the record is then found
+        with `validate_row`, quarantined, and the others are written)."""
+        if isinstance(record, TrajectoryRecord):
+            errors = check_scalars(record)
+            item, row = record, None
+            if not errors:
+                row = {"harness": record.harness, "date": record.date}
+                errors = _partition_errors(row)
+        else:
+            item = row = dict(record)
+            errors = validate_row(row) or _partition_errors(row)
+        if errors:
+            self._quarantine(record.to_row() if isinstance(record, TrajectoryRecord) else row, errors)
+            return False
+        part = (row["harness"], row["date"])
+        self._buffers.setdefault(part, []).append(item)
+        if len(self._buffers[part]) >= self.rows_per_file:
+            self._flush_partition(part)
+        return True
+
+    def _quarantine(self, row: dict, errors: list[str]) -> None:
+        with self._lock:
+            self._quarantine_locked(row, errors)
+
+    def _quarantine_locked(self, row: dict, errors: list[str]) -> None:
+        self.stats["quarantined"] += 1
+        if self.redactor is not None:  # the errors quote the offending values
+            row, errors = self.redactor.row(row), [self.redactor.text(e) for e in errors]
+        tid = row.get("trajectory_id")
+        if self.quarantine_dir is None:
+            log.warning("trajectory %s rejected (no quarantine_dir, not kept): %s", tid, "; ".join(errors))
+            return
+        self.quarantine_dir.mkdir(parents=True, exist_ok=True)
+        path = self.quarantine_dir / "quarantine.jsonl"
+        line = json.dumps({"quarantined_at": dt.datetime.now(dt.timezone.utc).isoformat(), "errors": errors,
+                           "row": row}, default=str, ensure_ascii=False)
+        with path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        log.warning("trajectory %s quarantined to %s: %s", tid, path, "; ".join(errors))
+
+    def flush(self) -> None:
+        """Publish every buffered partition. On error the failed partitions stay buffered and the
+        first error is raised after all have tried."""
+        parts = [p for p in list(self._buffers) if self._buffers.get(p)]
+        # partitions in parallel: one builds (Python) while others encode (C++, GIL released)
+        with ThreadPoolExecutor(max_workers=max(1, min(len(parts), 3)), thread_name_prefix="flush") as pool:
+            futures = [pool.submit(self._flush_partition, part) for part in parts]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            raise errors[0]
+
+    def _chunk_table(self, items: list):
+        """(Arrow table, items in it) for one chunk; mistyped records are quarantined and left out."""
+        try:
+            if all(isinstance(i, TrajectoryRecord) for i in items):
+                return records_table(items), items
+            return to_table([i.to_row() if isinstance(i, TrajectoryRecord) else i for i in items]), items
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            keep = []
+            for item in items:
+                row = item.to_row() if isinstance(item, TrajectoryRecord) else item
+                errors = validate_row(row)
+                if errors:
+                    self._quarantine(row, errors)
+                else:
+                    keep.append(item)
+            if len(keep) == len(items):
+                raise WriteError(f"cannot encode {len(items)} trajectories: {exc}; they are still buffered") from exc
+            return self._chunk_table(keep) if keep else (None, [])
+
+    def _write_file(self, f: str, items: list) -> list:
+        """Encode `items` into the file at path `f` as row groups of CHUNK_ROWS. Building a chunk (Python)
+        overlaps with encoding the previous one (C++, GIL released). Returns the items written."""
+        written, writer, pending = [], None, None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-encode") as encoder:
+            try:
+                for start in range(0, len(items), CHUNK_ROWS):
+                    table, kept = self._chunk_table(items[start:start + CHUNK_ROWS])
+                    if table is None:
+                        continue
+                    if writer is None:
+                        writer = pq.ParquetWriter(f, FILE_SCHEMA, compression=self.compression, use_dictionary=False,
+                                                  write_statistics=_SCALAR_COLUMNS)
+                    if pending is not None:
+                        pending.result()
+                    pending = encoder.submit(self._encode, writer, table)
+                    written += kept
+                if pending is not None:
+                    pending.result()
+            finally:
+                if writer is not None:
+                    writer.close()
+        return written
+
+    def _encode(self, writer: pq.ParquetWriter, table: pa.Table) -> None:
+        if self.redactor is not None:
+            table = self.redactor.table(table)  # before a single byte reaches the file
+        writer.write_table(table)
+
+    def _flush_partition(self, part: tuple[str, str]) -> None:
+        items = self._buffers[part]
+        key = f"harness={part[0]}/date={part[1]}/part-{uuid.uuid4().hex}.parquet"
+        self.store.staging_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="part-", suffix=".parquet.tmp", dir=self.store.staging_dir)
+        os.close(fd)
+        tmp = Path(name)
+        try:
+            rows = self._write_file(name, items)  # by path: Arrow's own file stream, no GIL per write
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not rows:  # every record was quarantined
+                tmp.unlink(missing_ok=True)
+                with self._lock:
+                    del self._buffers[part]
+                return
+            check_parquet(tmp, len(rows))
+            size = tmp.stat().st_size
+            outcome = self.store.publish(tmp, key)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            message = (f"could not write {len(items)} trajectories to {self.store.url}/{key}: {_describe(e, tmp)}; "
+                       "they are still buffered, so fix the cause and flush again")
+            raise (WriteError(e.errno, message) if e.errno else WriteError(message)) from e
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        tmp.unlink(missing_ok=True)  # a store consumes the file; this only matters for one that copies
+        with self._lock:
+            del self._buffers[part]
+            self.stats["rows_written"] += len(rows)
+            self.stats["files"] += 1
+            self.stats["bytes"] += size
+            self.stats["spooled"] += outcome == "spooled"
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> "TrajectoryWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _describe(e: OSError, tmp: Path) -> str:
+    if e.errno == errno.ENOSPC:
+        return f"no space left on the device (ENOSPC) while writing {tmp}; free space or move data.root"
+    name = errno.errorcode.get(e.errno or 0)
+    return f"{e.strerror or e} ({name})" if name else str(e)
+
+
+def check_parquet(path: Path, num_rows: int | None = None) -> None:
+    """Raise OSError unless `path` has a readable Parquet footer with the file schema (and `num_rows`)."""
+    try:
+        with pq.ParquetFile(path) as pf:
+            meta = pf.metadata
+            schema = meta.schema.to_arrow_schema()
+    except Exception as e:
+        raise OSError(errno.EIO, f"{path} has no valid Parquet footer: {e}") from e
+    if num_rows is not None and meta.num_rows != num_rows:
+        raise OSError(errno.EIO, f"{path} holds {meta.num_rows} rows, expected {num_rows}")
+    if schema.names != FILE_SCHEMA.names:
+        raise OSError(errno.EIO, f"{path} columns {schema.names} differ from the file schema")
+
+
+def read_records(store: TrajectoryStore, filter: Any = None) -> list[TrajectoryRecord]:
+    """Every stored trajectory (matching the pyarrow compute `filter`) as records."""
+    return [TrajectoryRecord.from_row(row) for row in store.read_table(filter).to_pylist()]
+
+
+def find_trajectory(store: TrajectoryStore, trajectory_id: str) -> TrajectoryRecord | None:
+    records = read_records(store, pc.field("trajectory_id") == trajectory_id)
+    return records[0] if records else None
+
+
+def open_writer(data_config: Any, store: TrajectoryStore | None = None) -> TrajectoryWriter:
+    """The writer the config describes: its store, rows per file, codec, redaction of the configured
+    field names, and quarantine under `<data.root>/_quarantine`."""
+    from .store import open_store
+
+    return TrajectoryWriter(store or open_store(data_config), rows_per_file=data_config.rows_per_file,
+                            compression=data_config.compression, redactor=Redactor.from_config(data_config),
+                            quarantine_dir=Path(data_config.root) / "_quarantine")
