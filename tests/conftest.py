@@ -67,7 +67,9 @@ def free_port() -> int:
 def quick_sets(random_model_dir) -> list[str]:
     """--set arguments that keep `stage run all` quick in tests: a random tiny model, a free port."""
     return ["--set", f"model.path={random_model_dir}", "--set", f"inference.port={free_port()}",
-            "--set", "stages.inference_load_concurrency=4", "--set", "stages.sandbox_concurrency=4"]
+            "--set", "stages.inference_load_concurrency=4", "--set", "stages.sandbox_concurrency=4",
+            "--set", "stages.smoke_steps=2", "--set", "rollout.max_steps_per_trajectory=2",
+            "--set", "inference.max_new_tokens=16", "--set", "rollout.group_size=2", "--set", "training.micro_batch_size=2"]
 
 
 @pytest.fixture

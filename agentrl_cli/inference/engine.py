@@ -105,7 +105,7 @@ class HFEngine:
 
     def named_parameters(self):
         """The current model's parameters (the weights requests now decode with)."""
-        return self._model.named_parameters()
+        return self._model.named_parameters(remove_duplicate=False)  # tied weights under both names
 
     @property
     def vocab_size(self) -> int:

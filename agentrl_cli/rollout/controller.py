@@ -1,0 +1,214 @@
+"""The rollout controller: an asyncio loop that keeps up to `rollout.concurrency` episodes in flight
+across harness instances, sends every generation to the inference client (so the server batches
+across episodes), scores finished trajectories through the reward client, writes them to the
+trajectory store and puts them into the bounded buffer.
+
+Backpressure: a new group starts only while episodes in flight + episodes buffered stay within the
+buffer's capacity (`waiting` counts the times it had to wait). Harness instances are reused, one
+episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+from agentrl_cli.data.episode import record_from_episode
+from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.rollout.episode import EpisodeResult, run_episode
+from agentrl_cli.rollout.sampler import Draw, TaskSampler
+from harnesses.tasks import TASK_SET_VERSION
+
+log = logging.getLogger(__name__)
+
+
+def version_number(weight_version: str) -> int:
+    """The trainer's integer policy version from a server's weight_version ("3", "v3"; else 0)."""
+    digits = "".join(c for c in str(weight_version) if c.isdigit())
+    return int(digits) if digits else 0
+
+
+class HarnessPool:
+    """Idle instances of one harness, created on demand up to `limit`."""
+
+    def __init__(self, make, limit: int) -> None:
+        self.make, self.limit = make, limit
+        self.idle: list = []
+        self.made = 0
+        self.sem = asyncio.Semaphore(limit)
+
+    async def acquire(self, loop, executor):
+        await self.sem.acquire()
+        if self.idle:
+            return self.idle.pop()
+        self.made += 1
+        return await loop.run_in_executor(executor, self.make)
+
+    def release(self, h) -> None:
+        self.idle.append(h)
+        self.sem.release()
+
+    def close(self) -> None:
+        for h in self.idle:
+            h.close()
+        self.idle.clear()
+
+
+class RolloutController:
+    def __init__(self, config, client, tokenizer, reward, sampler: TaskSampler, buffer: TrajectoryBuffer, *,
+                 run_id: str, writer=None, make_harness=None, phase: str = "train", temperature: float = 1.0) -> None:
+        from harnesses.registry import create
+
+        self.config, self.client, self.tokenizer, self.reward = config, client, tokenizer, reward
+        self.sampler, self.buffer, self.writer, self.run_id, self.phase = sampler, buffer, writer, run_id, phase
+        self.temperature = temperature
+        r = config.rollout
+        self.concurrency = r.concurrency
+        self.executor = ThreadPoolExecutor(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
+        self._make = make_harness or (lambda name: create(name, config))
+        self._limits = {h.name: h.max_concurrency or r.concurrency for h in config.harnesses}
+        self.pools: dict[str, HarnessPool] = {}
+        self.in_flight = 0
+        self.inflight_draws: dict[str, Draw] = {}  # started, not yet in the buffer (snapshot for resume)
+        self.pending: list[Draw] = []  # draws to run before new ones (restored from a snapshot)
+        self.stored_ids: set[str] = set()  # after a resume: trajectories of this run already in the store
+        self.fetch = None  # tid -> TrajectoryRecord | None, to reuse a stored trajectory instead of re-running it
+        self.counters: Counter = Counter()
+        self.timers: defaultdict = defaultdict(float)
+        self._tasks: set[asyncio.Task] = set()
+
+    def _pool(self, name: str) -> HarnessPool:
+        if name not in self.pools:
+            limit = self._limits.get(name, self.concurrency)
+            self.pools[name] = HarnessPool(lambda: self._make(name), limit)
+        return self.pools[name]
+
+    # ---- one episode -----------------------------------------------------------------------------
+
+    async def play(self, draw: Draw, *, temperature: float | None = None, store: bool = True):
+        """Run, score and (with `store`) record one episode; returns (result, reward result, record)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool(draw.task.harness)
+        harness = await pool.acquire(loop, self.executor)
+        r = self.config.rollout
+        try:
+            result = await run_episode(harness, draw.task, self.client, self.tokenizer, self.executor,
+                                       max_steps=r.max_steps_per_trajectory, step_timeout_s=r.step_timeout_seconds,
+                                       max_new_tokens=self.config.inference.max_new_tokens,
+                                       temperature=self.temperature if temperature is None else temperature,
+                                       seed=draw.seed, context_limit=self.config.training.seq_len_limit)
+        finally:
+            pool.release(harness)
+        t = time.perf_counter()
+        tid = f"{self.run_id}-{draw.group_id}-{draw.index}"
+        scored = await self.reward.ascore(request_from_episode(result.trajectory, result.evidence, trajectory_id=tid,
+                                                               termination=result.termination))
+        self.timers["reward_s"] += time.perf_counter() - t
+        self.timers["generate_s"] += result.generate_s
+        self.timers["env_s"] += result.env_s
+        self.counters[f"termination_{result.termination}"] += 1
+        self.counters[f"reward_{scored.status}"] += 1
+        self.counters["tokens_generated"] += result.completion_tokens
+        self.counters["env_calls"] += len(result.trajectory.observations)  # reset + steps
+        record = self.to_record(draw, result, scored, tid)
+        if store and self.writer is not None:
+            self.writer.write(record)
+        return result, scored, record
+
+    def to_record(self, draw: Draw, result: EpisodeResult, scored, tid: str):
+        import numpy as np
+
+        version = _harness_version(draw.task.harness)
+        record = record_from_episode(result.trajectory, run_id=self.run_id, harness_version=version, reward=scored,
+                                     evidence=result.evidence, termination=result.termination, seed=draw.seed,
+                                     phase=self.phase, group_id=draw.group_id, task_set_version=TASK_SET_VERSION,
+                                     weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times)
+        record.token_ids = np.asarray(result.token_ids, dtype=np.int32)
+        record.loss_mask = np.asarray(result.loss_mask, dtype=np.int8)
+        record.logprobs = np.asarray(result.logprobs, dtype=np.float32)
+        record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
+        return record
+
+    async def _episode_into_buffer(self, draw: Draw) -> None:
+        key = f"{draw.group_id}-{draw.index}"
+        self.inflight_draws[key] = draw
+        tid = f"{self.run_id}-{key}"
+        try:
+            if tid in self.stored_ids and self.fetch is not None:
+                record = await asyncio.to_thread(self.fetch, tid)
+                if record is not None:  # drawn again after a resume: reuse it, never store it twice
+                    self.counters["reused_after_resume"] += 1
+                    await self.buffer.put(Episode(draw.group_id, record, version_number(record.policy_version_first),
+                                                  None if record.reward_status == "infra_error" else record.reward,
+                                                  tokens=record.completion_tokens))
+                    return
+            result, scored, record = await self.play(draw)
+            versions = [version_number(v) for v in result.weight_versions] or [0]
+            self.sampler.record(draw.task, scored.outcome == "success")
+            await self.buffer.put(Episode(draw.group_id, record, min(versions), None if scored.masked else scored.reward,
+                                          tokens=result.completion_tokens))
+            self.counters["tokens_buffered"] += result.completion_tokens
+        except Exception as exc:  # noqa: BLE001 - one broken episode must not stop the rollout
+            self.counters["episode_errors"] += 1
+            log.exception("episode %s/%s failed: %s", draw.group_id, draw.index, exc)
+        finally:
+            self.inflight_draws.pop(key, None)
+            self.in_flight -= 1
+
+    # ---- the loop ----------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, max_groups: int | None = None) -> None:
+        """Start groups until `stop` is set (or `max_groups` were started), with backpressure."""
+        groups = 0
+        while not stop.is_set() and (max_groups is None or groups < max_groups):
+            g = self.sampler.group_size
+            if self.in_flight + g > self.concurrency or self.in_flight + len(self.buffer) + g > self.buffer.capacity:
+                self.counters["backpressure_waits"] += 1
+                await asyncio.sleep(0.01)
+                continue
+            draws, self.pending = (self.pending[:g], self.pending[g:]) if self.pending else (self.sampler.next_group(), [])
+            for draw in draws:
+                self.in_flight += 1
+                task = asyncio.create_task(self._episode_into_buffer(draw))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            groups += 1
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def evaluate(self, tasks, temperature: float = 0.0) -> dict:
+        """Success rate of `tasks` (greedy by default); not stored, not buffered."""
+        results = await asyncio.gather(*(self.play(Draw(t, f"eval-{i}", 0, i), temperature=temperature, store=False)
+                                         for i, t in enumerate(tasks)))
+        wins = sum(s.outcome == "success" for _, s, _ in results)
+        return {"n": len(tasks), "success": wins, "success_rate": wins / len(tasks) if tasks else 0.0}
+
+    def snapshot(self) -> list[dict]:
+        """The episodes started but not finished: a resumed controller runs them again first (same
+        group ids, so the same trajectory ids), so none is lost and none is stored twice."""
+        return [{"task_id": d.task.task_id, "harness": d.task.harness, "group_id": d.group_id, "index": d.index,
+                 "seed": d.seed} for d in sorted(self.inflight_draws.values(), key=lambda d: (d.group_id, d.index))]
+
+    def restore(self, snapshot: list[dict]) -> None:
+        from harnesses.tasks import load_tasks
+
+        by_id = {}
+        for item in snapshot:
+            if item["harness"] not in by_id:
+                by_id[item["harness"]] = {t.task_id: t for t in load_tasks(item["harness"])}
+        self.pending = [Draw(by_id[i["harness"]][i["task_id"]], i["group_id"], i["index"], i["seed"]) for i in snapshot]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _harness_version(name: str) -> str:
+    from harnesses.registry import harness_version
+
+    return harness_version(name)

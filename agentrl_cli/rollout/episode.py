@@ -1,0 +1,140 @@
+"""One episode, asynchronously: reset the harness, render the conversation with the model's chat
+template, ask the inference server for tokens (with log-probs and the weight version), pass the
+action to the harness, repeat until done, the step limit (`truncated`) or a deadline (`timeout`).
+
+The training sequence is kept as token ids, never re-tokenized: the prompt, then each generated
+segment exactly as the server returned it (loss mask 1, its log-probs), then the environment's
+reply rendered by the chat template (loss mask 0). Harness calls are synchronous and run in the
+given executor, so many episodes overlap their environment waits with generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from agentrl_cli.data.schema import utcnow
+from agentrl_cli.inference.client import InferenceClient, SamplingParams
+from harnesses.base import Action, Observation, Trajectory
+
+
+@dataclass
+class EpisodeResult:
+    trajectory: Trajectory
+    evidence: object | None
+    termination: str  # done | truncated | timeout | error
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[str] = field(default_factory=list)  # per generated segment (= per step)
+    step_times: list[tuple] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    error: str = ""
+
+
+class ChatRenderer:
+    """Token deltas of a growing conversation under the model's chat template."""
+
+    def __init__(self, tokenizer, system: str, tools: list[dict] | None) -> None:
+        self.tok, self.tools = tokenizer, tools or None
+        self.messages = [{"role": "system", "content": system}]
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else tokenizer.eos_token_id
+
+    def _text(self, messages, gen: bool) -> str:
+        return self.tok.apply_chat_template(messages, tools=self.tools, tokenize=False, add_generation_prompt=gen)
+
+    def first_prompt(self, user: str) -> list[int]:
+        self.messages.append({"role": "user", "content": user})
+        return self.tok.encode(self._text(self.messages, True), add_special_tokens=False)
+
+    def reply(self, assistant_text: str, tool_text: str) -> list[int]:
+        """Tokens that follow the assistant's end token: the end of its turn, the environment's
+        message, and the next generation prompt."""
+        before = self._text(self.messages + [{"role": "assistant", "content": assistant_text}], False)
+        self.messages += [{"role": "assistant", "content": assistant_text}, {"role": "tool", "content": tool_text}]
+        after = self._text(self.messages, True)
+        if not after.startswith(before):  # a template that rewrites history: fall back to the tail
+            return self.tok.encode(after[len(before):], add_special_tokens=False)
+        end = before.rfind("<|im_end|>")
+        tail = before[end + len("<|im_end|>"):] if end >= 0 else ""
+        return self.tok.encode(tail + after[len(before):], add_special_tokens=False)
+
+
+async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
+                      step_timeout_s: float, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
+                      context_limit: int = 2048) -> EpisodeResult:
+    loop = asyncio.get_running_loop()
+    traj = Trajectory(task=task)
+    result = EpisodeResult(trajectory=traj, evidence=None, termination="truncated")
+
+    async def env(fn, *args):
+        t = time.perf_counter()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
+        finally:
+            result.env_s += time.perf_counter() - t
+
+    try:
+        obs = await env(harness.reset, task)
+    except asyncio.TimeoutError:
+        result.termination, result.error = "timeout", f"reset took longer than {step_timeout_s:g} s"
+        return result
+    traj.observations.append(obs)
+    chat = ChatRenderer(tokenizer, harness.system_prompt(), harness.tools())
+    ids = chat.first_prompt(obs.text)
+    result.token_ids, result.loss_mask, result.logprobs = list(ids), [0] * len(ids), [0.0] * len(ids)
+    result.prompt_tokens = len(ids)
+    for step in range(max_steps):
+        room = context_limit - len(result.token_ids) - 1
+        if room < 8:
+            break  # out of context: truncated
+        started = utcnow()
+        t = time.perf_counter()
+        gen = await client.generate(result.token_ids, SamplingParams(
+            max_new_tokens=min(max_new_tokens, room), temperature=temperature,
+            seed=None if seed is None else seed * 1000 + step, stop_token_ids=[chat.eos]))
+        result.generate_s += time.perf_counter() - t
+        if gen.finish_reason == "abort":
+            result.termination, result.error = "error", "generation aborted"
+            break
+        out = list(gen.output_ids)
+        result.token_ids += out
+        result.loss_mask += [1] * len(out)
+        result.logprobs += list(gen.output_logprobs)
+        result.completion_tokens += len(out)
+        result.weight_versions.append(gen.weight_version)
+        text = tokenizer.decode([t for t in out if t != chat.eos], skip_special_tokens=False)
+        action = Action(text=text)
+        traj.actions.append(action)
+        try:
+            obs = await env(harness.step, action)
+        except asyncio.TimeoutError:
+            obs = Observation(text=f"step took longer than {step_timeout_s:g} s", status="timeout", done=True)
+            traj.observations.append(obs)
+            result.step_times.append((started, utcnow()))
+            result.termination = "timeout"
+            break
+        traj.observations.append(obs)
+        result.step_times.append((started, utcnow()))
+        if obs.done:
+            result.termination = "done"
+            break
+        if not out or out[-1] != chat.eos:  # cut by length: close the turn so the template stays valid
+            result.token_ids.append(chat.eos)
+            result.loss_mask.append(0)
+            result.logprobs.append(0.0)
+        reply = chat.reply(text, obs.text)
+        result.token_ids += reply
+        result.loss_mask += [0] * len(reply)
+        result.logprobs += [0.0] * len(reply)
+    collect = getattr(harness, "evidence", None)
+    if collect is not None:
+        try:
+            result.evidence = await env(collect, traj)
+        except asyncio.TimeoutError:
+            result.error = "collecting evidence timed out"
+    return result

@@ -1,0 +1,1 @@
+"""Training-side helpers: checkpoints and the state a resumed run needs."""

@@ -1,0 +1,302 @@
+"""The DeepSpeed trainer backend: one rank of a GRPO policy under DeepSpeed ZeRO 0-3, on CPU with
+gloo or on GPUs with NCCL. Implements `backend.TrainingBackend`.
+
+What belongs here: building the DeepSpeed config from `templates/deepspeed/zero<stage>.json` (or
+`training.deepspeed_config`), process-group setup, the micro-batch loop of a train step, engine
+checkpoints, weight export. The loss maths live in `grpo.py`; checkpoint rotation and resume
+policy live in `checkpoint.py`.
+
+Choices worth knowing:
+- One `train_step` is one optimizer step. Its samples are split into micro-batches of
+  `training.micro_batch_size`; the accumulation boundary is set on the last one, whatever their
+  number (`training.gradient_accumulation_steps` only tells callers how many samples to pass:
+  `samples_per_step`). Each micro-batch loss is divided by the step's masked-token count, so the
+  step's loss is a token mean over all its samples (per rank; DeepSpeed averages over ranks).
+- A client `torch.optim.AdamW` (lr = training.learning_rate, no weight decay) is passed, so
+  DeepSpeed JIT-compiles no optimizer op. On CPU, DeepSpeed's communication backend would also
+  compile its shared-memory all-reduce op (`deepspeed_shm_comm`, measured 212 s on 2 cores the
+  first time, then cached under ~/.cache/torch_extensions); it serves only DeepSpeed's inference
+  all-reduce, so it is switched off unless AGENTRL_DS_SHM_COMM=1.
+- Without RANK/WORLD_SIZE in the environment the backend is a single rank in this process on
+  127.0.0.1 with a free port; the variables it sets are restored by `close()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+import templates
+from agentrl_cli.config.models import TrainingConfig
+from agentrl_cli.errors import ConfigError, NotFoundError
+from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, ppo_clip_loss, token_logprobs
+
+TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
+CKPT_TAG = "ckpt"
+CLIENT_KEY = "agentrl_client_state"
+
+
+def build_deepspeed_config(cfg: TrainingConfig) -> dict:
+    """The DeepSpeed config dict: the JSON file with its "auto" values filled from `cfg`. An explicit
+    value that disagrees with `cfg` is an error, so the two never silently differ."""
+    source = Path(cfg.deepspeed_config) if cfg.deepspeed_config else TEMPLATE_DIR / f"zero{cfg.zero_stage}.json"
+    try:
+        ds = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read DeepSpeed config {source}: {exc}",
+                          "point training.deepspeed_config at a valid JSON file, or unset it to use the template") from exc
+    fills = {("train_micro_batch_size_per_gpu",): ("micro_batch_size", cfg.micro_batch_size),
+             ("gradient_accumulation_steps",): ("gradient_accumulation_steps", cfg.gradient_accumulation_steps),
+             ("gradient_clipping",): ("max_grad_norm", cfg.max_grad_norm),
+             ("zero_optimization", "stage"): ("zero_stage", cfg.zero_stage),
+             ("bf16", "enabled"): ("precision", cfg.precision == "bf16"),
+             ("fp16", "enabled"): ("precision", cfg.precision == "fp16")}
+    for keys, (field, value) in fills.items():
+        node = ds
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        current = node.get(keys[-1], "auto")
+        if current != "auto" and current != value:
+            raise ConfigError(f"DeepSpeed config {source} sets {'.'.join(keys)}={current!r} but training.{field} "
+                              f"gives {value!r}", f'set {".".join(keys)} to "auto" in {source.name} or change training.{field}')
+        node[keys[-1]] = value
+    if ds.get("train_batch_size", None) == "auto":
+        del ds["train_batch_size"]
+    if "optimizer" in ds:
+        raise ConfigError(f"DeepSpeed config {source} has an optimizer section",
+                          "remove it: agentrl passes torch AdamW with training.learning_rate")
+    left = _auto_keys(ds)
+    if left:
+        raise ConfigError(f"DeepSpeed config {source} leaves {', '.join(left)} as \"auto\"; agentrl fills only "
+                          + ", ".join(".".join(k) for k in fills), "give those keys explicit values")
+    return ds
+
+
+def _auto_keys(node, prefix: str = "") -> list[str]:
+    if isinstance(node, dict):
+        return [k for key, v in node.items() for k in _auto_keys(v, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")] if node == "auto" else []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _loopback_ifname() -> str:
+    names = [name for _, name in socket.if_nameindex() if name.startswith("lo")]
+    return names[0] if names else "lo"
+
+
+def import_deepspeed():
+    """Import DeepSpeed with its log handler pointed at stderr: it logs to stdout by default, which
+    would break `--json` output (results on stdout, logs on stderr)."""
+    import sys
+
+    with contextlib.redirect_stdout(sys.stderr):  # a no-op after the first import
+        import deepspeed  # its logger binds the (redirected) stdout on the first import
+    return deepspeed
+
+
+def _skip_shm_comm_op() -> None:
+    """Stop DeepSpeed's CPU comm backend from JIT-compiling its shared-memory op (see module doc)."""
+    if os.environ.get("AGENTRL_DS_SHM_COMM") == "1":
+        return
+    import_deepspeed()
+    import deepspeed.ops
+    with contextlib.suppress(Exception):
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+class _ProcessGroup:
+    """Joins the launcher's process group, or makes a single-rank one on 127.0.0.1."""
+
+    def __init__(self, dist_backend: str) -> None:
+        deepspeed = import_deepspeed()
+
+        self.saved_env: dict[str, str | None] = {}
+        self.created = not torch.distributed.is_initialized()
+        single = self.created and not ("RANK" in os.environ and "WORLD_SIZE" in os.environ)
+        if single:  # DeepSpeed reads these; the group itself uses an in-process store (no listening socket)
+            self._setenv(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+        self.backend = dist_backend if dist_backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+        if self.backend == "gloo" and os.environ.get("MASTER_ADDR") in ("127.0.0.1", "localhost"):
+            if "GLOO_SOCKET_IFNAME" not in os.environ:
+                self._setenv(GLOO_SOCKET_IFNAME=_loopback_ifname())  # bind gloo to loopback only
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.backend == "nccl":
+            torch.cuda.set_device(self.local_rank)
+        _skip_shm_comm_op()
+        try:
+            if single:
+                torch.distributed.init_process_group(self.backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
+            deepspeed.init_distributed(dist_backend=self.backend, auto_mpi_discovery=False, verbose=False)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setenv(self, **values: str) -> None:
+        for key, value in values.items():
+            self.saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def close(self) -> None:
+        if self.created and torch.distributed.is_initialized():
+            import deepspeed.comm
+
+            # DeepSpeed's own destroy also drops the sub-groups it cached (deepspeed >= 0.18 does; with
+            # older versions a second backend in the same process may find stale groups)
+            deepspeed.comm.destroy_process_group()
+        for key, value in self.saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self.saved_env = {}
+
+
+class DeepSpeedBackend:
+    """One rank of the policy under DeepSpeed. See the module docstring for the step semantics."""
+
+    def __init__(self, model_path: str | Path, training_config: TrainingConfig, *,
+                 tokenizer_path: str | Path | None = None, temperature: float = 1.0) -> None:
+        deepspeed = import_deepspeed()
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = training_config
+        self.temperature = temperature
+        self._pg = _ProcessGroup(training_config.dist_backend)
+        try:
+            self.rank = torch.distributed.get_rank()
+            self.world_size = torch.distributed.get_world_size()
+            torch.manual_seed(training_config.seed)
+            self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or model_path))
+            model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+            pad = self.tokenizer.pad_token_id
+            self.pad_id = int(pad if pad is not None else (model.config.pad_token_id or 0))
+            optimizer = torch.optim.AdamW(model.parameters(), lr=training_config.learning_rate, weight_decay=0.0)
+            self.ds_config = build_deepspeed_config(training_config)
+            self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
+        except BaseException:
+            self._pg.close()
+            raise
+
+    @property
+    def step(self) -> int:
+        return int(self.engine.global_steps)
+
+    @property
+    def module(self):
+        return self.engine.module
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples per rank that make micro_batch_size x gradient_accumulation_steps."""
+        return self.config.micro_batch_size * self.config.gradient_accumulation_steps
+
+    def train_step(self, samples: list[Sample]) -> dict:
+        if not samples:
+            raise ValueError("train_step: no samples; every rank must pass at least one")
+        mbs = self.config.micro_batch_size
+        batches = [collate(samples[i:i + mbs], self.pad_id, max_len=self.config.seq_len_limit).to(self.engine.device)
+                   for i in range(0, len(samples), mbs)]
+        self._check_same_micro_batches(len(batches))
+        total = sum(b.num_tokens for b in batches)
+        sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
+        loss_sum, grad_norm = 0.0, None
+        self.engine.train()
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            self.engine.set_gradient_accumulation_boundary(last)
+            new_lp, entropy = token_logprobs(self.engine, batch, self.temperature)
+            loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
+                                    kl_coef=self.config.kl_coef, ref_lp=batch.ref_logprobs, entropy=entropy,
+                                    entropy_coef=self.config.entropy_coef, num_tokens=total)
+            m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
+            for key, value in m.items():
+                sums[key] += value * batch.num_tokens
+            self.engine.backward(loss, scale_wrt_gas=False)
+            loss_sum += float(loss.item())
+            if last and self.engine.zero_optimization_stage() == 0:
+                grad_norm = self._local_grad_norm()
+            self.engine.step()
+        if grad_norm is None:
+            grad_norm = self.engine.get_global_grad_norm()
+        metrics = {key: value / max(total, 1) for key, value in sums.items()}
+        if batches[0].ref_logprobs is None:
+            metrics.pop("kl_ref")
+        metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+                       lr=float(self.engine.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
+                       step=self.step)
+        return metrics
+
+    def _check_same_micro_batches(self, count: int) -> None:
+        """ZeRO 2/3 reduce inside backward: ranks with different micro-batch counts would hang."""
+        if self.world_size == 1:
+            return
+        t = torch.tensor([count, -count], dtype=torch.long, device=self.engine.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        if int(t[0]) != -int(t[1]):
+            raise ValueError(f"train_step: ranks passed between {-int(t[1])} and {int(t[0])} micro-batches; "
+                             f"give every rank the same number of samples (e.g. {self.samples_per_step})")
+
+    def _local_grad_norm(self) -> float:
+        norms = [p.grad.detach().float().norm() for p in self.module.parameters() if p.grad is not None]
+        return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+    def _gathered(self, params):
+        """Full parameter values inside the block (ZeRO-3 partitions them; other stages hold them)."""
+        if self.engine.zero_optimization_stage() != 3:
+            return contextlib.nullcontext()
+        import deepspeed
+
+        unique = list({id(p): p for p in params}.values())
+        return deepspeed.zero.GatheredParameters(unique, modifier_rank=None)
+
+    def save_checkpoint(self, dir: Path, client_state: dict) -> None:
+        self.engine.save_checkpoint(str(dir), tag=CKPT_TAG, client_state={CLIENT_KEY: dict(client_state)})
+
+    def load_checkpoint(self, dir: Path) -> dict:
+        if not (Path(dir) / CKPT_TAG).is_dir():
+            raise NotFoundError(f"no DeepSpeed checkpoint under {dir} (expected {Path(dir) / CKPT_TAG})",
+                                "point at a directory written by save_checkpoint, or start without resuming")
+        path, client = self.engine.load_checkpoint(str(dir), tag=CKPT_TAG)
+        if path is None:
+            raise NotFoundError(f"DeepSpeed could not load the checkpoint under {dir}",
+                                "check that every rank sees the directory and that the world size matches")
+        return dict((client or {}).get(CLIENT_KEY, {}))
+
+    def export_weights(self, dir: Path) -> Path:
+        from agentrl_cli.model.tiny import save_model_dir
+
+        with self._gathered(list(self.module.parameters())):
+            if self.rank == 0:
+                save_model_dir(self.module, self.tokenizer, Path(dir), {"kind": "export", "step": self.step})
+        if self.world_size > 1:
+            torch.distributed.barrier()
+        return Path(dir)
+
+    def parameter_names(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, full shape) of every parameter, tied ones under each of their names."""
+        return [(name, tuple(getattr(p, "ds_shape", p.shape))) for name, p in self.module.named_parameters(remove_duplicate=False)]
+
+    def named_parameter_sample(self, names: list[str], n: int) -> dict[str, list[float]]:
+        params = dict(self.module.named_parameters(remove_duplicate=False))
+        missing = [name for name in names if name not in params]
+        if missing:
+            raise KeyError(f"no parameter named {missing}; some that exist: {sorted(params)[:5]}")
+        with self._gathered([params[name] for name in names]):
+            return {name: params[name].detach().flatten()[:n].float().cpu().tolist() for name in names}
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None and hasattr(engine, "destroy"):
+            engine.destroy()
+        self.engine = None
+        self._pg.close()

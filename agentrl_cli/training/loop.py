@@ -1,0 +1,263 @@
+"""One training run: inference servers, rollout controller, DeepSpeed GRPO trainer, verified weight
+sync and checkpoints, joined by the bounded buffer (DESIGN §1). This module is the runbook of a
+run; the parts live in `rollout/`, `training/` and `inference/`.
+
+Modes: `async` keeps the rollout running while the trainer steps (bounded by `rollout.max_staleness`);
+`sync` generates the step's groups, then trains. Every step appends a row to the run's
+`metrics.jsonl`: losses and diagnostics, reward, phase times (sampling wait, training, sync),
+counters (tokens, buffer fill, staleness drops, goodput). Resume picks the newest complete
+checkpoint and restores the model, optimizer, step, weight version, sampler position and RNGs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
+from agentrl_cli.training.grpo import Sample, group_advantages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    steps: int
+    start_step: int
+    version: int
+    metrics: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    checkpoints: list[str] = field(default_factory=list)
+    syncs: list[dict] = field(default_factory=list)
+    counters: dict = field(default_factory=dict)
+    timers: dict = field(default_factory=dict)
+    resumed_from: str | None = None
+
+
+def samples_per_step(cfg) -> int:
+    t = cfg.training
+    return t.micro_batch_size * t.gradient_accumulation_steps * t.world_size
+
+
+class TrainingRun:
+    """`await run(steps=…)`; call `close()` (or use `async with`)."""
+
+    def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = "train",
+                 progress: Callable[[str], None] = lambda msg: None) -> None:
+        self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
+        self.progress = progress
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.servers: list = []
+        self.controller = self.backend = self.client = self.writer = None
+
+    # ---- setup -----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from transformers import AutoTokenizer
+
+        from agentrl_cli.data.writer import open_writer
+        from agentrl_cli.inference.client import InferenceClient
+        from agentrl_cli.inference.launcher import launch
+        from agentrl_cli.reward.client import reward_client
+        from agentrl_cli.rollout.buffer import TrajectoryBuffer
+        from agentrl_cli.rollout.controller import RolloutController
+        from agentrl_cli.rollout.sampler import TaskSampler
+        from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+        from agentrl_cli.training.weight_sync import make_weight_sync
+        from harnesses.tasks import load_tasks
+
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.progress("starting inference servers")
+        self.servers, urls = await asyncio.to_thread(launch, cfg, str(self.model_path), self.run_dir / "logs")
+        self.client = InferenceClient(urls, timeout_s=cfg.rollout.step_timeout_seconds * 4)
+        self.progress("starting the trainer (DeepSpeed)")
+        self.backend = await asyncio.to_thread(DeepSpeedBackend, str(self.model_path), cfg.training)
+        self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.training.keep_last_checkpoints)
+        self.sync = make_weight_sync(cfg.training.weight_sync, self.client, self.run_dir / "weights")
+        train = [h for h in cfg.harnesses if not h.held_out]
+        self.sampler = TaskSampler({h.name: load_tasks(h.name, "train") for h in train}, {h.name: h.weight for h in train},
+                                   group_size=cfg.rollout.group_size, seed=cfg.rollout.seed, curriculum=cfg.rollout.curriculum)
+        self.buffer = TrajectoryBuffer(cfg.rollout.buffer_size, cfg.rollout.max_staleness, cfg.rollout.group_size)
+        self.writer = open_writer(cfg.data)
+        self.reward = reward_client(cfg)
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.controller = RolloutController(cfg, self.client, tokenizer, self.reward, self.sampler, self.buffer,
+                                            run_id=self.run_id, writer=self.writer, phase=self.phase)
+        self.step, self.version, self.resumed_from = 0, 0, None
+        latest = self.ckpt.latest() if cfg.training.resume_from_latest else None
+        if latest is not None:
+            self.progress(f"resuming from {latest.name}")
+            state = await asyncio.to_thread(self.backend.load_checkpoint, latest / "engine")
+            self.step, self.version = int(state["step"]), int(state["version"])
+            self.sampler.load_state_dict(state["sampler"])
+            set_rng_state(state["rng"])
+            await self._reload_buffer(state.get("buffer", {}).get("pending", []))
+            # episodes in flight at the checkpoint run again first, and every draw repeated after the
+            # resume (same group ids, same trajectory ids) reuses a stored trajectory instead of storing it twice
+            self.controller.restore(state.get("inflight", []))
+            self.controller.stored_ids = await asyncio.to_thread(self._stored_ids)
+            self.controller.fetch = self._fetch
+            self.resumed_from = latest.name
+            await self.sync.sync(self.backend, self.version)
+
+    async def __aenter__(self) -> "TrainingRun":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self.controller is not None:
+            self.controller.close()
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001 - the run's own error matters more
+                log.exception("flushing trajectories failed")
+        if self.client is not None:
+            await self.client.close()
+        if self.backend is not None:
+            self.backend.close()
+        for s in self.servers:
+            s.stop()
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def _stored_ids(self) -> set[str]:
+        import pyarrow.compute as pc
+
+        table = self.writer.store.read_table(pc.field("run_id") == self.run_id)
+        return set(table.column("trajectory_id").to_pylist())
+
+    def _fetch(self, tid: str):
+        from agentrl_cli.data.writer import find_trajectory
+
+        return find_trajectory(self.writer.store, tid)
+
+    async def _reload_buffer(self, ids: list[str]) -> set[str]:
+        """Put the checkpoint's untrained episodes back into the buffer, from the store; returns the
+        ids found."""
+        import pyarrow.compute as pc
+
+        from agentrl_cli.data.writer import read_records
+        from agentrl_cli.rollout.buffer import Episode
+        from agentrl_cli.rollout.controller import version_number
+
+        if not ids:
+            return set()
+        records = await asyncio.to_thread(read_records, self.writer.store, pc.field("trajectory_id").isin(ids))
+        for r in sorted(records, key=lambda r: ids.index(r.trajectory_id)):
+            masked = r.reward_status == "infra_error"
+            await self.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first), None if masked else r.reward,
+                                          tokens=r.completion_tokens))
+        return {r.trajectory_id for r in records}
+
+    def _samples(self, groups) -> tuple[list[Sample], dict]:
+        eps = [e for g in groups for e in g]
+        adv = group_advantages([e.reward for e in eps], [e.group_id for e in eps])
+        samples = [Sample(token_ids=e.record.token_ids, loss_mask=e.record.loss_mask, logprobs=e.record.logprobs, advantage=a)
+                   for e, a in zip(eps, adv) if e.reward is not None]
+        rewards = [e.reward for e in eps if e.reward is not None]
+        stats = {"reward/mean": statistics.fmean(rewards) if rewards else None,
+                 "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+                 "reward/success_rate": sum(e.record.outcome == "success" for e in eps) / len(eps) if eps else None,
+                 "reward/masked": sum(e.reward is None for e in eps),
+                 "rollout/staleness_mean": statistics.fmean(self.version - e.version for e in eps) if eps else None,
+                 "tokens/trained": sum(e.tokens for e in eps)}
+        return samples, stats
+
+    async def run(self, steps: int, *, deadline_s: float | None = None, eval_tasks: dict | None = None,
+                  eval_every: int | None = None, on_step: Callable[[dict], None] = lambda row: None) -> RunSummary:
+        cfg = self.cfg
+        summary = RunSummary(steps=0, start_step=self.step, version=self.version, resumed_from=self.resumed_from)
+        groups_per_step = max(1, math.ceil(samples_per_step(cfg) / cfg.rollout.group_size))
+        stop = asyncio.Event()
+        t_start = time.perf_counter()
+        rollout = None
+        if cfg.rollout.mode == "async":
+            rollout = asyncio.create_task(self.controller.run(stop))
+        if eval_tasks:
+            summary.evals.append(await self._evaluate(eval_tasks))
+        try:
+            while self.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
+                t0 = time.perf_counter()
+                if rollout is None:  # sync mode: generate this step's groups, then train
+                    await self.controller.run(asyncio.Event(), max_groups=groups_per_step)
+                groups = await self.buffer.take(groups_per_step, self.version, timeout=cfg.rollout.step_timeout_seconds * 10)
+                if not groups:
+                    raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
+                t1 = time.perf_counter()
+                samples, stats = self._samples(groups)
+                metrics = await asyncio.to_thread(self.backend.train_step, samples) if samples else {}
+                t2 = time.perf_counter()
+                self.step += 1
+                sync_s = 0.0
+                if self.step % cfg.rollout.weight_sync_interval_steps == 0:
+                    self.version += 1
+                    entry = await self.sync.sync(self.backend, self.version)
+                    summary.syncs.append(entry)
+                    sync_s = entry["seconds"]
+                if self.step % cfg.training.checkpoint_interval_steps == 0 or self.step == steps:
+                    summary.checkpoints.append(await self._checkpoint())
+                row = self._row(metrics, stats, t1 - t0, t2 - t1, sync_s, time.perf_counter() - t_start)
+                self._log(row)
+                summary.metrics.append(row)
+                on_step(row)
+                if eval_tasks and eval_every and self.step % eval_every == 0:
+                    summary.evals.append(await self._evaluate(eval_tasks))
+        finally:
+            stop.set()
+            if rollout is not None:
+                await rollout
+        if eval_tasks:
+            summary.evals.append(await self._evaluate(eval_tasks))
+        summary.steps, summary.version = self.step, self.version
+        summary.counters = dict(self.controller.counters) | {f"buffer/{k}": v for k, v in self.buffer.counters.items()}
+        summary.timers = {k: round(v, 3) for k, v in self.controller.timers.items()}
+        return summary
+
+    def _row(self, metrics: dict, stats: dict, wait_s: float, train_s: float, sync_s: float, elapsed: float) -> dict:
+        c = self.controller.counters
+        generated = c.get("tokens_generated", 0)
+        row = {"step": self.step, "version": self.version, "elapsed_s": round(elapsed, 2),
+               **{f"train/{k}": v for k, v in metrics.items()}, **stats,
+               "time/sampling_wait_s": round(wait_s, 3), "time/train_s": round(train_s, 3), "time/sync_s": round(sync_s, 3),
+               "rollout/tokens_generated": generated, "rollout/in_flight": self.controller.in_flight,
+               "rollout/buffer_fill": len(self.buffer), "rollout/dropped_stale": self.buffer.counters["dropped_stale"],
+               "rollout/backpressure_waits": c.get("backpressure_waits", 0),
+               "rollout/env_failures": c.get("termination_error", 0) + c.get("termination_timeout", 0),
+               "rollout/episode_errors": c.get("episode_errors", 0)}
+        self._trained_tokens = getattr(self, "_trained_tokens", 0) + (stats.get("tokens/trained") or 0)
+        row["rollout/goodput"] = round(self._trained_tokens / generated, 4) if generated else None
+        row["train/mismatch_kl"] = metrics.get("mismatch_kl")
+        return row
+
+    def _log(self, row: dict) -> None:
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(row, default=float) + "\n")
+
+    async def _checkpoint(self) -> str:
+        # one event-loop turn (no await): every finished episode is published and either in the buffer
+        # snapshot or still in flight; resume reloads the one and re-runs the other
+        self.writer.flush()
+        state = {"step": self.step, "version": self.version, "sampler": self.sampler.state_dict(), "rng": rng_state(),
+                 "buffer": self.buffer.state_dict(), "inflight": self.controller.snapshot()}
+        path = await asyncio.to_thread(self.ckpt.save, self.step,
+                                       lambda d: self.backend.save_checkpoint(d / "engine", state),
+                                       {"version": self.version, "run_id": self.run_id})
+        return path.name
+
+    async def _evaluate(self, eval_tasks: dict) -> dict:
+        out = {"step": self.step, "version": self.version}
+        for name, tasks in eval_tasks.items():
+            out[name] = await self.controller.evaluate(tasks, temperature=0.0)
+        return out

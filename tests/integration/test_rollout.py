@@ -1,0 +1,141 @@
+"""The rollout against the real embedded inference server (a random tiny model): episodes of real
+harnesses, exact token bookkeeping (the stored tokens are the chat template's rendering of the
+conversation; the loss mask covers exactly the generated tokens), reward and store wiring, GRPO
+groups, staleness drops and backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from agentrl_cli.config import load_config
+from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.inference.client import InferenceClient
+from agentrl_cli.inference.engine import HFEngine
+from agentrl_cli.inference.hf_server import create_app
+from agentrl_cli.reward.client import LocalRewardClient
+from agentrl_cli.reward.scorer import Scorer
+from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.rollout.controller import RolloutController
+from agentrl_cli.rollout.sampler import TaskSampler
+from agentrl_cli.serving import ServerThread
+from harnesses.tasks import load_tasks
+from tests.integration.conftest import needs_bwrap
+
+pytestmark = [pytest.mark.integration, needs_bwrap]
+
+
+@pytest.fixture(scope="module")
+def server(random_model_dir):
+    engine = HFEngine(random_model_dir, batch_window_ms=5, weight_version="3")
+    srv = ServerThread(create_app(engine), name="hf").start()
+    yield srv
+    srv.stop()
+    engine.close()
+
+
+def make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like", "terminal_like"), **rollout):
+    sets = [f"rollout.{k}={v}" for k, v in {"concurrency": 8, "group_size": 2, "max_steps_per_trajectory": 3,
+                                             "buffer_size": 16, **rollout}.items()]
+    cfg = load_config(None, sets + ["inference.max_new_tokens=24"], env={}).config
+    sampler = TaskSampler({h: load_tasks(h, "train") for h in harnesses}, group_size=cfg.rollout.group_size, seed=7)
+    buffer = TrajectoryBuffer(cfg.rollout.buffer_size, cfg.rollout.max_staleness, cfg.rollout.group_size)
+    writer = TrajectoryWriter(LocalStore(tmp_path / "store"))
+    ctl = RolloutController(cfg, InferenceClient(server.url), AutoTokenizer.from_pretrained(random_model_dir),
+                            LocalRewardClient(Scorer()), sampler, buffer, run_id="t", writer=writer)
+    return ctl, writer
+
+
+def test_episodes_flow_into_the_buffer_and_the_store_with_exact_tokens(server, random_model_dir, tmp_path):
+    ctl, writer = make_controller(server, random_model_dir, tmp_path)
+    tok = ctl.tokenizer
+
+    async def go():
+        await ctl.run(asyncio.Event(), max_groups=3)
+        return await ctl.buffer.take(3, current_version=3, timeout=5)
+    try:
+        groups = asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    assert len(groups) == 3 and all(len(g) == 2 and len({e.group_id for e in g}) == 1 for g in groups)
+    for group in groups:
+        for ep in group:
+            r = ep.record
+            ids, mask, lps = np.asarray(r.token_ids), np.asarray(r.loss_mask), np.asarray(r.logprobs)
+            assert len(ids) == len(mask) == len(lps) and mask.sum() == r.completion_tokens > 0
+            assert (lps[mask == 0] == 0).all() and (lps[mask == 1] <= 0).all()
+            # the tokens are the template's rendering of the conversation, turn by turn
+            text = tok.decode(ids.tolist(), skip_special_tokens=False)
+            assert text.startswith("<|im_start|>system\n") and r.steps[0].action in text
+            for step in r.steps[:-1]:
+                assert f"<tool_response>\n{step.observation}\n</tool_response>" in text
+            assert r.policy_version_first == "3" and ep.version == 3
+            assert r.reward_status in ("ok", "fail") and r.turns == len(r.steps) >= 1
+    stored = read_records(ctl.writer.store)
+    assert len(stored) == 6 and {s.group_id for s in stored} == {g[0].group_id for g in groups}
+    assert ctl.counters["tokens_generated"] == sum(e.record.completion_tokens for g in groups for e in g)
+
+
+def test_the_step_limit_is_recorded_as_truncated(server, random_model_dir, tmp_path):
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), max_steps_per_trajectory=1)
+    try:
+        asyncio.run(ctl.run(asyncio.Event(), max_groups=2))
+    finally:
+        ctl.close()
+        writer.close()
+    outcomes = {r.outcome for r in read_records(writer.store)}
+    assert ctl.counters["termination_truncated"] + ctl.counters["termination_done"] == 4
+    assert outcomes <= {"truncated", "success", "fail", "partial"}
+
+
+def test_backpressure_never_lets_the_buffer_overflow(server, random_model_dir, tmp_path):
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), buffer_size=4,
+                                  concurrency=4)
+    seen = []
+
+    async def go():
+        stop = asyncio.Event()
+        runner = asyncio.create_task(ctl.run(stop, max_groups=6))
+        taken = 0
+        while taken < 6:
+            seen.append(len(ctl.buffer))
+            groups = await ctl.buffer.take(1, current_version=3, timeout=30)
+            taken += len(groups)
+        stop.set()
+        await runner
+    try:
+        asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    assert max(seen) <= 4 and ctl.counters["backpressure_waits"] > 0
+
+
+def test_stale_groups_are_dropped_and_counted():
+    buf = TrajectoryBuffer(capacity=16, max_staleness=2, group_size=2)
+
+    async def go():
+        for gid, version in (("old", 0), ("old", 1), ("fresh", 2), ("fresh", 3)):
+            await buf.put(Episode(gid, record=None, version=version, reward=1.0))
+        return await buf.take(2, current_version=3, timeout=0.1)
+    groups = asyncio.run(go())
+    assert [g[0].group_id for g in groups] == ["fresh"] and buf.counters["dropped_stale"] == 2
+
+
+def test_sampler_resumes_at_the_same_position():
+    tasks = {"a": load_tasks("terminal_like", "train"), "b": load_tasks("tool_api_like", "train")}
+    s1 = TaskSampler(tasks, {"a": 2, "b": 1}, group_size=3, seed=11, curriculum=True)
+    for _ in range(5):
+        s1.next_group()
+    s1.record(tasks["a"][0], True)
+    state = s1.state_dict()
+    expected = [[(d.task.task_id, d.seed) for d in s1.next_group()] for _ in range(5)]
+    s2 = TaskSampler(tasks, {"a": 2, "b": 1}, group_size=3, seed=11, curriculum=True)
+    s2.load_state_dict(state)
+    assert [[(d.task.task_id, d.seed) for d in s2.next_group()] for _ in range(5)] == expected
+    assert len({d.group_id for d in s2.next_group()}) == 1
