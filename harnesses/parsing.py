@@ -63,7 +63,8 @@ def parse_answer(text: str) -> str | None:
         return tag[-1].strip()
     text_wo_calls = _TOOL_CALL.sub("", text)
     m = _ANSWER.search(text_wo_calls)
-    return m.group(1).strip().splitlines()[0].strip() if m else None
+    lines = m.group(1).strip().splitlines() if m else []
+    return lines[0].strip() if lines else None  # "ANSWER:" with nothing after it is no answer
 
 
 def answers_match(given: str | None, expected) -> bool:

@@ -129,7 +129,8 @@ def _short(ctx: StageContext, path) -> list[Check]:
     state: dict = {}
 
     def go() -> Check:
-        s = _train(ctx, cfg, path, steps=10 ** 6, deadline_s=minutes * 60, eval_tasks=_eval_tasks(cfg), eval_every=10)
+        s = _train(ctx, cfg, path, steps=10 ** 6, deadline_s=minutes * 60, eval_tasks=_eval_tasks(cfg),
+                   eval_every=cfg.stages.short_eval_every_steps)
         state["s"] = s
         return Check("trained", "pass", {"steps": s.steps, "minutes": minutes}, f"trains for {minutes:g} minutes")
 

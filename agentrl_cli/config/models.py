@@ -208,6 +208,7 @@ class StageThresholds(Section):
     data_min_compression_ratio: float = Field(2.0, ge=1, description="Stage 7: minimum Parquet compression ratio")
     smoke_steps: int = Field(20, ge=1, description="Stage 8 smoke: trainer steps")
     short_minutes: float = Field(15.0, gt=0, description="Stage 8 short: time budget in minutes")
+    short_eval_every_steps: int = Field(40, ge=1, description="Stage 8 short: trainer steps between evaluations (the curve)")
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
     baseline_max_drift: float = Field(0.5, gt=0, description="verify: largest relative deviation from the stage-0 baseline")
     cross_harness_max_drop: float = Field(0.3, ge=0, le=1, description="verify: largest held-out vs training score drop")

@@ -183,9 +183,12 @@ class RolloutController:
     async def evaluate(self, tasks, temperature: float = 0.0) -> dict:
         """Success rate of `tasks` (greedy by default); not stored, not buffered."""
         results = await asyncio.gather(*(self.play(Draw(t, f"eval-{i}", 0, i), temperature=temperature, store=False)
-                                         for i, t in enumerate(tasks)))
-        wins = sum(s.outcome == "success" for _, s, _ in results)
-        return {"n": len(tasks), "success": wins, "success_rate": wins / len(tasks) if tasks else 0.0}
+                                         for i, t in enumerate(tasks)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        for exc in errors[:3]:
+            log.error("evaluation episode failed: %r", exc)
+        wins = sum(not isinstance(r, BaseException) and r[1].outcome == "success" for r in results)
+        return {"n": len(tasks), "success": wins, "success_rate": wins / len(tasks) if tasks else 0.0, "errors": len(errors)}
 
     def snapshot(self) -> list[dict]:
         """The episodes started but not finished: a resumed controller runs them again first (same

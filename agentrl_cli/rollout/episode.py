@@ -118,6 +118,12 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             result.step_times.append((started, utcnow()))
             result.termination = "timeout"
             break
+        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode as `error`, never the run
+            obs = Observation(text=f"harness error: {type(exc).__name__}: {exc}", status="error", done=True)
+            traj.observations.append(obs)
+            result.step_times.append((started, utcnow()))
+            result.termination, result.error = "error", f"{type(exc).__name__}: {exc}"
+            break
         traj.observations.append(obs)
         result.step_times.append((started, utcnow()))
         if obs.done:

@@ -90,7 +90,8 @@ class TrainingRun:
         self.reward = reward_client(cfg)
         tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.controller = RolloutController(cfg, self.client, tokenizer, self.reward, self.sampler, self.buffer,
-                                            run_id=self.run_id, writer=self.writer, phase=self.phase)
+                                            run_id=self.run_id, writer=self.writer, phase=self.phase,
+                                            temperature=cfg.inference.temperature)
         self.step, self.version, self.resumed_from = 0, 0, None
         latest = self.ckpt.latest() if cfg.training.resume_from_latest else None
         if latest is not None:

@@ -26,16 +26,17 @@ from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.training.grpo import Sample, group_advantages
 
 
-def synthetic_samples(rank: int, step: int, count: int, vocab: int, seed: int = 0) -> list[Sample]:
+def synthetic_samples(rank: int, step: int, count: int, vocab: int, seed: int = 0, length: int | None = None) -> list[Sample]:
     """`count` samples for (rank, step), the same every run: pairs share a group, one of each pair
-    failed (reward 0) and one succeeded (reward 1), so every step carries a learning signal."""
+    failed (reward 0) and one succeeded (reward 1), so every step carries a learning signal.
+    `length` fixes every sample's length (equal token counts per rank: comparable to one rank)."""
     rng = np.random.default_rng([seed, rank, step])
     rewards: list[float | None] = [float(i % 2) for i in range(count)]
     groups = [f"r{rank}s{step}g{i // 2}" for i in range(count)]
     advantages = group_advantages(rewards, groups)
     samples = []
     for adv in advantages:
-        n = int(rng.integers(12, 25))
+        n = int(rng.integers(12, 25)) if length is None else length
         ids = rng.integers(0, vocab, size=n)
         mask = np.zeros(n, dtype=np.int8)
         mask[4:] = 1                      # prompt: first 4 tokens
@@ -56,7 +57,7 @@ def parameter_digest(backend) -> str:
     return digest.hexdigest()
 
 
-def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_rank: int) -> dict:
+def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_rank: int, length: int | None = None) -> dict:
     import torch
 
     from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
@@ -65,7 +66,7 @@ def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_
     try:
         vocab = len(backend.tokenizer)
         initial = parameter_digest(backend)
-        history = [backend.train_step(synthetic_samples(backend.rank, step, samples_per_rank, vocab, config.seed))
+        history = [backend.train_step(synthetic_samples(backend.rank, step, samples_per_rank, vocab, config.seed, length))
                    for step in range(steps)]
         mine = {"rank": backend.rank, "metrics": history, "param_sha256": parameter_digest(backend), "param_sha256_initial": initial,
                 "optimizer_steps": backend.step}
@@ -90,12 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples-per-rank", type=int, default=4, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument("--length", type=int, default=None, help="fix every sample's length (default: 12-24 tokens)")
     parser.add_argument("--dist-backend", default="gloo", choices=["auto", "gloo", "nccl"], help="collective backend")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = TrainingConfig(zero_stage=args.zero_stage, micro_batch_size=args.micro_batch_size, learning_rate=args.lr,
                             seed=args.seed, dist_backend=args.dist_backend)
-    run(args.model, args.steps, args.out, config, args.samples_per_rank)
+    run(args.model, args.steps, args.out, config, args.samples_per_rank, args.length)
     return 0
 
 

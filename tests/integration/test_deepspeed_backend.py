@@ -222,3 +222,31 @@ def test_two_ranks_under_torchrun_end_with_identical_parameters(model_dir, tmp_p
     losses = [[m["loss"] for m in r["metrics"]] for r in (r0, r1)]
     assert all(math.isfinite(x) for x in losses[0] + losses[1])
     assert losses[0] != losses[1]  # each rank trained on its own shard
+
+
+def test_two_ranks_lose_the_same_as_one_rank_on_the_same_data(model_dir, tmp_path):
+    """ZeRO-2 over two gloo ranks, each on half the samples, against one rank on all of them: equal
+    token counts per rank make the mean of the ranks' losses the one-rank loss, step by step."""
+    from agentrl_cli.training.worker import synthetic_samples
+
+    out = tmp_path / "ranks.json"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1", "--master_addr", "127.0.0.1",
+           "--master_port", str(free_port()), "-m", "agentrl_cli.training.worker", "--model", str(model_dir), "--steps", "3",
+           "--out", str(out), "--zero-stage", "2", "--samples-per-rank", "4", "--micro-batch-size", "4", "--length", "16"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r0, r1 = json.loads(out.read_text())["ranks"]
+    two = [(a["loss"] + b["loss"]) / 2 for a, b in zip(r0["metrics"], r1["metrics"])]
+
+    one = DeepSpeedBackend(model_dir, TrainingConfig(zero_stage=2, micro_batch_size=8, learning_rate=1e-3))
+    try:
+        vocab = len(one.tokenizer)
+        single = [one.train_step(synthetic_samples(0, s, 4, vocab, 0, 16) + synthetic_samples(1, s, 4, vocab, 0, 16))["loss"]
+                  for s in range(3)]
+    finally:
+        one.close()
+    assert single == pytest.approx(two, rel=1e-4, abs=1e-6)
+    assert len(set(round(x, 6) for x in single)) > 1  # the model moved between steps

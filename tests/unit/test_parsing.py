@@ -43,3 +43,9 @@ def test_answers_match_numbers_and_text():
     assert answers_match("42", 42) and answers_match("42.0", 42) and answers_match("1,234", 1234)
     assert not answers_match("41", 42) and not answers_match(None, 42) and not answers_match("x", 42)
     assert answers_match(" done ", "done")
+
+
+def test_an_answer_line_with_nothing_after_it_is_no_answer():
+    from harnesses.parsing import parse_answer
+
+    assert parse_answer("ANSWER: ") is None and parse_answer("ANSWER:\n\n") is None and parse_answer("ANSWER: 7") == "7"
