@@ -139,3 +139,25 @@ def test_sampler_resumes_at_the_same_position():
     s2.load_state_dict(state)
     assert [[(d.task.task_id, d.seed) for d in s2.next_group()] for _ in range(5)] == expected
     assert len({d.group_id for d in s2.next_group()}) == 1
+
+
+def test_reward_service_down_masks_episodes_and_the_rollout_continues(server, random_model_dir, tmp_path):
+    """SECURITY row 24: bounded retries with backoff, then infra_error; episodes are masked, not zeroed."""
+    from agentrl_cli.reward.client import HttpRewardClient
+    from tests.conftest import free_port
+
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",))
+    ctl.reward = HttpRewardClient(f"http://127.0.0.1:{free_port()}", timeout_s=1.0, max_retries=2, backoff_s=0.01)
+
+    async def go():
+        await ctl.run(asyncio.Event(), max_groups=2)
+        return await ctl.buffer.take(2, current_version=3, timeout=5)
+    try:
+        groups = asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    episodes = [e for g in groups for e in g]
+    assert len(episodes) == 4 and all(e.reward is None for e in episodes)  # masked for the trainer
+    assert ctl.counters["reward_infra_error"] == 4 and ctl.reward.counters["retries"] == 8
+    assert {r.reward_status for r in read_records(writer.store)} == {"infra_error"}
