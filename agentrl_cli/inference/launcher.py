@@ -99,13 +99,24 @@ def check_sglang(python: str) -> None:
                                    "on a CPU box use inference.engine: hf")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the launching thread dies (Linux), so a server a run
+    started never outlives the run, even when the run is SIGKILLed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _start(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None) -> ServerProcess:
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
     log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})
+                                env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
     finally:
         log.close()
     return ServerProcess(name, url, proc, log_path)

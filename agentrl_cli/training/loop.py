@@ -76,7 +76,8 @@ class TrainingRun:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress("starting inference servers")
-        self.servers, urls = await asyncio.to_thread(launch, cfg, str(self.model_path), self.run_dir / "logs")
+        # in this (the main) thread: servers get SIGTERM when the thread that started them dies
+        self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs")
         self.client = InferenceClient(urls, timeout_s=cfg.rollout.step_timeout_seconds * 4)
         self.progress("starting the trainer (DeepSpeed)")
         self.backend = await asyncio.to_thread(DeepSpeedBackend, str(self.model_path), cfg.training)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -102,6 +103,16 @@ def test_sigkill_mid_run_resumes_from_the_last_complete_checkpoint(tmp_path, ran
         os.killpg(proc.pid, signal.SIGKILL)  # the trainer and its inference server
     finally:
         proc.wait(timeout=60)
+    # the inference server the killed run started does not outlive it
+    port_open = True
+    end = time.monotonic() + 30
+    while port_open and time.monotonic() < end:
+        try:
+            socket.create_connection(("127.0.0.1", cfg.inference.port), timeout=0.5).close()
+            time.sleep(0.1)
+        except OSError:
+            port_open = False
+    assert not port_open, "the inference server survived the SIGKILLed run"
     latest = pointer.read_text().strip()
     state_step = int(latest.split("-")[1])
     out = tmp_path / "b.json"
