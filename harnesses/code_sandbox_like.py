@@ -17,6 +17,7 @@ import json
 import re
 
 from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCall, Trajectory
+from agentrl_cli.reward.verifiers import tampered
 from harnesses.parsing import parse_fenced, parse_tool_calls
 from harnesses.sandboxed import SandboxHarness, exec_observation, function_tool
 
@@ -81,16 +82,10 @@ class CodeSandboxLike(SandboxHarness):
         if self.sandbox is None or not tests:
             return 0.0
         ev = self.evidence(trajectory)
-        if tampered(ev) or ev.files.get("solution.py") is None:
+        if tampered(ev.files, ev.protected) or ev.files.get("solution.py") is None:
             return 0.0
         result = run_hidden_tests(self._provider, ev.files["solution.py"], tests, timeout_s=self.step_timeout_s)
         return 0.0 if result["early_exit"] else result["score"]
-
-
-def tampered(ev: Evidence) -> list[str]:
-    """Protected files that were edited or deleted."""
-    return [p for p, digest in sorted(ev.protected.items())
-            if ev.files.get(p) is None or hashlib.sha256(ev.files[p]).hexdigest() != digest]
 
 
 def run_hidden_tests(provider, source: bytes, tests: list[dict], timeout_s: float = 10.0) -> dict:
