@@ -164,7 +164,7 @@ class TrajectoryRecord:
 
     @property
     def date(self) -> str:
-        return self.started_at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d")
+        return self.started_at.astimezone(dt.timezone.utc).date().isoformat()
 
     def to_row(self) -> dict:
         """The row as the writer takes it: plain values, steps and artifacts as dicts; numeric
@@ -203,6 +203,8 @@ NUMERIC_LISTS = {"token_ids": np.dtype("<i4"), "loss_mask": np.dtype("|i1"), "lo
 def as_array(value, dtype: np.dtype, name: str = "array") -> np.ndarray:
     """`value` (numpy array or list of numbers) as a 1-d array of `dtype`, refusing what would change
     a value: strings, fractional numbers for an integer dtype, integers outside its range."""
+    if type(value) is np.ndarray and value.dtype == dtype and value.ndim == 1:
+        return value  # the rollout's own arrays: nothing to check or convert
     arr = value if isinstance(value, np.ndarray) else np.asarray(list(value))
     if arr.size == 0:
         return np.zeros(0, dtype=dtype)
