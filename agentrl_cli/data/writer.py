@@ -78,6 +78,9 @@ class TrajectoryWriter:
         self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0}
         self._buffers: dict[tuple[str, str], list[dict]] = {}
         self._lock = threading.Lock()  # guards stats and buffers while partitions flush in parallel
+        # One chunk is built (Python, GIL-bound) at a time: builders of parallel partitions would only
+        # trade the GIL back and forth, and starve the encoder threads that need it between C++ calls.
+        self._build_lock = threading.Lock()
 
     @property
     def buffered(self) -> int:
@@ -168,7 +171,8 @@ class TrajectoryWriter:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-encode") as encoder:
             try:
                 for start in range(0, len(items), CHUNK_ROWS):
-                    table, kept = self._chunk_table(items[start:start + CHUNK_ROWS])
+                    with self._build_lock:
+                        table, kept = self._chunk_table(items[start:start + CHUNK_ROWS])
                     if table is None:
                         continue
                     if writer is None:
