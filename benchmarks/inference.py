@@ -48,8 +48,8 @@ def in_process_rate(model, tokenizer, batch: list[list[int]], new_tokens: int) -
     return (out.shape[1] - width) * len(batch) / (time.perf_counter() - t0)
 
 
-async def served_rate(url: str, batch: list[list[int]], new_tokens: int) -> tuple[float, list[float]]:
-    client = InferenceClient(url, timeout_s=600)
+async def served_rate(client: InferenceClient, batch: list[list[int]], new_tokens: int) -> tuple[float, list[float]]:
+    """Tokens/s of `batch` sent at once through a long-lived client (as the rollout's), and latencies."""
     lat: list[float] = []
 
     async def one(i: int, p: list[int]) -> int:
@@ -60,9 +60,41 @@ async def served_rate(url: str, batch: list[list[int]], new_tokens: int) -> tupl
 
     t0 = time.perf_counter()
     tokens = sum(await asyncio.gather(*(one(i, p) for i, p in enumerate(batch))))
-    rate = tokens / (time.perf_counter() - t0)
-    await client.close()
-    return rate, lat
+    return tokens / (time.perf_counter() - t0), lat
+
+
+async def measure(url: str, model, tokenizer, args, figures: dict) -> None:
+    """Interleaved rounds per batch size; one client for the whole run, connections kept alive."""
+    client = InferenceClient(url, timeout_s=600)
+    try:
+        await served_rate(client, prompts(tokenizer, 2), 4)  # warm-up
+        in_process_rate(model, tokenizer, prompts(tokenizer, 2), 4)
+        for b in BATCHES:
+            batch = prompts(tokenizer, b)
+            served_runs, local_runs, ratios, lat = [], [], [], []
+            for r in range(args.rounds):  # interleaved, order alternating: noise hits both sides alike
+                if r % 2:
+                    local = in_process_rate(model, tokenizer, batch, args.new_tokens)
+                    served, lat_r = await served_rate(client, batch, args.new_tokens)
+                else:
+                    served, lat_r = await served_rate(client, batch, args.new_tokens)
+                    local = in_process_rate(model, tokenizer, batch, args.new_tokens)
+                served_runs.append(served)
+                local_runs.append(local)
+                ratios.append(served / local)
+                lat += lat_r
+            ratio = statistics.median(ratios)
+            target = b >= 32
+            figures[f"server_tokens_per_s_batch{b}"] = figure(statistics.median(served_runs), "tokens/s")
+            figures[f"in_process_tokens_per_s_batch{b}"] = figure(statistics.median(local_runs), "tokens/s")
+            figures[f"server_vs_in_process_batch{b}"] = figure(ratio, "x (median of rounds)", ">= 0.8" if target else None,
+                                                               ratio >= 0.8 if target else None)
+            figures[f"server_vs_in_process_batch{b}_min"] = figure(min(ratios), "x (worst round)")
+            if b == 64:
+                figures["latency_p50_at_64_concurrent"] = figure(percentile(lat, 0.5) * 1e3, "ms")
+                figures["latency_p99_at_64_concurrent"] = figure(percentile(lat, 0.99) * 1e3, "ms")
+    finally:
+        await client.close()
 
 
 def main() -> int:
@@ -84,32 +116,7 @@ def main() -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     figures: dict = {}
     try:
-        asyncio.run(served_rate(url, prompts(tokenizer, 2), 4))  # warm-up
-        in_process_rate(model, tokenizer, prompts(tokenizer, 2), 4)
-        for b in BATCHES:
-            batch = prompts(tokenizer, b)
-            served_runs, local_runs, ratios, lat = [], [], [], []
-            for r in range(args.rounds):  # interleaved, order alternating: noise hits both sides alike
-                if r % 2:
-                    local = in_process_rate(model, tokenizer, batch, args.new_tokens)
-                    served, lat_r = asyncio.run(served_rate(url, batch, args.new_tokens))
-                else:
-                    served, lat_r = asyncio.run(served_rate(url, batch, args.new_tokens))
-                    local = in_process_rate(model, tokenizer, batch, args.new_tokens)
-                served_runs.append(served)
-                local_runs.append(local)
-                ratios.append(served / local)
-                lat += lat_r
-            ratio = statistics.median(ratios)
-            target = b >= 32
-            figures[f"server_tokens_per_s_batch{b}"] = figure(statistics.median(served_runs), "tokens/s")
-            figures[f"in_process_tokens_per_s_batch{b}"] = figure(statistics.median(local_runs), "tokens/s")
-            figures[f"server_vs_in_process_batch{b}"] = figure(ratio, "x (median of rounds)", ">= 0.8" if target else None,
-                                                               ratio >= 0.8 if target else None)
-            figures[f"server_vs_in_process_batch{b}_min"] = figure(min(ratios), "x (worst round)")
-            if b == 64:
-                figures["latency_p50_at_64_concurrent"] = figure(percentile(lat, 0.5) * 1e3, "ms")
-                figures["latency_p99_at_64_concurrent"] = figure(percentile(lat, 0.99) * 1e3, "ms")
+        asyncio.run(measure(url, model, tokenizer, args, figures))
     finally:
         for s in servers:
             s.stop()

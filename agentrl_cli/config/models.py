@@ -56,6 +56,8 @@ class RolloutConfig(Section):
     max_steps_per_trajectory: int = Field(8, ge=1, le=10_000, description="Turn limit per episode; hitting it records `truncated`")
     step_timeout_seconds: float = Field(60.0, gt=0, le=86_400, description="Deadline for one environment step")
     allow_partial_resume: bool = Field(True, description="Resume interrupted generations from their saved token prefix")
+    resume_max_attempts: int = Field(8, ge=0, le=1000, description="Re-sends of one interrupted generation before its episode is infra_error")
+    resume_deadline_s: float = Field(300.0, gt=0, description="Seconds from a generation's first failure to giving up (covers a server restart)")
     weight_sync_interval_steps: int = Field(4, ge=1, description="Trainer steps between weight syncs to the inference servers")
     max_staleness: int = Field(2, ge=0, description="Drop trajectories more than this many policy versions old")
     batch_window_ms: float = Field(10.0, ge=0, le=10_000, description="Inference batching window: requests arriving within it share a forward pass")
@@ -143,6 +145,7 @@ class TrainingConfig(Section):
     weight_sync: Literal["disk", "distributed"] = Field("disk", description="Weight sync transport to the inference servers")
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON to start from (default: templates/deepspeed/zero<stage>.json)")
     seed: int = Field(1234, description="Seed for model init, sampling and data order")
+    watchdog_seconds: float = Field(300.0, gt=0, description="A component (server, harness, reward, train step) with work and no progress this long is flagged stuck")
 
 
 class S3Config(Section):

@@ -5,26 +5,52 @@ Token ids in, token ids + log-probs + finish reason + weight version out. Connec
 5xx answers are retried with exponential backoff, on another server when there are several;
 every request has a deadline. Without a router, requests are spread round-robin or to the server
 with the fewest requests in flight (`least_loaded`).
+
+Transport: aiohttp, one session per event loop (made on first use), keep-alive connections
+closed after 4 s idle, before the servers' 5 s (uvicorn's default) can close them under a request.
+httpx costs several times more client CPU per request; with 64 episodes answering at once
+that delayed the server's batch by 100-300 ms (measured for benchmarks/inference.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from agentrl_cli.errors import AgentrlError
 
 RETRYABLE_STATUS = {500, 502, 503, 504}
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # refused, reset, timed out
+KEEPALIVE_S = 4.0
+
+
+@dataclass
+class Reply:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.content)
 
 
 class InferenceError(AgentrlError):
     """A request failed for good (after retries, or with a 4xx that retrying cannot fix)."""
 
     exit_code = 1
+
+
+class InferenceUnreachable(InferenceError):
+    """Every attempt failed on the way (connection refused or reset, timeout, 5xx): the request may
+    succeed once a server is back (`rollout/resume.py` waits for that and resumes)."""
 
 
 @dataclass
@@ -89,13 +115,28 @@ class InferenceClient:
             raise ValueError("InferenceClient needs at least one server URL")
         if policy not in ("round_robin", "least_loaded"):
             raise ValueError(f"unknown policy {policy!r}; use round_robin or least_loaded")
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(timeout=timeout_s, headers=headers,
-                                       limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop = None
         self.timeout_s, self.max_retries, self.backoff_s, self.policy = timeout_s, max_retries, backoff_s, policy
         self._rr = itertools.cycle(range(len(self.urls)))
         self.in_flight = {u: 0 for u in self.urls}
         self.stats = {"requests": 0, "retries": 0, "failures": 0}
+        self.watchdog = None  # optional training.watchdog.Watchdog: per-server progress ("inference URL")
+
+    def _http(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S)
+            self._session, self._session_loop = aiohttp.ClientSession(connector=connector, headers=self._headers), loop
+        return self._session
+
+    async def _send(self, method: str, url: str, body: dict | None = None, timeout_s: float | None = None) -> Reply:
+        """One HTTP exchange; raises one of TRANSPORT_ERRORS when no answer came back in time."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        async with self._http().request(method, url, json=body, timeout=timeout) as r:
+            return Reply(r.status, await r.read())
 
     def _pick(self, exclude: set[str]) -> str:
         candidates = [u for u in self.urls if u not in exclude] or self.urls
@@ -122,11 +163,15 @@ class InferenceClient:
             server = self._pick(tried)
             self.in_flight[server] += 1
             t0 = time.perf_counter()
+            answered = False
+            if self.watchdog is not None:
+                self.watchdog.begin(f"inference {server}")
             try:
-                r = await self._http.post(server + path, json=body)
-            except httpx.TransportError as exc:  # connection refused/reset, timeouts
+                r = await self._send("POST", server + path, body)
+            except TRANSPORT_ERRORS as exc:  # connection refused/reset, timeouts
                 last = f"{server}: {type(exc).__name__}: {exc}"
             else:
+                answered = r.status_code not in RETRYABLE_STATUS
                 if r.status_code < 400:
                     return r.json(), server, time.perf_counter() - t0, attempt
                 last = f"{server}: HTTP {r.status_code}: {r.text[:300]}"
@@ -135,34 +180,78 @@ class InferenceClient:
                     raise InferenceError(f"inference request rejected: {last}", "fix the request (see the message)")
             finally:
                 self.in_flight[server] -= 1
+                if self.watchdog is not None:
+                    self.watchdog.end(f"inference {server}", ok=answered)
             tried.add(server)
             if attempt < self.max_retries:
                 self.stats["retries"] += 1
                 await asyncio.sleep(self.backoff_s * (2 ** attempt))
         self.stats["failures"] += 1
-        raise InferenceError(f"inference request failed after {self.max_retries + 1} attempts: {last}",
-                             "check that the inference servers are up (`agentrl stage run 4`)")
+        raise InferenceUnreachable(f"inference request failed after {self.max_retries + 1} attempts: {last}",
+                                   "check that the inference servers are up (`agentrl stage run 4`)")
 
-    async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
-        """Load new weights on every server; raise InferenceError naming the servers that failed."""
-        body = {"model_path": str(path), "weight_version": str(weight_version), "abort_all_requests": abort_all_requests}
-
+    async def _post_everywhere(self, path: str, bodies: dict[str, dict], what: str, hint: str,
+                               timeout_s: float | None = None) -> None:
+        """POST `bodies[url]` to every server at once; raise InferenceError naming those that failed."""
         async def one(url: str) -> str | None:
             try:
-                r = await self._http.post(url + "/update_weights_from_disk", json=body)
-            except httpx.TransportError as exc:
-                return f"{url}: {exc}"
-            ok = r.status_code == 200 and r.json().get("success", False)
+                r = await self._send("POST", url + path, bodies[url], timeout_s)
+            except TRANSPORT_ERRORS as exc:
+                return f"{url}: {type(exc).__name__}: {exc}"
+            try:
+                ok = r.status_code == 200 and bool(r.json().get("success", False))
+            except (ValueError, AttributeError):
+                ok = False
             return None if ok else f"{url}: {r.text[:300]}"
 
         errors = [e for e in await asyncio.gather(*(one(u) for u in self.urls)) if e]
         if errors:
-            raise InferenceError("weight update failed on " + "; ".join(errors), "check the checkpoint path and the server logs")
+            raise InferenceError(f"{what} failed on " + "; ".join(errors), hint)
+
+    async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
+        """Load new weights on every server; raise InferenceError naming the servers that failed."""
+        body = {"model_path": str(path), "weight_version": str(weight_version), "abort_all_requests": abort_all_requests}
+        await self._post_everywhere("/update_weights_from_disk", dict.fromkeys(self.urls, body), "weight update",
+                                    "check the checkpoint path and the server logs")
+
+    async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
+                                        group_name: str = "weight_update_group", backend: str = "gloo",
+                                        ranks_per_server: int = 1, timeout_s: float | None = None) -> None:
+        """Every server joins the trainer's weight-update group: server i takes ranks from
+        rank_offset = 1 + i * ranks_per_server (the trainer is rank 0). Each call returns only when the
+        whole group has met, so the trainer must join it concurrently (see weight_sync.py)."""
+        bodies = {url: {"master_address": master_address, "master_port": int(master_port),
+                        "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
+                        "group_name": group_name, "backend": backend} for i, url in enumerate(self.urls)}
+        await self._post_everywhere("/init_weights_update_group", bodies, "init_weights_update_group",
+                                    "give every server's own URL (not a router's), a world size of 1 + servers x ranks "
+                                    "per server, and a backend both sides have (gloo on CPU)", timeout_s)
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                              weight_version: str | None, *, group_name: str = "weight_update_group",
+                                              load_format: str | None = None, abort_all_requests: bool = False,
+                                              flush_cache: bool = False, timeout_s: float | None = None) -> None:
+        """Every server receives the tensors the trainer broadcasts (concurrently with this call) and
+        loads them; raise InferenceError naming the servers that failed."""
+        body = {"names": list(names), "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
+                "group_name": group_name, "flush_cache": flush_cache, "abort_all_requests": abort_all_requests,
+                "weight_version": None if weight_version is None else str(weight_version), "load_format": load_format}
+        await self._post_everywhere("/update_weights_from_distributed", dict.fromkeys(self.urls, body),
+                                    "update_weights_from_distributed",
+                                    "check the parameter names against the served model and the server logs", timeout_s)
+
+    async def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
+        await self._post_everywhere("/destroy_weights_update_group", dict.fromkeys(self.urls, {"group_name": group_name}),
+                                    "destroy_weights_update_group", "see the server logs")
 
     async def get_weights_by_name(self, name: str, truncate_size: int = 100) -> dict[str, list]:
         """Every server's first `truncate_size` rows of parameter `name` (weight-sync verification)."""
         async def one(url: str):
-            r = await self._http.post(url + "/get_weights_by_name", json={"name": name, "truncate_size": truncate_size})
+            try:
+                r = await self._send("POST", url + "/get_weights_by_name", {"name": name, "truncate_size": truncate_size})
+            except TRANSPORT_ERRORS as exc:
+                raise InferenceUnreachable(f"{url}: get_weights_by_name({name!r}): {type(exc).__name__}: {exc}",
+                                           "check that the inference server is up") from exc
             if r.status_code != 200:
                 raise InferenceError(f"{url}: get_weights_by_name({name!r}) failed: {r.text[:200]}",
                                      "use a parameter name from the model's state dict")
@@ -173,10 +262,19 @@ class InferenceClient:
         """True when every server answers /health with 200."""
         async def one(url: str) -> bool:
             try:
-                return (await self._http.get(url + "/health", timeout=5)).status_code == 200
-            except httpx.TransportError:
+                return (await self._send("GET", url + "/health", timeout_s=5)).status_code == 200
+            except TRANSPORT_ERRORS:
                 return False
         return all(await asyncio.gather(*(one(u) for u in self.urls)))
+
+    async def healthy_urls(self, timeout_s: float = 5.0) -> list[str]:
+        """The servers answering /health with 200 within `timeout_s` (the resume path polls this)."""
+        async def one(url: str) -> bool:
+            try:
+                return (await self._send("GET", url + "/health", timeout_s=timeout_s)).status_code == 200
+            except TRANSPORT_ERRORS:
+                return False
+        return [u for u, ok in zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))) if ok]
 
     async def wait_healthy(self, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s
@@ -188,4 +286,6 @@ class InferenceClient:
                              "see the server log in the run directory; raise inference.startup_timeout_s for big models")
 
     async def close(self) -> None:
-        await self._http.aclose()
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None

@@ -1,6 +1,7 @@
 """The embedded inference engine: a Hugging Face causal LM behind a scheduler thread that batches
 requests arriving within a short window, plus SGLang's control semantics (pause/continue, abort by
-rid prefix, weight updates from disk under a writer lock, weight versions, counters).
+rid prefix, weight updates from disk or from received tensors under a writer lock, weight
+versions, counters).
 
 Concurrency model: one scheduler thread owns the model and runs one static batch at a time
 (`batch.py`). Everything else talks to it through a queue guarded by one condition variable.
@@ -12,6 +13,7 @@ two weight versions. HTTP shapes belong in `protocol.py` / `hf_server.py`.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
 import threading
@@ -237,6 +239,40 @@ class HFEngine:
             return False, "Failed to update weights: the engine closed before the swap."
         message = "Succeeded to update model weights."
         return True, message + (f" Weight version updated to {weight_version}." if weight_version is not None else "")
+
+    def update_weights_from_tensors(self, tensors: dict, weight_version: str | None = None,
+                                    abort_all_requests: bool = False) -> tuple[bool, str]:
+        """Copy `tensors` (parameter name -> full tensor; any subset) into a copy of the serving model,
+        then swap it in between batches as `update_weights_from_disk` does. An unknown name or a wrong
+        shape changes nothing. The copy costs one extra model in memory during the update, as a disk
+        update does."""
+        with self._update_lock:
+            current = dict(self.named_parameters())
+            unknown = sorted(set(tensors) - set(current))
+            wrong = [f"{n}: got {tuple(t.shape)}, the model has {tuple(current[n].shape)}"
+                     for n, t in tensors.items() if n in current and tuple(t.shape) != tuple(current[n].shape)]
+            if unknown or wrong:
+                problem = (f"unknown parameter name(s) {unknown[:5]} (names are the model's state-dict keys, e.g. "
+                           f"{sorted(current)[:2]})" if unknown else "shape mismatch: " + "; ".join(wrong[:5]))
+                return False, f"Failed to update parameter online: {problem}. The weights were not changed."
+            model = copy.deepcopy(self._model)
+            params = dict(model.named_parameters(remove_duplicate=False))
+            with torch.no_grad():
+                for name, tensor in tensors.items():
+                    params[name].copy_(tensor)
+            swap = _Swap(model, self.model_path, weight_version)
+            with self._cv:
+                if self._closed:
+                    return False, "Failed to update parameter online: the engine is closed."
+                swap.barrier = next(self._seq)
+                self._swap = swap
+                if abort_all_requests:
+                    self._abort_locked(lambda r: r.admitted)
+                self._cv.notify_all()
+            swap.done.wait()
+        if not swap.ok:
+            return False, "Failed to update parameter online: the engine closed before the swap."
+        return True, "Succeeded to update parameter online."
 
     def snapshot(self) -> dict:
         with self._cv:

@@ -1,8 +1,9 @@
 """The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
 (SGLANG_API.md) over an `HFEngine`, so clients cannot tell it from an SGLang server for the
 endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
-updates in `engine.py`; this module only routes, awaits the engine off the event loop, and maps
-errors to status codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
+updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
+routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
+codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
 """
 
 from __future__ import annotations
@@ -15,18 +16,47 @@ import uuid
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from agentrl_cli import __version__
 from agentrl_cli.inference.metrics import engine_registry
 from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
                                             UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
                                             error_body, parse_generate, parse_model)
+from agentrl_cli.inference.weight_group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
+                                                parse_dtype)
 
 HEALTH_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
               "requests, the operation will not be performed.)\n")
-GPU_ONLY_UPDATES = ("update_weights_from_tensor", "update_weights_from_distributed", "init_weights_update_group",
-                    "destroy_weights_update_group")
+GPU_ONLY_UPDATES = ("update_weights_from_tensor",)  # CUDA-IPC handles a CPU process cannot open
+
+
+class InitWeightsUpdateGroupIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    master_address: StrictStr
+    master_port: StrictInt | StrictStr  # AReaL sends it as a string
+    rank_offset: StrictInt
+    world_size: StrictInt
+    group_name: StrictStr = DEFAULT_GROUP
+    backend: StrictStr = "nccl"
+
+
+class UpdateWeightsFromDistributedIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    names: list[StrictStr]
+    dtypes: list[StrictStr]
+    shapes: list[list[StrictInt]]
+    group_name: StrictStr = DEFAULT_GROUP
+    flush_cache: StrictBool = True  # there is no prefix cache to flush
+    abort_all_requests: StrictBool = False
+    weight_version: StrictStr | StrictInt | None = None
+    load_format: StrictStr | None = None
+
+
+class DestroyWeightsUpdateGroupIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    group_name: StrictStr = DEFAULT_GROUP
 
 
 def json_response(obj, status_code: int = 200) -> Response:
@@ -200,6 +230,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
 
     app.add_api_route("/get_weights_by_name", get_weights_by_name, methods=["GET", "POST"])
 
+    app.state.weight_groups = _add_weight_group_routes(app, engine)
+
     for name in GPU_ONLY_UPDATES:
         refusal = {"success": False, "message": f"{name} {UNSUPPORTED_SUFFIX}; use update_weights_from_disk"}
         app.add_api_route(f"/{name}", _constant(lambda refusal=refusal: refusal, 400), methods=["POST"])
@@ -210,3 +242,72 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _add_weight_group_routes(app: FastAPI, engine) -> WeightGroups:
+    """SGLang's distributed weight update: join a group, receive broadcasts, leave it (SGLANG_API.md §3).
+    Tensors are received in full before anything is checked, so a refused update never leaves the
+    trainer's broadcasts unanswered; they are loaded only when every name and shape fits."""
+    groups = WeightGroups()
+
+    def answer(ok: bool, message: str) -> Response:
+        return json_response({"success": ok, "message": message}, 200 if ok else 400)
+
+    async def parsed(model, request: Request):
+        try:
+            return parse_model(model, await _body(request)), None
+        except ProtocolError as exc:
+            return None, answer(False, str(exc))
+
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(request: Request):
+        req, refused = await parsed(InitWeightsUpdateGroupIn, request)
+        if refused:
+            return refused
+        problem = backend_problem(req.backend)
+        if problem:
+            return answer(False, f"Failed to initialize custom process group: {problem}.")
+        try:
+            await asyncio.to_thread(groups.open, req.group_name, master_address=req.master_address,
+                                    master_port=int(req.master_port), rank=req.rank_offset, world_size=req.world_size,
+                                    backend=req.backend, timeout_s=DEFAULT_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - bad rank, unreachable master, timeout: all the caller's to fix
+            return answer(False, f"Failed to initialize custom process group: {exc}.")
+        return answer(True, "Succeeded to initialize custom process group.")
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(request: Request):
+        req, refused = await parsed(UpdateWeightsFromDistributedIn, request)
+        if refused:
+            return refused
+        try:
+            if not len(req.names) == len(req.dtypes) == len(req.shapes):
+                raise ValueError(f"names, dtypes and shapes differ in length ({len(req.names)}, {len(req.dtypes)}, "
+                                 f"{len(req.shapes)}); give one entry per tensor")
+            if req.load_format not in (None, BUCKET):
+                raise ValueError(f"load_format {req.load_format!r} {UNSUPPORTED_SUFFIX}; use null or {BUCKET!r}")
+            specs = [(n, parse_dtype(d), tuple(s)) for n, d, s in zip(req.names, req.dtypes, req.shapes)]
+            group = groups.get(req.group_name)
+            tensors = await asyncio.to_thread(group.receive, specs, req.load_format)
+        except (ValueError, KeyError) as exc:
+            return answer(False, f"Failed to update parameter online: {exc.args[0] if exc.args else exc}")
+        except Exception as exc:  # noqa: BLE001 - a broken or timed-out collective
+            return answer(False, f"Failed to update parameter online: {type(exc).__name__}: {exc}. "
+                                 "The weights were not changed; destroy and re-initialize the group.")
+        version = None if req.weight_version is None else str(req.weight_version)
+        ok, message = await asyncio.to_thread(engine.update_weights_from_tensors, tensors, weight_version=version,
+                                              abort_all_requests=req.abort_all_requests)
+        return answer(ok, message)
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(request: Request):
+        req, refused = await parsed(DestroyWeightsUpdateGroupIn, request)
+        if refused:
+            return refused
+        try:
+            await asyncio.to_thread(groups.destroy, req.group_name)
+        except KeyError:
+            return answer(False, "The group to be destroyed does not exist.")
+        return answer(True, "Succeeded to destroy custom process group.")
+
+    return groups

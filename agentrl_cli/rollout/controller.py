@@ -6,6 +6,10 @@ trajectory store and puts them into the bounded buffer.
 Backpressure: a new group starts only while episodes in flight + episodes buffered stay within the
 buffer's capacity (`waiting` counts the times it had to wait). Harness instances are reused, one
 episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
+
+An episode whose generation could not be completed (inference servers down past the resume
+deadline) ends as `infra_error`: it is not scored, and goes to the store and the buffer masked, like
+an episode the reward service could not score. Counters: see `resume.COUNTERS`, `weight_resyncs`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from agentrl_cli.data.episode import record_from_episode
 from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.reward.models import RewardResult
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.episode import EpisodeResult, run_episode
+from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
+from agentrl_cli.training.watchdog import Watchdog
 from harnesses.tasks import TASK_SET_VERSION
 
 log = logging.getLogger(__name__)
@@ -79,6 +86,9 @@ class RolloutController:
         self.fetch = None  # tid -> TrajectoryRecord | None, to reuse a stored trajectory instead of re-running it
         self.counters: Counter = Counter()
         self.timers: defaultdict = defaultdict(float)
+        self.resume = ResumePolicy.from_config(config)
+        self.on_recovered = None  # async (): awaited when a lost server is back, before generating resumes
+        self.watchdog = Watchdog(config.training.watchdog_seconds)  # the run replaces it with its started one
         self._tasks: set[asyncio.Task] = set()
 
     def _pool(self, name: str) -> HarnessPool:
@@ -95,23 +105,35 @@ class RolloutController:
         pool = self._pool(draw.task.harness)
         harness = await pool.acquire(loop, self.executor)
         r = self.config.rollout
+        self.watchdog.begin("rollout")
         try:
             result = await run_episode(harness, draw.task, self.client, self.tokenizer, self.executor,
                                        max_steps=r.max_steps_per_trajectory, step_timeout_s=r.step_timeout_seconds,
                                        max_new_tokens=self.config.inference.max_new_tokens,
                                        temperature=self.temperature if temperature is None else temperature,
-                                       seed=draw.seed, context_limit=self.config.training.seq_len_limit)
+                                       seed=draw.seed, context_limit=self.config.training.seq_len_limit,
+                                       resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog)
         finally:
             pool.release(harness)
+            self.watchdog.end("rollout")
         t = time.perf_counter()
         tid = f"{self.run_id}-{draw.group_id}-{draw.index}"
-        scored = await self.reward.ascore(request_from_episode(result.trajectory, result.evidence, trajectory_id=tid,
-                                                               termination=result.termination))
+        self.counters.update(result.counters)
+        if result.termination == "infra_error":
+            scored = inference_lost(tid, result.error)
+        else:
+            self.watchdog.begin("reward")
+            scored = None
+            try:
+                scored = await self.reward.ascore(request_from_episode(result.trajectory, result.evidence, trajectory_id=tid,
+                                                                       termination=result.termination))
+            finally:
+                self.watchdog.end("reward", ok=scored is not None and "reward_service_unreachable" not in scored.flags)
+            self.counters[f"reward_{scored.status}"] += 1
         self.timers["reward_s"] += time.perf_counter() - t
         self.timers["generate_s"] += result.generate_s
         self.timers["env_s"] += result.env_s
         self.counters[f"termination_{result.termination}"] += 1
-        self.counters[f"reward_{scored.status}"] += 1
         self.counters["tokens_generated"] += result.completion_tokens
         self.counters["env_calls"] += len(result.trajectory.observations)  # reset + steps
         record = self.to_record(draw, result, scored, tid)
@@ -148,7 +170,8 @@ class RolloutController:
                     return
             result, scored, record = await self.play(draw)
             versions = [version_number(v) for v in result.weight_versions] or [0]
-            self.sampler.record(draw.task, scored.outcome == "success")
+            if not scored.masked:  # a masked episode says nothing about the task's difficulty
+                self.sampler.record(draw.task, scored.outcome == "success")
             await self.buffer.put(Episode(draw.group_id, record, min(versions), None if scored.masked else scored.reward,
                                           tokens=result.completion_tokens))
             self.counters["tokens_buffered"] += result.completion_tokens
@@ -209,6 +232,12 @@ class RolloutController:
         for pool in self.pools.values():
             pool.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def inference_lost(tid: str, why: str) -> RewardResult:
+    """The result of an episode whose generation was lost: masked (infra_error), never a zero score."""
+    return RewardResult(trajectory_id=tid, reward=0.0, components={}, status="infra_error", outcome="error",
+                        verifier="none", verifier_versions={}, flags=["infra_error", "inference_unavailable"], detail=why)
 
 
 def _harness_version(name: str) -> str:

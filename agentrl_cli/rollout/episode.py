@@ -6,16 +6,21 @@ The training sequence is kept as token ids, never re-tokenized: the prompt, then
 segment exactly as the server returned it (loss mask 1, its log-probs), then the environment's
 reply rendered by the chat template (loss mask 0). Harness calls are synchronous and run in the
 given executor, so many episodes overlap their environment waits with generation.
+
+A generation the server aborts or loses is resumed from its partial tokens (`resume.py`); one that
+cannot be completed ends the episode as `infra_error` — masked from training, not the agent's fault.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
 from harnesses.base import Action, Observation, Trajectory
 
 
@@ -23,17 +28,19 @@ from harnesses.base import Action, Observation, Trajectory
 class EpisodeResult:
     trajectory: Trajectory
     evidence: object | None
-    termination: str  # done | truncated | timeout | error
+    termination: str  # done | truncated | timeout | error | infra_error (inference lost: masked)
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    weight_versions: list[str] = field(default_factory=list)  # per generated segment (= per step)
+    weight_versions: list[str] = field(default_factory=list)  # per step: the oldest version its tokens came from
+    pieces: list[list[dict]] = field(default_factory=list)  # per step: tokens, weight_version, server of each answer
     step_times: list[tuple] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     generate_s: float = 0.0
     env_s: float = 0.0
     error: str = ""
+    counters: Counter = field(default_factory=Counter)  # resume.COUNTERS
 
 
 class ChatRenderer:
@@ -66,17 +73,32 @@ class ChatRenderer:
 
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
                       step_timeout_s: float, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
-                      context_limit: int = 2048) -> EpisodeResult:
+                      context_limit: int = 2048, resume: ResumePolicy | None = None, on_recovered=None,
+                      watchdog=None) -> EpisodeResult:
+    """`on_recovered`: awaited after a lost server answers again, before generating resumes (the
+    run re-syncs weights there). `watchdog`: beats "rollout" per generation and per env step and
+    tracks the harness as "harness NAME"."""
     loop = asyncio.get_running_loop()
     traj = Trajectory(task=task)
     result = EpisodeResult(trajectory=traj, evidence=None, termination="truncated")
+    resume = resume or ResumePolicy()
+    component = f"harness {getattr(harness, 'name', task.harness)}"
 
     async def env(fn, *args):
         t = time.perf_counter()
+        ok = False
+        if watchdog is not None:
+            watchdog.begin(component)
         try:
-            return await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
+            out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
+            ok = True
+            return out
         finally:
             result.env_s += time.perf_counter() - t
+            if watchdog is not None:
+                watchdog.end(component, ok)
+                if ok:
+                    watchdog.beat("rollout")
 
     try:
         obs = await env(harness.reset, task)
@@ -94,19 +116,27 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             break  # out of context: truncated
         started = utcnow()
         t = time.perf_counter()
-        gen = await client.generate(result.token_ids, SamplingParams(
-            max_new_tokens=min(max_new_tokens, room), temperature=temperature,
-            seed=None if seed is None else seed * 1000 + step, stop_token_ids=[chat.eos]))
+        sampling = SamplingParams(max_new_tokens=min(max_new_tokens, room), temperature=temperature,
+                                  seed=None if seed is None else seed * 1000 + step, stop_token_ids=[chat.eos])
+        try:
+            gen = await generate_resumable(client, result.token_ids, sampling, resume, result.counters,
+                                           on_recovered=on_recovered)
+        except GenerationLost as exc:
+            result.generate_s += time.perf_counter() - t
+            result.termination, result.error = "infra_error", exc.message
+            return result  # not scored, not the agent's doing: no evidence to collect
         result.generate_s += time.perf_counter() - t
-        if gen.finish_reason == "abort":
-            result.termination, result.error = "error", "generation aborted"
-            break
+        if watchdog is not None:
+            watchdog.beat("rollout")
         out = list(gen.output_ids)
         result.token_ids += out
         result.loss_mask += [1] * len(out)
         result.logprobs += list(gen.output_logprobs)
         result.completion_tokens += len(out)
         result.weight_versions.append(gen.weight_version)
+        result.pieces.append(list(gen.meta.get("pieces", [])))
+        if len({p["weight_version"] for p in result.pieces[-1]}) > 1:
+            result.counters["mixed_version_generations"] += 1
         text = tokenizer.decode([t for t in out if t != chat.eos], skip_special_tokens=False)
         action = Action(text=text)
         traj.actions.append(action)

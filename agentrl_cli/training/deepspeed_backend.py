@@ -294,6 +294,15 @@ class DeepSpeedBackend:
         with self._gathered([params[name] for name in names]):
             return {name: params[name].detach().flatten()[:n].float().cpu().tolist() for name in names}
 
+    def named_tensors(self) -> dict[str, torch.Tensor]:
+        """Full CPU copies of every parameter under its Hugging Face name (tied ones once), in
+        `named_parameters` order, on rank 0; {} on the other ranks. Every rank must call it (ZeRO-3
+        gathers the partitions, as export_weights does)."""
+        params = list(self.module.named_parameters())
+        with self._gathered([p for _, p in params]):
+            out = {name: p.detach().to("cpu", copy=True) for name, p in params} if self.rank == 0 else {}
+        return out
+
     def close(self) -> None:
         engine = getattr(self, "engine", None)
         if engine is not None and hasattr(engine, "destroy"):

@@ -7,6 +7,12 @@ Modes: `async` keeps the rollout running while the trainer steps (bounded by `ro
 `metrics.jsonl`: losses and diagnostics, reward, phase times (sampling wait, training, sync),
 counters (tokens, buffer fill, staleness drops, goodput). Resume picks the newest complete
 checkpoint and restores the model, optimizer, step, weight version, sampler position and RNGs.
+
+Inference servers that die or hang (SECURITY row 22): generations resume on their own
+(`rollout/resume.py`); a server that comes back with its launch weights gets the run's current
+weights again before generating resumes, and at every step (`weight_resyncs`). A watchdog flags
+any component — server, harness, reward, train step, weight sync — stuck past
+`training.watchdog_seconds`; its counts go into metrics.jsonl.
 """
 
 from __future__ import annotations
@@ -21,8 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+
+from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
+from agentrl_cli.rollout.resume import resync_stale_servers, stale_servers
 from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
 from agentrl_cli.training.grpo import Sample, group_advantages
+from agentrl_cli.training.watchdog import Watchdog
+from agentrl_cli.training.weight_sync import WeightSyncError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +67,9 @@ class TrainingRun:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.servers: list = []
         self.controller = self.backend = self.client = self.writer = None
+        self.watchdog = Watchdog(cfg.training.watchdog_seconds)
+        self._weights_lock = asyncio.Lock()  # a re-sync never interleaves with the trainer's sync
+        self._full_sync_due = False  # a server needs weights the transport cannot re-send alone
 
     # ---- setup -----------------------------------------------------------------------------------
 
@@ -79,6 +93,7 @@ class TrainingRun:
         # in this (the main) thread: servers get SIGTERM when the thread that started them dies
         self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs")
         self.client = InferenceClient(urls, timeout_s=cfg.rollout.step_timeout_seconds * 4)
+        self.client.watchdog = self.watchdog.start()
         self.progress("starting the trainer (DeepSpeed)")
         self.backend = await asyncio.to_thread(DeepSpeedBackend, str(self.model_path), cfg.training)
         self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.training.keep_last_checkpoints)
@@ -93,6 +108,7 @@ class TrainingRun:
         self.controller = RolloutController(cfg, self.client, tokenizer, self.reward, self.sampler, self.buffer,
                                             run_id=self.run_id, writer=self.writer, phase=self.phase,
                                             temperature=cfg.inference.temperature)
+        self.controller.watchdog, self.controller.on_recovered = self.watchdog, self.resync_servers
         self.step, self.version, self.resumed_from = 0, 0, None
         latest = self.ckpt.latest() if cfg.training.resume_from_latest else None
         if latest is not None:
@@ -108,7 +124,7 @@ class TrainingRun:
             self.controller.stored_ids = await asyncio.to_thread(self._stored_ids)
             self.controller.fetch = self._fetch
             self.resumed_from = latest.name
-            await self.sync.sync(self.backend, self.version)
+            await self._sync_weights()
 
     async def __aenter__(self) -> "TrainingRun":
         await self.start()
@@ -118,6 +134,7 @@ class TrainingRun:
         await self.close()
 
     async def close(self) -> None:
+        self.watchdog.stop()
         if self.controller is not None:
             self.controller.close()
         if self.writer is not None:
@@ -192,6 +209,11 @@ class TrainingRun:
         try:
             while self.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
                 t0 = time.perf_counter()
+                await self.resync_servers()  # a server restarted between requests serves its launch weights
+                if self._full_sync_due:
+                    self._full_sync_due = False
+                    await self._sync_weights()
+                    self.controller.counters["weight_resyncs"] += 1
                 if rollout is None:  # sync mode: generate this step's groups, then train
                     await self.controller.run(asyncio.Event(), max_groups=groups_per_step)
                 groups = await self.buffer.take(groups_per_step, self.version, timeout=cfg.rollout.step_timeout_seconds * 10)
@@ -199,13 +221,14 @@ class TrainingRun:
                     raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
                 t1 = time.perf_counter()
                 samples, stats = self._samples(groups)
-                metrics = await asyncio.to_thread(self.backend.train_step, samples) if samples else {}
+                with self.watchdog.busy("trainer"):
+                    metrics = await asyncio.to_thread(self.backend.train_step, samples) if samples else {}
                 t2 = time.perf_counter()
                 self.step += 1
                 sync_s = 0.0
                 if self.step % cfg.rollout.weight_sync_interval_steps == 0:
                     self.version += 1
-                    entry = await self.sync.sync(self.backend, self.version)
+                    entry = await self._sync_weights()
                     summary.syncs.append(entry)
                     sync_s = entry["seconds"]
                 if self.step % cfg.training.checkpoint_interval_steps == 0 or self.step == steps:
@@ -223,7 +246,8 @@ class TrainingRun:
         if eval_tasks:
             summary.evals.append(await self._evaluate(eval_tasks))
         summary.steps, summary.version = self.step, self.version
-        summary.counters = dict(self.controller.counters) | {f"buffer/{k}": v for k, v in self.buffer.counters.items()}
+        summary.counters = (dict(self.controller.counters) | {f"buffer/{k}": v for k, v in self.buffer.counters.items()}
+                            | self.watchdog.report())
         summary.timers = {k: round(v, 3) for k, v in self.controller.timers.items()}
         return summary
 
@@ -237,7 +261,11 @@ class TrainingRun:
                "rollout/buffer_fill": len(self.buffer), "rollout/dropped_stale": self.buffer.counters["dropped_stale"],
                "rollout/backpressure_waits": c.get("backpressure_waits", 0),
                "rollout/env_failures": c.get("termination_error", 0) + c.get("termination_timeout", 0),
-               "rollout/episode_errors": c.get("episode_errors", 0)}
+               "rollout/episode_errors": c.get("episode_errors", 0),
+               **{f"rollout/{k}": c.get(k, 0) for k in ("aborted_generations", "resumed_generations", "wasted_tokens",
+                                                         "server_retries", "weight_resyncs")},
+               "rollout/infra_errors": c.get("termination_infra_error", 0),
+               "watchdog/stuck_now": len(self.watchdog.stuck()), **self.watchdog.report()}
         self._trained_tokens = getattr(self, "_trained_tokens", 0) + (stats.get("tokens/trained") or 0)
         row["rollout/goodput"] = round(self._trained_tokens / generated, 4) if generated else None
         row["train/mismatch_kl"] = metrics.get("mismatch_kl")
@@ -246,6 +274,37 @@ class TrainingRun:
     def _log(self, row: dict) -> None:
         with self.metrics_path.open("a") as f:
             f.write(json.dumps(row, default=float) + "\n")
+
+    async def _sync_weights(self) -> dict:
+        """The trainer's weight sync; a server that is down is waited for (resume deadline) and the
+        sync tried once more, so a restart during a sync does not end the run."""
+        async with self._weights_lock:
+            try:
+                with self.watchdog.busy("weight_sync"):
+                    return await self.sync.sync(self.backend, self.version)
+            except (InferenceError, WeightSyncError, *TRANSPORT_ERRORS) as exc:
+                log.error("weight sync to version %s failed (%s); waiting for the servers and retrying", self.version, exc)
+                self.controller.counters["weight_sync_retries"] += 1
+            await self.client.wait_healthy(self.cfg.rollout.resume_deadline_s)
+            with self.watchdog.busy("weight_sync"):
+                return await self.sync.sync(self.backend, self.version)
+
+    async def resync_servers(self) -> None:
+        """Give a server that serves another weight version than the run's last sync (it restarted
+        with its launch weights) the current weights again; counted as `weight_resyncs`."""
+        async with self._weights_lock:
+            last = self.sync.history[-1] if self.sync.history else {"version": 0, "path": str(self.model_path)}
+            try:
+                if "path" not in last:  # no files to load (distributed): the next step syncs every server
+                    if await stale_servers(self.client.urls, str(last["version"])):
+                        self._full_sync_due = True
+                    return
+                synced = await resync_stale_servers(self.client.urls, str(last["version"]), last["path"])
+            except InferenceError as exc:
+                log.error("re-syncing weights failed: %s", exc.message)
+                self.controller.counters["weight_resync_failures"] += 1
+                return
+        self.controller.counters["weight_resyncs"] += len(synced)
 
     async def _checkpoint(self) -> str:
         # one event-loop turn (no await): every finished episode is published and either in the buffer

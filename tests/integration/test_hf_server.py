@@ -364,7 +364,7 @@ def test_bad_requests_get_400_naming_the_problem_and_the_server_keeps_serving(se
 
 
 def test_gpu_only_weight_updates_are_refused(served):
-    for path in ("/update_weights_from_tensor", "/update_weights_from_distributed", "/init_weights_update_group"):
+    for path in ("/update_weights_from_tensor",):
         response = served.post(path, {})
         assert response.status_code == 400
         body = response.json()
