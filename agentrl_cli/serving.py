@@ -42,7 +42,10 @@ class ServerThread:
         self._socket = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
         self._socket.bind((self.host, self.port))
         self.port = self._socket.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
+        # log_config=None: uvicorn's default config would re-point the process-wide uvicorn loggers at
+        # stdout at INFO (a window in which another server thread's access lines corrupt `--json` output)
+        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
                                         name=f"{self.name}-{self.port}", daemon=True)

@@ -109,8 +109,10 @@ def inference(
     key = api_key or (cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None)
     err().print(f"embedded inference server on http://{host}:{port} ({path})")
     try:
+        # on SIGTERM, requests still decoding are cancelled (and aborted in the engine) after 5 s instead
+        # of keeping an orphaned server busy for clients that are gone
         uvicorn.run(create_app(eng, api_key=key or None, enable_metrics=cfg.inference.enable_metrics),
-                    host=host, port=port, log_level=cfg.observe.log_level)
+                    host=host, port=port, log_level=cfg.observe.log_level, timeout_graceful_shutdown=5)
     finally:
         eng.close()
 

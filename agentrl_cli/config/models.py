@@ -141,6 +141,8 @@ class TrainingConfig(Section):
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference model (0 = no reference)")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
+    loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
+        "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every trajectory weighs the same")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm")
     weight_sync: Literal["disk", "distributed"] = Field("disk", description="Weight sync transport to the inference servers")
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON to start from (default: templates/deepspeed/zero<stage>.json)")

@@ -34,7 +34,7 @@ import torch
 import templates
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, ppo_clip_loss, token_logprobs
+from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, ppo_clip_loss, sequence_weights, token_logprobs
 
 TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
 CKPT_TAG = "ckpt"
@@ -208,6 +208,8 @@ class DeepSpeedBackend:
                    for i in range(0, len(samples), mbs)]
         self._check_same_micro_batches(len(batches))
         total = sum(b.num_tokens for b in batches)
+        sequences = sum(int((b.loss_mask.sum(dim=1) > 0).sum()) for b in batches)
+        per_sequence = getattr(self.config, "loss_aggregation", "token_mean") == "seq_mean"
         sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
         loss_sum, grad_norm = 0.0, None
         self.engine.train()
@@ -217,7 +219,8 @@ class DeepSpeedBackend:
             new_lp, entropy = token_logprobs(self.engine, batch, self.temperature)
             loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
                                     kl_coef=self.config.kl_coef, ref_lp=batch.ref_logprobs, entropy=entropy,
-                                    entropy_coef=self.config.entropy_coef, num_tokens=total)
+                                    entropy_coef=self.config.entropy_coef, num_tokens=total,
+                                    token_weights=sequence_weights(batch.loss_mask, sequences) if per_sequence else None)
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
             for key, value in m.items():
                 sums[key] += value * batch.num_tokens

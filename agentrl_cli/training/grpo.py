@@ -163,7 +163,8 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor, denom: torch.Tensor) 
 def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                   clip_eps: float, kl_coef: float = 0.0, ref_lp: torch.Tensor | None = None,
                   entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
-                  num_tokens: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                  num_tokens: float | None = None,
+                  token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level PPO-clip loss with ratio exp(new_lp - old_lp) and one advantage per sequence.
 
     The loss is averaged over all masked tokens of the batch (every token weighs the same, however
@@ -171,6 +172,9 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
     micro-batches passes its total masked-token count so the summed micro-batch losses equal the
     token mean over the whole step. Adds `kl_coef` * k3 KL to `ref_lp` when a reference is given,
     and subtracts `entropy_coef` * mean entropy when `entropy` is given.
+
+    `token_weights` ([B, T], zero outside the mask) replaces that token mean by a weighted sum, e.g.
+    `sequence_weights` for a mean over sequences of their token means.
 
     Metrics (means over this batch's masked tokens, as floats): `clip_fraction` (|ratio - 1| >
     clip_eps), `approx_kl` (k3 estimate of KL(old || new)), `entropy`, and `kl_ref` with a reference.
@@ -183,22 +187,32 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
     ratio = torch.exp(log_ratio)
     adv = advantages.to(new_lp.dtype).unsqueeze(-1)
     per_token = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps))
+    if token_weights is not None:
+        mask, denom = token_weights.to(new_lp.dtype), torch.ones((), dtype=new_lp.dtype)
     loss = _masked_mean(per_token, mask, denom)
     metrics: dict[str, float] = {}
+    on = inside.to(new_lp.dtype)
     with torch.no_grad():
-        metrics["clip_fraction"] = _masked_mean(((ratio - 1.0).abs() > clip_eps).to(mask.dtype), mask, n_here).item()
-        metrics["approx_kl"] = _masked_mean((ratio - 1.0) - log_ratio, mask, n_here).item()
+        metrics["clip_fraction"] = _masked_mean(((ratio - 1.0).abs() > clip_eps).to(on.dtype), on, n_here).item()
+        metrics["approx_kl"] = _masked_mean((ratio - 1.0) - log_ratio, on, n_here).item()
     if ref_lp is not None:
         d = torch.where(inside, ref_lp - new_lp, 0.0)
         k3 = torch.exp(d) - d - 1.0
         if kl_coef:
             loss = loss + kl_coef * _masked_mean(k3, mask, denom)
-        metrics["kl_ref"] = _masked_mean(k3.detach(), mask, n_here).item()
+        metrics["kl_ref"] = _masked_mean(k3.detach(), on, n_here).item()
     if entropy is not None:
         if entropy_coef:
             loss = loss - entropy_coef * _masked_mean(entropy, mask, denom)
-        metrics["entropy"] = _masked_mean(entropy.detach(), mask, n_here).item()
+        metrics["entropy"] = _masked_mean(entropy.detach(), on, n_here).item()
     return loss, metrics
+
+
+def sequence_weights(loss_mask: torch.Tensor, num_sequences: int) -> torch.Tensor:
+    """Token weights for a mean over sequences of each sequence's token mean (every trajectory
+    counts the same, however long): mask / (tokens in its row) / num_sequences."""
+    per_row = loss_mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return loss_mask / per_row / max(int(num_sequences), 1)
 
 
 def mismatch_kl(infer_lp: torch.Tensor, train_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -243,7 +243,7 @@ class TrainingRun:
             stop.set()
             if rollout is not None:
                 await rollout
-        if eval_tasks:
+        if eval_tasks and (not summary.evals or summary.evals[-1]["step"] != self.step):  # none twice at one step
             summary.evals.append(await self._evaluate(eval_tasks))
         summary.steps, summary.version = self.step, self.version
         summary.counters = (dict(self.controller.counters) | {f"buffer/{k}": v for k, v in self.buffer.counters.items()}
@@ -318,7 +318,6 @@ class TrainingRun:
         return path.name
 
     async def _evaluate(self, eval_tasks: dict) -> dict:
-        out = {"step": self.step, "version": self.version}
-        for name, tasks in eval_tasks.items():
-            out[name] = await self.controller.evaluate(tasks, temperature=0.0)
-        return out
+        names = list(eval_tasks)  # every harness at once: one server batch across all of them
+        results = await asyncio.gather(*(self.controller.evaluate(eval_tasks[n], temperature=0.0) for n in names))
+        return {"step": self.step, "version": self.version, **dict(zip(names, results))}

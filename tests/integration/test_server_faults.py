@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -292,3 +293,29 @@ def test_watchdog_thread_flags_a_stuck_component_on_its_own():
             time.sleep(0.01)
     finally:
         wd.stop()
+
+
+@pytest.mark.integration
+def test_a_terminated_server_with_requests_in_flight_exits_promptly(tmp_path, random_model_dir):
+    """SIGTERM (as PDEATHSIG sends when a run dies) while requests decode: the server cancels and
+    aborts them and exits, instead of decoding on for clients that are gone."""
+    cfg = load_config(None, [f"inference.port={free_port()}", "inference.max_batch_size=8", "inference.enable_metrics=true"],
+                      env={}).config
+    servers, urls = launch(cfg, str(random_model_dir), tmp_path / "logs")
+    proc = servers[0].proc
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 1900, "ignore_eos": True}}
+    senders = [threading.Thread(target=lambda: httpx.post(urls[0] + "/generate", json=body, timeout=120), daemon=True)
+               for _ in range(4)]
+    try:
+        for t in senders:
+            t.start()
+        deadline = time.monotonic() + 30
+        while not re.search(r"^sglang:num_running_reqs\{[^}]*\} [1-9]", httpx.get(urls[0] + "/metrics", timeout=5).text, re.M):
+            assert time.monotonic() < deadline, "the requests never started decoding"
+            time.sleep(0.05)  # polling interval
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)  # graceful shutdown gives in-flight requests 5 s, then cancels them
+        assert proc.returncode is not None
+    finally:
+        for s in servers:
+            s.stop()

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl_cli.training.grpo import (Sample, collate, group_advantages, mismatch_kl, ppo_clip_loss,
-                                       token_logprobs)
+                                       sequence_weights, token_logprobs)
 
 # ---- advantages ---------------------------------------------------------------------------------
 
@@ -86,6 +86,18 @@ def test_num_tokens_divides_the_summed_token_loss_instead_of_the_batch_count():
     lp = torch.zeros(2, 4)
     loss, _ = ppo_clip_loss(lp, lp.clone(), ADV, MASK, clip_eps=0.2, num_tokens=6)
     assert loss.item() == pytest.approx(-3.0 / 6)
+
+
+def test_sequence_weights_make_every_sequence_weigh_the_same():
+    lp = torch.full((2, 4), -1.3)
+    # row 0: two masked tokens with A=2; row 1: one masked token with A=-1 -> sequence means 2 and -1
+    loss, m = ppo_clip_loss(lp, lp.clone(), ADV, MASK, clip_eps=0.2, token_weights=sequence_weights(MASK, 2))
+    assert loss.item() == pytest.approx(-(2.0 + -1.0) / 2)
+    assert m["clip_fraction"] == 0.0  # metrics stay token means
+    # split into two micro-batches of one row each, weighted by the step's sequence count: same sum
+    parts = [ppo_clip_loss(lp[i:i + 1], lp[i:i + 1].clone(), ADV[i:i + 1], MASK[i:i + 1], clip_eps=0.2,
+                           token_weights=sequence_weights(MASK[i:i + 1], 2))[0].item() for i in range(2)]
+    assert sum(parts) == pytest.approx(loss.item())
 
 
 def _grad_at(new: float, old: float, adv: float, eps: float = 0.2) -> float:
