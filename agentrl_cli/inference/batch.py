@@ -180,4 +180,17 @@ class BatchRun:
         self.sampler.select(keep)
         idx = torch.tensor(keep, dtype=torch.long)
         cache.batch_select_indices(idx)
-        return logits[idx], cache, mask[idx], pos[idx]
+        return logits[idx], cache, self._trim(cache, mask[idx]), pos[idx]
+
+    @staticmethod
+    def _trim(cache, mask: torch.Tensor) -> torch.Tensor:
+        """Drop the leading columns that are padding in every remaining row. Without this a batch kept
+        alive by joins only ever widens (one column per step, padded to its longest row ever), and
+        every step attends over, and every join copies, the padding of rows long gone."""
+        used = mask.any(dim=0)
+        lead = int(used.int().argmax()) if bool(used.any()) else 0
+        if lead == 0:
+            return mask
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
+        return mask[:, lead:]

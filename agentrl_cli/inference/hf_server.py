@@ -157,7 +157,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
         return {**args, "status": "ready", "max_total_num_tokens": engine.context_length * engine.max_batch_size,
                 "max_req_input_len": engine.context_length - 1,
                 "internal_states": [{**args, "last_gen_throughput": snap["gen_throughput"],
-                                     "recent_batch_sizes": snap["recent_batch_sizes"], "recent_joins": snap["recent_joins"]}],
+                                     "recent_batch_sizes": snap["recent_batch_sizes"], "recent_joins": snap["recent_joins"],
+                                     "busy_seconds_total": snap["busy_seconds_total"]}],
                 "version": f"agentrl-hf-{__version__}"}
 
     for path, fn in (("/model_info", model_info), ("/get_model_info", model_info),

@@ -5,6 +5,7 @@ The engine updates an `EngineStats` under its own lock."""
 from __future__ import annotations
 
 import bisect
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,6 +28,8 @@ class EngineStats:
     batch_sizes: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW_BATCHES))
     joins: deque = field(default_factory=lambda: deque(maxlen=THROUGHPUT_WINDOW_BATCHES))
     last_gen_throughput: float = 0.0
+    busy_seconds_done: float = 0.0  # time spent inside finished batches (prefill, decode steps, joins)
+    busy_since: float | None = None  # monotonic start of the batch running now
 
     def record_request(self, prompt_tokens: int, completion_tokens: int, aborted: bool, e2e_latency: float) -> None:
         self.prompt_tokens_total += prompt_tokens
@@ -39,6 +42,7 @@ class EngineStats:
 
     def batch_started(self, size: int) -> None:
         self.batch_sizes.append(size)
+        self.busy_since = time.monotonic()
 
     def batch_joined(self, size: int) -> None:
         """Requests that joined a running batch between steps (late arrivals)."""
@@ -49,6 +53,14 @@ class EngineStats:
         self.batches.append((tokens, seconds))
         total_s = sum(s for _, s in self.batches)
         self.last_gen_throughput = sum(t for t, _ in self.batches) / total_s if total_s > 0 else 0.0
+        if self.busy_since is not None:
+            self.busy_seconds_done += time.monotonic() - self.busy_since
+            self.busy_since = None
+
+    def busy_seconds(self) -> float:
+        """Cumulative seconds the scheduler has spent running batches, the running one included:
+        the difference of two readings over the wall time between them is the busy fraction."""
+        return self.busy_seconds_done + (time.monotonic() - self.busy_since if self.busy_since is not None else 0.0)
 
     def snapshot(self) -> dict:
         cumulative, running = [], 0
@@ -60,6 +72,7 @@ class EngineStats:
                 "num_requests_total": self.num_requests_total,
                 "num_aborted_requests_total": self.num_aborted_requests_total,
                 "gen_throughput": self.last_gen_throughput,
+                "busy_seconds_total": self.busy_seconds(),
                 "recent_batch_sizes": list(self.batch_sizes),
                 "recent_joins": list(self.joins),
                 "e2e_latency": {"buckets": cumulative, "sum": self.e2e_sum, "count": self.e2e_count}}

@@ -3,9 +3,11 @@ across harness instances, sends every generation to the inference client (so the
 across episodes), scores finished trajectories through the reward client, writes them to the
 trajectory store and puts them into the bounded buffer.
 
-Backpressure: a new group starts only while episodes in flight + episodes buffered stay within the
-buffer's capacity (`waiting` counts the times it had to wait). Harness instances are reused, one
-episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
+Backpressure: groups are drawn whole, and their episodes start one by one while fewer than
+`concurrency` are in flight and episodes in flight + episodes buffered stay within the buffer's
+capacity (`backpressure_waits` counts the times it had to wait). A concurrency below the group size
+therefore runs a group's episodes in turn (concurrency 1: one episode at a time). Harness instances
+are reused, one episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
 
 An episode whose generation could not be completed (inference servers down past the resume
 deadline) ends as `infra_error`: it is not scored, and goes to the store and the buffer masked, like
@@ -82,6 +84,7 @@ class RolloutController:
         self.in_flight = 0
         self.inflight_draws: dict[str, Draw] = {}  # started, not yet in the buffer (snapshot for resume)
         self.pending: list[Draw] = []  # draws to run before new ones (restored from a snapshot)
+        self.starting: list[Draw] = []  # the current group's draws not started yet (backpressure)
         self.stored_ids: set[str] = set()  # after a resume: trajectories of this run already in the store
         self.fetch = None  # tid -> TrajectoryRecord | None, to reuse a stored trajectory instead of re-running it
         self.counters: Counter = Counter()
@@ -187,19 +190,25 @@ class RolloutController:
     async def run(self, stop: asyncio.Event, max_groups: int | None = None) -> None:
         """Start groups until `stop` is set (or `max_groups` were started), with backpressure."""
         groups = 0
-        while not stop.is_set() and (max_groups is None or groups < max_groups):
-            g = self.sampler.group_size
-            if self.in_flight + g > self.concurrency or self.in_flight + len(self.buffer) + g > self.buffer.capacity:
+        while not stop.is_set():
+            if not self.starting:
+                if max_groups is not None and groups >= max_groups:
+                    break
+                g = self.sampler.group_size
+                if self.pending:  # restored from a snapshot: these first
+                    self.starting, self.pending = self.pending[:g], self.pending[g:]
+                else:
+                    self.starting = self.sampler.next_group()
+                groups += 1
+            # one episode at a time: a whole group may not fit (concurrency or buffer below the group size)
+            if self.in_flight >= self.concurrency or self.in_flight + len(self.buffer) >= self.buffer.capacity:
                 self.counters["backpressure_waits"] += 1
                 await asyncio.sleep(0.01)
                 continue
-            draws, self.pending = (self.pending[:g], self.pending[g:]) if self.pending else (self.sampler.next_group(), [])
-            for draw in draws:
-                self.in_flight += 1
-                task = asyncio.create_task(self._episode_into_buffer(draw))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            groups += 1
+            self.in_flight += 1
+            task = asyncio.create_task(self._episode_into_buffer(self.starting.pop(0)))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -214,10 +223,12 @@ class RolloutController:
         return {"n": len(tasks), "success": wins, "success_rate": wins / len(tasks) if tasks else 0.0, "errors": len(errors)}
 
     def snapshot(self) -> list[dict]:
-        """The episodes started but not finished: a resumed controller runs them again first (same
-        group ids, so the same trajectory ids), so none is lost and none is stored twice."""
+        """The episodes drawn but not finished (in flight, or waiting to start): a resumed controller
+        runs them again first (same group ids, so the same trajectory ids), so none is lost and none
+        is stored twice."""
+        draws = {(d.group_id, d.index): d for d in [*self.inflight_draws.values(), *self.starting, *self.pending]}
         return [{"task_id": d.task.task_id, "harness": d.task.harness, "group_id": d.group_id, "index": d.index,
-                 "seed": d.seed} for d in sorted(self.inflight_draws.values(), key=lambda d: (d.group_id, d.index))]
+                 "seed": d.seed} for _, d in sorted(draws.items())]
 
     def restore(self, snapshot: list[dict]) -> None:
         from harnesses.tasks import load_tasks

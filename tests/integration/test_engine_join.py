@@ -3,6 +3,7 @@ log-probs are the ones they would get alone."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -41,3 +42,33 @@ def test_late_arrivals_join_the_running_batch_and_decode_as_if_alone(model_dir):
             assert max(abs(a - b) for a, b in zip(got["output_logprobs"], want["output_logprobs"])) < 1e-4
     finally:
         engine.close()
+
+
+def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir):
+    # regression: the KV cache and mask of a batch kept alive by joins only widened, so after a long
+    # prompt joined and left, every later step still attended over its padding
+    engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=8)
+    widths: list[int] = []
+    forward = engine._model.forward
+
+    @functools.wraps(forward)
+    def recording(*args, **kwargs):
+        widths.append(kwargs["attention_mask"].shape[1])
+        return forward(*args, **kwargs)
+    try:
+        reference = _alone(engine, [5, 6, 7, 8, 9], 300)
+        engine._model.forward = recording
+        long = engine.submit([5, 6, 7, 8, 9], {"max_new_tokens": 300, "temperature": 0.0, "ignore_eos": True}, True, "long")
+        deadline = time.monotonic() + 30
+        while not engine._running and time.monotonic() < deadline:
+            time.sleep(0.001)
+        wide = engine.submit([i % 200 + 1 for i in range(400)], {"max_new_tokens": 2, "temperature": 0.0, "ignore_eos": True}, True, "wide")
+        wide.result(timeout=120)
+        assert not long.done(), "the wide request did not join the long one's batch"
+        got = long.result(timeout=120)
+    finally:
+        engine.close()
+    assert max(widths) >= 400  # the wide row was in the batch
+    assert widths[-1] <= 5 + 300  # the last step attends over the long row's own tokens only
+    assert got["output_ids"] == reference["output_ids"]
+    assert max(abs(a - b) for a, b in zip(got["output_logprobs"], reference["output_logprobs"])) < 1e-4

@@ -371,6 +371,22 @@ def test_gpu_only_weight_updates_are_refused(served):
         assert body["success"] is False and "use update_weights_from_disk" in body["message"]
 
 
+def test_busy_seconds_count_the_time_spent_in_batches_and_only_that(fresh):
+    def busy() -> float:
+        return fresh.get("/server_info").json()["internal_states"][0]["busy_seconds_total"]
+
+    idle_before = busy()
+    time.sleep(0.2)
+    assert busy() == idle_before == 0.0  # no batch ran: an idle server is not busy
+    t0 = time.monotonic()
+    fresh.generate(PROMPTS[0], max_new_tokens=16, ignore_eos=True)
+    elapsed = time.monotonic() - t0
+    after = busy()
+    assert 0.0 < after <= elapsed
+    time.sleep(0.2)
+    assert busy() == after  # idle again: the counter stands still
+
+
 def test_info_and_health_endpoints(served):
     assert served.get("/health").status_code == 200
     assert served.get("/health_generate").status_code == 200

@@ -116,6 +116,58 @@ def test_backpressure_never_lets_the_buffer_overflow(server, random_model_dir, t
     assert max(seen) <= 4 and ctl.counters["backpressure_waits"] > 0
 
 
+def test_a_concurrency_below_the_group_size_runs_the_group_one_episode_at_a_time(server, random_model_dir, tmp_path):
+    # regression: a group started only when all its episodes fitted under `concurrency`, so
+    # concurrency 1 with groups of 2 never started anything and `run` spun forever
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), concurrency=1,
+                                  max_steps_per_trajectory=1)
+    peak = []
+
+    async def go():
+        runner = asyncio.create_task(ctl.run(asyncio.Event(), max_groups=2))
+        deadline = asyncio.get_running_loop().time() + 60
+        while not runner.done() and asyncio.get_running_loop().time() < deadline:
+            peak.append(ctl.in_flight)
+            await asyncio.sleep(0.005)
+        if not runner.done():
+            runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        await ctl.client.close()
+        return runner
+    try:
+        runner = asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    assert not runner.cancelled(), "the rollout did not finish 2 groups of 2 at concurrency 1 within 60 s"
+    assert max(peak) == 1 and len(ctl.buffer) == 4 and ctl.buffer.ready_groups() == 2
+
+
+def test_a_stop_between_a_groups_episodes_keeps_the_rest_in_the_snapshot(server, random_model_dir, tmp_path):
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), concurrency=1,
+                                  max_steps_per_trajectory=1)
+
+    async def go():
+        stop = asyncio.Event()
+        runner = asyncio.create_task(ctl.run(stop))
+        deadline = asyncio.get_running_loop().time() + 30
+        while ctl.in_flight == 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.001)  # until the group's first episode runs; its second waits for a slot
+        during = ctl.snapshot()
+        stop.set()
+        await asyncio.wait_for(runner, 60)
+        await ctl.client.close()
+        return during, ctl.snapshot()
+    try:
+        during, after = asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    group = during[0]["group_id"] if during else None
+    assert [(d["group_id"], d["index"]) for d in during] == [(group, 0), (group, 1)]
+    assert after == during[1:] and len(ctl.buffer) == 1  # the rest of the group runs first after a resume
+
+
 def test_stale_groups_are_dropped_and_counted():
     buf = TrajectoryBuffer(capacity=16, max_staleness=2, group_size=2)
 
