@@ -76,6 +76,7 @@ def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_
         if backend.rank == 0:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        torch.distributed.barrier()  # every rank tears its group down together, none while a peer still writes
         return report
     finally:
         backend.close()
