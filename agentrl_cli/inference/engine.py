@@ -225,18 +225,9 @@ class HFEngine:
                                      f"{self.vocab_size}")
             except Exception as exc:  # noqa: BLE001 - any load failure means: keep the old weights
                 return False, f"Failed to update weights: {exc}.\nRolling back to original weights."
-            swap = _Swap(model, str(model_path), weight_version)
-            with self._cv:
-                if self._closed:
-                    return False, "Failed to update weights: the engine is closed."
-                swap.barrier = next(self._seq)
-                self._swap = swap
-                if abort_all_requests:
-                    self._abort_locked(lambda r: r.admitted)
-                self._cv.notify_all()
-            swap.done.wait()
-        if not swap.ok:
-            return False, "Failed to update weights: the engine closed before the swap."
+            problem = self._swap_in(_Swap(model, str(model_path), weight_version), abort_all_requests)
+        if problem:
+            return False, f"Failed to update weights: {problem}."
         message = "Succeeded to update model weights."
         return True, message + (f" Weight version updated to {weight_version}." if weight_version is not None else "")
 
@@ -260,19 +251,24 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in tensors.items():
                     params[name].copy_(tensor)
-            swap = _Swap(model, self.model_path, weight_version)
-            with self._cv:
-                if self._closed:
-                    return False, "Failed to update parameter online: the engine is closed."
-                swap.barrier = next(self._seq)
-                self._swap = swap
-                if abort_all_requests:
-                    self._abort_locked(lambda r: r.admitted)
-                self._cv.notify_all()
-            swap.done.wait()
-        if not swap.ok:
-            return False, "Failed to update parameter online: the engine closed before the swap."
+            problem = self._swap_in(_Swap(model, self.model_path, weight_version), abort_all_requests)
+        if problem:
+            return False, f"Failed to update parameter online: {problem}."
         return True, "Succeeded to update parameter online."
+
+    def _swap_in(self, swap: _Swap, abort_all_requests: bool) -> str | None:
+        """Hand a loaded model to the scheduler, which swaps it in between batches; wait for that.
+        Returns why it did not happen, or None."""
+        with self._cv:
+            if self._closed:
+                return "the engine is closed"
+            swap.barrier = next(self._seq)
+            self._swap = swap
+            if abort_all_requests:
+                self._abort_locked(lambda r: r.admitted)
+            self._cv.notify_all()
+        swap.done.wait()
+        return None if swap.ok else "the engine closed before the swap"
 
     def snapshot(self) -> dict:
         with self._cv:
