@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
+from pathlib import Path
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -40,3 +42,17 @@ def report(figures: dict[str, dict], as_json: bool) -> int:
             target = f" (target {f['target']}: {'met' if f['met'] else 'NOT met'})" if f["target"] is not None else ""
             print(f"{name:<{width}}  {f['value']} {f['unit']}{target}")
     return 0 if all(f["met"] is not False for f in figures.values()) else 1
+
+
+def default_model() -> Path:
+    """The built-in model when it is cached (config defaults), else a random tiny model made here."""
+    from agentrl_cli.config import load_config
+    from agentrl_cli.errors import NotFoundError
+    from agentrl_cli.model.resolve import resolve_model_path
+    from agentrl_cli.model.tiny import build_random
+
+    cfg = load_config(None, [], env={}).config
+    try:
+        return resolve_model_path(cfg.model.path, cfg.model.cache_dir, build=False)
+    except NotFoundError:
+        return build_random(Path(tempfile.mkdtemp(prefix="agentrl-bench-")) / "tiny", seed=0)

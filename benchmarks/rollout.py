@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 
 from agentrl_cli.config import load_config  # noqa: E402
-from benchmarks._common import figure, parser, report  # noqa: E402
+from benchmarks._common import default_model, figure, parser, report  # noqa: E402
 
 LATENCY_MS = 300.0
 GROUP_SIZE = 4
@@ -195,7 +195,7 @@ def main() -> int:
     from harnesses.tool_api_like import all_tables
     from harnesses.tool_service import ToolService
 
-    model = Path(args.model) if args.model else _default_model()
+    model = Path(args.model) if args.model else default_model()
     cfg = _config(_free_port(), args.max_new_tokens)
     say(f"model {model}; starting the inference server")
     servers, urls = launch(cfg, str(model), Path(tempfile.mkdtemp(prefix="agentrl-bench-logs-")))
@@ -242,18 +242,6 @@ def _figures(args, naive: dict, fast: dict, ws: dict) -> dict:
     figures["distributed_first_sync_s"] = figure(first["seconds"], f"s (opens the group: {first['init_s']} s)")
     figures["benchmark_wall_s"] = figure(time.perf_counter() - T0, "s")
     return figures
-
-
-def _default_model() -> Path:
-    from agentrl_cli.errors import NotFoundError
-    from agentrl_cli.model.resolve import resolve_model_path
-    from agentrl_cli.model.tiny import build_random
-
-    cfg = load_config(None, [], env={}).config
-    try:
-        return resolve_model_path(cfg.model.path, cfg.model.cache_dir, build=False)
-    except NotFoundError:
-        return build_random(Path(tempfile.mkdtemp(prefix="agentrl-bench-")) / "tiny", seed=0)
 
 
 if __name__ == "__main__":

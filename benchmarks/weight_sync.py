@@ -25,19 +25,7 @@ import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from agentrl_cli.config import load_config  # noqa: E402
-from benchmarks._common import figure, parser, report  # noqa: E402
-
-
-def _default_model() -> Path:
-    from agentrl_cli.errors import NotFoundError
-    from agentrl_cli.model.resolve import resolve_model_path
-    from agentrl_cli.model.tiny import build_random
-
-    cfg = load_config(None, [], env={}).config
-    try:
-        return resolve_model_path(cfg.model.path, cfg.model.cache_dir, build=False)
-    except NotFoundError:
-        return build_random(Path(tempfile.mkdtemp(prefix="agentrl-bench-")) / "tiny", seed=0)
+from benchmarks._common import default_model, figure, parser, report  # noqa: E402
 
 
 def _perturb(backend, seed: int) -> None:
@@ -77,7 +65,7 @@ def main() -> int:
     from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
     from benchmarks.inference import _free_port
 
-    model = Path(args.model) if args.model else _default_model()
+    model = Path(args.model) if args.model else default_model()
     cfg = load_config(None, [f"inference.port={_free_port()}"], env={}).config
     servers, urls = launch(cfg, str(model), Path(tempfile.mkdtemp(prefix="agentrl-bench-logs-")))
     backend = None
