@@ -66,6 +66,7 @@ def inference(
     dtype: Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16 (default model.dtype).")] = "",
     context_length: Annotated[int, typer.Option("--context-length", help="Context length (default model.context_length).")] = 0,
     weight_version: Annotated[str, typer.Option("--weight-version", help="Initial weight_version reported.")] = "default",
+    prefix_cache_tokens: Annotated[int, typer.Option("--prefix-cache-tokens", help="Tokens of KV kept for requests that extend an earlier one (default inference.prefix_cache_tokens; 0 disables).")] = -1,
     api_key: Annotated[str, typer.Option("--api-key", help="Require this bearer token (except /health* and /metrics).")] = "",
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -105,7 +106,8 @@ def inference(
 
     eng = HFEngine(path, dtype=dtype or cfg.model.dtype, max_batch_size=max_batch_size or cfg.inference.max_batch_size,
                    batch_window_ms=cfg.rollout.batch_window_ms if batch_window_ms < 0 else batch_window_ms,
-                   context_length=context_length or cfg.model.context_length, weight_version=weight_version)
+                   context_length=context_length or cfg.model.context_length, weight_version=weight_version,
+                   prefix_cache_tokens=cfg.inference.prefix_cache_tokens if prefix_cache_tokens < 0 else prefix_cache_tokens)
     key = api_key or (cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None)
     err().print(f"embedded inference server on http://{host}:{port} ({path})")
     try:

@@ -43,6 +43,7 @@ class InferenceConfig(Section):
     api_key: SecretStr | None = Field(None, description="Bearer token the servers require (never written to reports)")
     enable_metrics: bool = Field(True, description="Expose Prometheus metrics at /metrics")
     max_batch_size: int = Field(64, ge=1, description="Embedded server: most requests decoded together in one forward pass")
+    prefix_cache_tokens: int = Field(65536, ge=0, description="Embedded server: tokens of KV kept for requests that extend an earlier one, e.g. an agent's next turn (SGLang's radix cache; 0 disables it, and passes --disable-radix-cache to SGLang)")
     startup_timeout_s: float = Field(300.0, gt=0, description="Deadline for a server to become healthy")
     request_timeout_s: float = Field(120.0, gt=0, description="Deadline for one /generate request")
     max_retries: int = Field(3, ge=0, le=20, description="Retries for connection errors and 5xx answers")

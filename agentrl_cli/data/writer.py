@@ -165,10 +165,13 @@ class TrajectoryWriter:
             return self._chunk_table(keep) if keep else (None, [])
 
     def _write_file(self, f: str, items: list) -> list:
-        """Encode `items` into the file at path `f` as row groups of CHUNK_ROWS. Building a chunk (Python)
-        overlaps with encoding the previous one (C++, GIL released). Returns the items written."""
-        written, writer, pending = [], None, None
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-encode") as encoder:
+        """Encode `items` into the file at path `f` as row groups of CHUNK_ROWS and fsync it. Building a
+        chunk (Python) overlaps with encoding the previous one (C++, GIL released), and each encoded
+        row group is flushed to disk in the background (`fdatasync`) while the next is built, so the
+        final fsync waits only for the last one. Returns the items written."""
+        written, writer, pending, fd, syncing = [], None, None, -1, []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-encode") as encoder, \
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-sync") as syncer:
             try:
                 for start in range(0, len(items), CHUNK_ROWS):
                     with self._build_lock:
@@ -179,8 +182,10 @@ class TrajectoryWriter:
                         writer = pq.ParquetWriter(f, FILE_SCHEMA, compression=self.compression, use_dictionary=False,
                                                   write_statistics=_SCALAR_COLUMNS,
                                                   compression_level=_FAST_ZSTD if self.compression == "zstd" else None)
+                        fd = os.open(f, os.O_RDONLY)
                     if pending is not None:
                         pending.result()
+                        syncing.append(syncer.submit(os.fdatasync, fd))
                     pending = encoder.submit(self._encode, writer, table)
                     written += kept
                 if pending is not None:
@@ -188,6 +193,16 @@ class TrajectoryWriter:
             finally:
                 if writer is not None:
                     writer.close()
+                # a failed early sync fails the file: after an fsync error the kernel may have dropped
+                # the pages, and a later fsync would report success (the "fsyncgate" lesson)
+                failed = next((e for e in (done.exception() for done in syncing) if e is not None), None)
+                if fd >= 0:
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                if failed is not None:
+                    raise failed
         return written
 
     def _encode(self, writer: pq.ParquetWriter, table: pa.Table) -> None:
@@ -204,11 +219,6 @@ class TrajectoryWriter:
         tmp = Path(name)
         try:
             rows = self._write_file(name, items)  # by path: Arrow's own file stream, no GIL per write
-            fd = os.open(name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
             if not rows:  # every record was quarantined
                 tmp.unlink(missing_ok=True)
                 with self._lock:

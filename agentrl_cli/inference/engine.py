@@ -1,7 +1,8 @@
 """The embedded inference engine: a Hugging Face causal LM behind a scheduler thread that batches
 requests arriving within a short window, plus SGLang's control semantics (pause/continue, abort by
 rid prefix, weight updates from disk or from received tensors under a writer lock, weight
-versions, counters).
+versions, counters), and a prefix cache (`prefix_cache.py`) so an agent's next turn prefills only
+what it adds to the conversation.
 
 Concurrency model: one scheduler thread owns the model and runs one static batch at a time
 (`batch.py`). Everything else talks to it through a queue guarded by one condition variable.
@@ -26,6 +27,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl_cli.inference.batch import BatchRun, Request
+from agentrl_cli.inference.prefix_cache import PrefixCache
 from agentrl_cli.inference.sampling import GenParams, context_error
 from agentrl_cli.inference.stats import EngineStats
 
@@ -64,7 +66,7 @@ class HFEngine:
     """Batching generation over one model directory; thread-safe; `close()` when done."""
 
     def __init__(self, model_path, dtype: str = "float32", max_batch_size: int = 64, batch_window_ms: float = 10.0,
-                 context_length: int | None = None, weight_version: str = "default") -> None:
+                 context_length: int | None = None, weight_version: str = "default", prefix_cache_tokens: int = 0) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.model_path = self.tokenizer_path = str(model_path)
@@ -86,6 +88,7 @@ class HFEngine:
         self._seq = itertools.count()
         self._closed = False
         self.stats = EngineStats()
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self._thread = threading.Thread(target=self._loop, name="hf-engine-scheduler", daemon=True)
         self._thread.start()
 
@@ -169,7 +172,8 @@ class HFEngine:
     def _complete_locked(self, req: Request, result: dict) -> None:
         if not req.internal:
             self.stats.record_request(len(req.input_ids), result["completion_tokens"],
-                                      result["finish_reason"]["type"] == "abort", result["e2e_latency"])
+                                      result["finish_reason"]["type"] == "abort", result["e2e_latency"],
+                                      cached_tokens=result.get("cached_tokens", 0))
         if not req.future.done():
             req.future.set_result(result)
 
@@ -210,9 +214,12 @@ class HFEngine:
             self.weight_version = version
 
     def flush_cache(self) -> bool:
-        """True when nothing is in flight (SGLang refuses to flush otherwise); there is no prefix cache."""
+        """Empty the prefix cache; False (nothing done) while requests are in flight, as SGLang refuses then."""
         with self._cv:
-            return not self._running and not any(r.admitted for r in self._queue)
+            if self._running or any(r.admitted for r in self._queue):
+                return False
+            self.prefix_cache.clear()
+            return True
 
     def update_weights_from_disk(self, model_path, weight_version: str | None = None,
                                  abort_all_requests: bool = False) -> tuple[bool, str]:
@@ -273,7 +280,8 @@ class HFEngine:
     def snapshot(self) -> dict:
         with self._cv:
             return {"num_running_reqs": len(self._running), "num_queue_reqs": len(self._queue),
-                    "weight_version": self.weight_version, "paused": self._paused, **self.stats.snapshot()}
+                    "weight_version": self.weight_version, "paused": self._paused,
+                    "prefix_cache_tokens": self.prefix_cache.tokens, **self.stats.snapshot()}
 
     def close(self) -> None:
         with self._cv:
@@ -380,6 +388,7 @@ class HFEngine:
     def _apply_swap_locked(self) -> None:
         swap, self._swap = self._swap, None
         self._model, self.model_path = swap.model, swap.model_path
+        self.prefix_cache.clear()  # keys and values of the old weights
         if swap.weight_version is not None:
             self.weight_version = swap.weight_version
         self.eos_ids = _eos_ids(self._model, self.tokenizer)
@@ -390,7 +399,8 @@ class HFEngine:
     def _run_batch(self, batch: list[Request], model) -> None:
         started, generated = time.perf_counter(), 0
         try:
-            generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size).run()
+            generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size,
+                                 prefix_cache=self.prefix_cache).run()
         except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
             log.exception("batch of %d requests failed", len(batch))
             with self._cv:

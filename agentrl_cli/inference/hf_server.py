@@ -48,7 +48,7 @@ class UpdateWeightsFromDistributedIn(BaseModel):
     dtypes: list[StrictStr]
     shapes: list[list[StrictInt]]
     group_name: StrictStr = DEFAULT_GROUP
-    flush_cache: StrictBool = True  # there is no prefix cache to flush
+    flush_cache: StrictBool = True  # a weight change always empties the prefix cache
     abort_all_requests: StrictBool = False
     weight_version: StrictStr | StrictInt | None = None
     load_format: StrictStr | None = None

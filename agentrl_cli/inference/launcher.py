@@ -66,6 +66,8 @@ def sglang_command(cfg, model_path: str, port: int) -> list[str]:
         cmd += ["--api-key", cfg.api_key.get_secret_value()]
     if cfg.enable_metrics:
         cmd.append("--enable-metrics")
+    if cfg.prefix_cache_tokens == 0:
+        cmd.append("--disable-radix-cache")
     return cmd
 
 
@@ -78,7 +80,7 @@ def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: s
     cmd = [sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", "hf", "--model", str(model_path),
            "--host", cfg.host, "--port", str(port), "--batch-window-ms", str(batch_window_ms),
            "--max-batch-size", str(cfg.max_batch_size), "--dtype", dtype, "--context-length", str(context_length),
-           "--weight-version", "0"]
+           "--weight-version", "0", "--prefix-cache-tokens", str(cfg.prefix_cache_tokens)]
     if cfg.api_key is not None:
         cmd += ["--api-key", cfg.api_key.get_secret_value()]
     return cmd

@@ -14,6 +14,7 @@ GAUGES = {"num_running_reqs": "The number of running requests.",
           "gen_throughput": "The generation throughput (token/s)."}
 COUNTERS = {"prompt_tokens": "Number of prefill tokens processed.",
             "generation_tokens": "Number of generation tokens processed.",
+            "cached_tokens": "Number of cached prompt tokens.",
             "num_requests": "Number of requests processed.",
             "num_aborted_requests": "Number of requests aborted."}
 

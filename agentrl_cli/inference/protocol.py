@@ -325,7 +325,8 @@ def build_output(item: WorkItem, result: dict, tokenizer, return_text_in_logprob
             inputs = _triples([None], prompt[-1:], tokenizer, return_text_in_logprobs)
         meta["input_token_logprobs"] = inputs
         meta["output_token_logprobs"] = _triples(result["output_logprobs"], ids, tokenizer, return_text_in_logprobs)
-    meta.update(completion_tokens=result["completion_tokens"], cached_tokens=0, e2e_latency=result["e2e_latency"],
+    meta.update(completion_tokens=result["completion_tokens"], cached_tokens=result.get("cached_tokens", 0),
+                e2e_latency=result["e2e_latency"],
                 response_sent_to_client_ts=time.time())
     return {"text": text, "output_ids": ids, "meta_info": meta}
 

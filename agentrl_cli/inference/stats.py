@@ -19,6 +19,7 @@ THROUGHPUT_WINDOW_BATCHES = 16
 class EngineStats:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
+    cached_tokens_total: int = 0  # prompt tokens served from the prefix cache
     num_requests_total: int = 0
     num_aborted_requests_total: int = 0
     e2e_sum: float = 0.0
@@ -31,8 +32,10 @@ class EngineStats:
     busy_seconds_done: float = 0.0  # time spent inside finished batches (prefill, decode steps, joins)
     busy_since: float | None = None  # monotonic start of the batch running now
 
-    def record_request(self, prompt_tokens: int, completion_tokens: int, aborted: bool, e2e_latency: float) -> None:
+    def record_request(self, prompt_tokens: int, completion_tokens: int, aborted: bool, e2e_latency: float,
+                       cached_tokens: int = 0) -> None:
         self.prompt_tokens_total += prompt_tokens
+        self.cached_tokens_total += cached_tokens
         self.generation_tokens_total += completion_tokens
         self.num_requests_total += 1
         self.num_aborted_requests_total += int(aborted)
@@ -69,6 +72,7 @@ class EngineStats:
             cumulative.append((bound, running))
         return {"prompt_tokens_total": self.prompt_tokens_total,
                 "generation_tokens_total": self.generation_tokens_total,
+                "cached_tokens_total": self.cached_tokens_total,
                 "num_requests_total": self.num_requests_total,
                 "num_aborted_requests_total": self.num_aborted_requests_total,
                 "gen_throughput": self.last_gen_throughput,
