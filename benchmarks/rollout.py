@@ -10,7 +10,7 @@ Tool latency: the built-in tiny model rarely writes a well-formed tool call for 
 tool service's own `Faults(latency_ms=...)` would seldom fire; `StepLatency` (below) instead adds the
 latency to every step, i.e. to every model turn the environment answers. Progress goes to stderr.
 
-    python benchmarks/rollout.py [--json] [--model PATH] [--episodes 128] [--naive-episodes 8]
+    python benchmarks/rollout.py [--json] [--model PATH] [--episodes 256] [--naive-episodes 8]
                                  [--concurrency 64] [--max-new-tokens 32] [--sync-rounds 3]
 """
 
@@ -182,7 +182,8 @@ def _weight_sync(model: Path, cfg, url: str, episodes: list, rounds: int) -> dic
 def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--model", default="", help="model directory (default: the built-in tiny model when cached, else a random one)")
-    p.add_argument("--episodes", type=int, default=128, help="episodes of the async rollout (a multiple of 4)")
+    p.add_argument("--episodes", type=int, default=256,
+                   help="episodes of the async rollout (a multiple of 4; four waves of 64 so ramp-up and ramp-down stay small)")
     p.add_argument("--naive-episodes", type=int, default=8,
                    help="episodes of the one-at-a-time loop (it is slow; a multiple of 4)")
     p.add_argument("--concurrency", type=int, default=64)
