@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import functools
 import json
 import logging
 import os
@@ -42,9 +43,25 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # and no dictionary encoding: both cost more encode time than they save (measured by benchmarks/data.py).
 _SCALAR_COLUMNS = [f.name for f in FILE_SCHEMA if not pa.types.is_nested(f.type) and not pa.types.is_binary(f.type)]
 CHUNK_ROWS = 256  # rows per row group; one is encoded while the next is built
-# Float training arrays (log-probs) are near-incompressible: zstd level 1 saves 9% of their bytes at
-# 2.3x the encode time of its fastest level, so they get the fast level and every other column the default.
-_FAST_ZSTD = {name: -1 for name, dtype in NUMERIC_LISTS.items() if dtype.kind == "f"}
+# Float training arrays (log-probs) are near-incompressible: zstd at its fastest level saves none of their
+# bytes and costs 1.8x the time of storing them as they are, so they are stored uncompressed.
+_RAW = {name for name, dtype in NUMERIC_LISTS.items() if dtype.kind == "f"}
+
+
+@functools.cache
+def _leaf_columns() -> tuple[str, ...]:
+    """The file schema's Parquet leaf column paths (`steps.list.element.action`, ...): per-column
+    writer options name leaves, not top-level fields."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(FILE_SCHEMA.empty_table(), sink)
+    schema = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return tuple(schema.column(i).path for i in range(len(schema)))
+
+
+def _codecs(compression: str | None) -> str | dict | None:
+    if compression is None:
+        return None
+    return {path: "none" if path in _RAW else compression for path in _leaf_columns()}
 
 
 class WriteError(OSError):
@@ -179,9 +196,8 @@ class TrajectoryWriter:
                     if table is None:
                         continue
                     if writer is None:
-                        writer = pq.ParquetWriter(f, FILE_SCHEMA, compression=self.compression, use_dictionary=False,
-                                                  write_statistics=_SCALAR_COLUMNS,
-                                                  compression_level=_FAST_ZSTD if self.compression == "zstd" else None)
+                        writer = pq.ParquetWriter(f, FILE_SCHEMA, compression=_codecs(self.compression),
+                                                  use_dictionary=False, write_statistics=_SCALAR_COLUMNS)
                         fd = os.open(f, os.O_RDONLY)
                     if pending is not None:
                         pending.result()
