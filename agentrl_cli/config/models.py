@@ -144,6 +144,7 @@ class TrainingConfig(Section):
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
     loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
         "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every trajectory weighs the same")
+    advantage_std_scale: bool = Field(True, description="Divide each GRPO group's advantages by its reward std; false = mean-centred only (Dr. GRPO), so small process-reward differences in an all-failed group stay small")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm")
     weight_sync: Literal["disk", "distributed"] = Field("disk", description="Weight sync transport to the inference servers")
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON to start from (default: templates/deepspeed/zero<stage>.json)")

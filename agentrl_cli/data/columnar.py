@@ -15,7 +15,7 @@ import datetime as dt
 import gc
 import threading
 from contextlib import contextmanager
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import pyarrow as pa
@@ -40,35 +40,54 @@ for _name, _typ in _CHECKED:
         _RULES.append((_name, _typ, _KINDS[str(_typ)], None if _bits is None else (-(1 << _bits), 1 << _bits)))
 
 
-# The fast path groups the fields by rule: one C-level `map(type, ...)` per group instead of a
-# Python loop over every field; only a record that fails it walks the rules for the messages.
+# The fast path: the tuple of the fields' Python types (one C-level `map(type, ...)`) decides the type
+# check once per distinct signature (records of one run share a handful); a known-good signature
+# leaves only the integer range and timezone checks. A record that fails walks the rules for the messages.
 _NONE = type(None)
+_SIGNATURES: dict[tuple, tuple | None] = {}
+_MAX_SIGNATURES = 4096
 
 
-def _getter(names: list[str]):
-    """attrgetter that always returns a tuple (attrgetter of one name returns the bare value)."""
-    get = attrgetter(*names)
-    return get if len(names) > 1 else (lambda obj: (get(obj),))
+def _picker(positions: list[int]):
+    """A function of the values tuple giving the values at `positions` as a tuple (or None if none)."""
+    if not positions:
+        return None
+    get = itemgetter(*positions)
+    return get if len(positions) > 1 else (lambda values: (get(values),))
 
 
-_STR_GET = _getter([name for name, _t, kinds, _b in _RULES if kinds == (str,)])
-_NUM_GET = _getter([name for name, _t, kinds, _b in _RULES if kinds == (int, float)])
-_INT32_GET = _getter([name for name, t, kinds, _b in _RULES if kinds == (int,) and t.bit_width == 32])
-_INT64_GET = _getter([name for name, t, kinds, _b in _RULES if kinds == (int,) and t.bit_width == 64])
-_TIME_GET = _getter([name for name, _t, kinds, _b in _RULES if kinds == (dt.datetime,)])
-_INT32 = (-(1 << 31), 1 << 31)
+def _plan(signature: tuple) -> tuple | None:
+    """None when a type is wrong; else (pickers of int values per bounds, picker of datetimes)."""
+    by_bounds: dict[tuple, list[int]] = {}
+    times = []
+    for i, ((_name, _typ, kinds, bounds), t) in enumerate(zip(_RULES, signature)):
+        if t is _NONE:
+            continue
+        if t not in kinds:
+            return None
+        if t is int and bounds is not None:
+            by_bounds.setdefault(bounds, []).append(i)
+        elif t is dt.datetime:
+            times.append(i)
+    return [(bounds, _picker(pos)) for bounds, pos in by_bounds.items()], _picker(times)
 
 
 def _scalars_ok(record: TrajectoryRecord) -> bool:
-    ints = [v for v in _INT32_GET(record) if v is not None]
-    longs = [v for v in _INT64_GET(record) if v is not None]
-    times = _TIME_GET(record)
-    return (set(map(type, _STR_GET(record))) <= {str, _NONE}
-            and set(map(type, _NUM_GET(record))) <= {int, float, _NONE}
-            and set(map(type, ints)) <= {int} and (not ints or (_INT32[0] <= min(ints) and max(ints) < _INT32[1]))
-            and set(map(type, longs)) <= {int} and (not longs or (-(1 << 63) <= min(longs) and max(longs) < (1 << 63)))
-            and set(map(type, times)) <= {dt.datetime, _NONE}
-            and all(t is None or t.tzinfo is not None for t in times))
+    values = _GET(record)
+    signature = tuple(map(type, values))
+    plan = _SIGNATURES.get(signature, False)
+    if plan is False:
+        plan = _plan(signature)
+        if len(_SIGNATURES) < _MAX_SIGNATURES:
+            _SIGNATURES[signature] = plan
+    if plan is None:
+        return False
+    ranges, times = plan
+    for (lo, hi), pick in ranges:
+        ints = pick(values)
+        if min(ints) < lo or max(ints) >= hi:
+            return False
+    return times is None or all(t.tzinfo is not None for t in times(values))
 
 
 def check_scalars(record: TrajectoryRecord) -> list[str]:

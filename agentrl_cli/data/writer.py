@@ -207,6 +207,8 @@ class TrajectoryWriter:
                 if pending is not None:
                     pending.result()
             finally:
+                if pending is not None:
+                    pending.exception()  # waits: never close the file under a running encode
                 if writer is not None:
                     writer.close()
                 # a failed early sync fails the file: after an fsync error the kernel may have dropped

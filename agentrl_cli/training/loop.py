@@ -5,7 +5,8 @@ run; the parts live in `rollout/`, `training/` and `inference/`.
 Modes: `async` keeps the rollout running while the trainer steps (bounded by `rollout.max_staleness`);
 `sync` generates the step's groups, then trains. Every step appends a row to the run's
 `metrics.jsonl`: losses and diagnostics, reward, phase times (sampling wait, training, sync),
-counters (tokens, buffer fill, staleness drops, goodput). Resume picks the newest complete
+counters (tokens, buffer fill, staleness drops, goodput); every evaluation appends a row of
+`eval/<harness>/success_rate`. Resume picks the newest complete
 checkpoint and restores the model, optimizer, step, weight version, sampler position and RNGs.
 
 Inference servers that die or hang (SECURITY row 22): generations resume on their own
@@ -66,7 +67,7 @@ class TrainingRun:
         self.progress = progress
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.servers: list = []
-        self.controller = self.backend = self.client = self.writer = None
+        self.controller = self.backend = self.client = self.writer = self.sync = None
         self.watchdog = Watchdog(cfg.training.watchdog_seconds)
         self._weights_lock = asyncio.Lock()  # a re-sync never interleaves with the trainer's sync
         self._full_sync_due = False  # a server needs weights the transport cannot re-send alone
@@ -142,6 +143,11 @@ class TrainingRun:
                 self.writer.close()
             except Exception:  # noqa: BLE001 - the run's own error matters more
                 log.exception("flushing trajectories failed")
+        if self.sync is not None:
+            try:
+                await self.sync.close()  # a distributed sync leaves its group on the servers and here
+            except Exception:  # noqa: BLE001 - the run's own error matters more
+                log.exception("closing the weight-update group failed")
         if self.client is not None:
             await self.client.close()
         if self.backend is not None:
@@ -182,7 +188,7 @@ class TrainingRun:
 
     def _samples(self, groups) -> tuple[list[Sample], dict]:
         eps = [e for g in groups for e in g]
-        adv = group_advantages([e.reward for e in eps], [e.group_id for e in eps])
+        adv = group_advantages([e.reward for e in eps], [e.group_id for e in eps], scale=self.cfg.training.advantage_std_scale)
         samples = [Sample(token_ids=e.record.token_ids, loss_mask=e.record.loss_mask, logprobs=e.record.logprobs, advantage=a)
                    for e, a in zip(eps, adv) if e.reward is not None]
         rewards = [e.reward for e in eps if e.reward is not None]
@@ -320,4 +326,6 @@ class TrainingRun:
     async def _evaluate(self, eval_tasks: dict) -> dict:
         names = list(eval_tasks)  # every harness at once: one server batch across all of them
         results = await asyncio.gather(*(self.controller.evaluate(eval_tasks[n], temperature=0.0) for n in names))
+        self._log({"step": self.step, "version": self.version,  # the curve, readable while the run goes on
+                   **{f"eval/{n}/success_rate": r["success_rate"] for n, r in zip(names, results)}})
         return {"step": self.step, "version": self.version, **dict(zip(names, results))}
