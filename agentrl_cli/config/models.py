@@ -140,7 +140,7 @@ class TrainingConfig(Section):
     world_size: int = Field(1, ge=1, description="Trainer ranks")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Collective backend; auto = nccl with GPUs, gloo without")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
-    kl_coef: float = Field(0.0, ge=0, description="KL penalty to the reference model (0 = no reference)")
+    kl_coef: float = Field(0.0, ge=0, description="KL penalty (k3) to the reference model: the starting weights, kept frozen beside the policy (0 = none loaded)")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
     loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
         "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every trajectory weighs the same")

@@ -183,6 +183,11 @@ class DeepSpeedBackend:
             optimizer = torch.optim.AdamW(model.parameters(), lr=training_config.learning_rate, weight_decay=0.0)
             self.ds_config = build_deepspeed_config(training_config)
             self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
+            # the KL penalty's reference: the starting policy, frozen (samples may also bring their own)
+            self.reference = None
+            if training_config.kl_coef > 0:
+                self.reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+                self.reference.eval().requires_grad_(False).to(self.engine.device)
         except BaseException:
             self._pg.close()
             raise
@@ -217,8 +222,12 @@ class DeepSpeedBackend:
             last = i == len(batches) - 1
             self.engine.set_gradient_accumulation_boundary(last)
             new_lp, entropy = token_logprobs(self.engine, batch, self.temperature)
+            ref_lp = batch.ref_logprobs
+            if ref_lp is None and self.reference is not None:
+                with torch.no_grad():
+                    ref_lp, _ = token_logprobs(self.reference, batch, self.temperature)
             loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
-                                    kl_coef=self.config.kl_coef, ref_lp=batch.ref_logprobs, entropy=entropy,
+                                    kl_coef=self.config.kl_coef, ref_lp=ref_lp, entropy=entropy,
                                     entropy_coef=self.config.entropy_coef, num_tokens=total,
                                     token_weights=sequence_weights(batch.loss_mask, sequences) if per_sequence else None)
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
@@ -232,7 +241,7 @@ class DeepSpeedBackend:
         if grad_norm is None:
             grad_norm = self.engine.get_global_grad_norm()
         metrics = {key: value / max(total, 1) for key, value in sums.items()}
-        if batches[0].ref_logprobs is None:
+        if batches[0].ref_logprobs is None and self.reference is None:
             metrics.pop("kl_ref")
         metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                        lr=float(self.engine.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),

@@ -98,6 +98,17 @@ def test_advantage_sign_sets_the_direction_of_the_completion_log_prob(make_backe
     assert change * advantage > 0.05
 
 
+def test_kl_coef_anchors_the_policy_to_the_frozen_starting_model(make_backend):
+    backend = make_backend(kl_coef=0.5)
+    first = backend.train_step([on_policy(backend, 1.0)] * 2)
+    assert first["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # the policy still is the reference
+    for _ in range(3):
+        last = backend.train_step([on_policy(backend, 1.0)] * 2)
+    assert last["kl_ref"] > 1e-4  # it moved away, and the penalty sees it
+    plain = make_backend()  # kl_coef 0: no reference is loaded and none is reported
+    assert plain.reference is None and "kl_ref" not in plain.train_step([on_policy(plain, 1.0)] * 2)
+
+
 def test_tokens_outside_the_loss_mask_do_not_change_the_update(make_backend):
     plain = episode(1.0)
     n = len(plain.token_ids)
