@@ -5,9 +5,11 @@ the compression ratio; and reward-service scores/s for a batch of 1,000 over HTT
 Target (issue 5): Parquet writing >= 50% of raw disk write throughput.
 
 MB/s counts the trajectories' Arrow (in-memory, uncompressed) bytes, so both sides move the same
-data: the raw side writes exactly those bytes, the Parquet side encodes and compresses them.
+data: the raw side writes exactly those bytes, the Parquet side encodes and compresses them. One
+untimed warm-up round of each side goes first (a writer lives as long as its run: thread pools,
+allocator arenas and the page cache are warm after its first file), then `--rounds` interleaved ones.
 
-    python benchmarks/data.py [--json] [--trajectories 2000] [--rounds 3] [--scores 1000]
+    python benchmarks/data.py [--json] [--trajectories 2000] [--rounds 5] [--scores 1000]
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def reward_rate(n: int) -> tuple[float, int]:
 def main() -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--trajectories", type=int, default=2000, help="trajectories per round")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved raw/Parquet rounds (median ratio)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved raw/Parquet rounds (median ratio)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds of each side first")
     p.add_argument("--scores", type=int, default=1000, help="reward-service batch size")
     p.add_argument("--dir", default="", help="directory on the disk to measure (default: the system temp dir)")
     args = p.parse_args()
@@ -140,6 +143,11 @@ def main() -> int:
         payload = arrow_payload(records)
         mb = len(payload) / 1e6
         ratios, pq_rates, raw_rates, traj_rates, stats = [], [], [], [], {}
+        for w in range(args.warmup):
+            raw_write(base / f"warmup-{w}.bin", payload)
+            parquet_write(base / f"warmup-store-{w}", records)
+            shutil.rmtree(base / f"warmup-store-{w}")
+            (base / f"warmup-{w}.bin").unlink()
         for r in range(args.rounds):  # interleaved, order alternating
             order = ("raw", "parquet") if r % 2 == 0 else ("parquet", "raw")
             took = {}

@@ -112,6 +112,31 @@ def _offsets(lengths: list[int]) -> pa.Array:
     return pa.array(offsets)
 
 
+_POSIX = dt.datetime.timestamp
+_TZINFO = attrgetter("tzinfo")
+_EXACT_S = 4e9  # |POSIX seconds| below which a float64 still holds every microsecond exactly (years 1843-2096)
+
+
+def _timestamps(values, typ: pa.TimestampType) -> pa.Array:
+    """Aware datetimes as a timestamp[ms] array via their POSIX timestamps: about half the time of
+    Arrow's per-object conversion, and the same values (floored to the millisecond, as Arrow does).
+    A naive datetime raises TypeError (the schema wants aware ones; Arrow would take it as UTC);
+    None, another type or a far-off date go through Arrow itself."""
+    try:
+        seconds = np.fromiter(map(_POSIX, values), dtype=np.float64, count=len(values))
+    except TypeError:
+        return pa.array(values, type=typ)
+    if None in map(_TZINFO, values):
+        raise TypeError("a naive datetime where the schema wants a timezone-aware one")
+    if len(seconds) and np.abs(seconds).max() >= _EXACT_S:
+        return pa.array(values, type=typ)
+    return pa.array(np.floor_divide(np.rint(seconds * 1e6).astype(np.int64), 1000), type=typ)
+
+
+def _array(values, typ: pa.DataType) -> pa.Array:
+    return _timestamps(values, typ) if pa.types.is_timestamp(typ) and typ.unit == "ms" else pa.array(values, type=typ)
+
+
 def _columns(objs: list, typ: pa.StructType, skip: tuple[str, ...] = ()) -> dict[str, pa.Array]:
     """One Arrow array per struct field from objects' attributes (a C-level transpose)."""
     names = [typ.field(i).name for i in range(typ.num_fields) if typ.field(i).name not in skip]
@@ -119,7 +144,7 @@ def _columns(objs: list, typ: pa.StructType, skip: tuple[str, ...] = ()) -> dict
         values = [[getattr(o, names[0]) for o in objs]]
     else:
         values = list(zip(*map(attrgetter(*names), objs))) if objs else [()] * len(names)
-    return {n: pa.array(v, type=typ.field(n).type) for n, v in zip(names, values)}
+    return {n: _array(v, typ.field(n).type) for n, v in zip(names, values)}
 
 
 def _struct(typ: pa.StructType, columns: dict[str, pa.Array]) -> pa.StructArray:
@@ -186,5 +211,5 @@ def _records_table(records: list[TrajectoryRecord]) -> pa.Table:
     scalars = [(f.name, f.type) for f in FILE_SCHEMA if f.name not in _NESTED]
     values = zip(*map(attrgetter(*[n for n, _ in scalars]), records)) if records else [()] * len(scalars)
     for (name, typ), column in zip(scalars, values):
-        columns[name] = pa.array(column, type=typ)
+        columns[name] = _array(column, typ)
     return pa.Table.from_pydict({f.name: columns[f.name] for f in FILE_SCHEMA}, schema=FILE_SCHEMA)

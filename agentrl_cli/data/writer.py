@@ -4,7 +4,9 @@ Belongs here: validation, redaction of the Arrow table before any byte is writte
 (SECURITY.md row 27), buffering per (harness, date) partition, and the crash-safe file protocol
 (rows 25, 26): temp file on the store's staging file system → zstd Parquet → fsync → reopen and check
 the footer → `store.publish` (create-only). A failed flush removes its temp file, raises, and keeps
-the rows buffered. Also `read_records` / `find_trajectory`. Not here: stores (`store.py`, `s3.py`),
+the rows buffered. Files are written while rows arrive: every CHUNK_ROWS rows of a partition become a
+row group, encoded in the background (`parquet_file.RowGroupFile`), so a flush has only the last
+one left to encode. Also `read_records` / `find_trajectory`. Not here: stores (`store.py`, `s3.py`),
 the schema itself (`schema.py`), retention (`gc.py`).
 """
 
@@ -30,6 +32,7 @@ import pyarrow.parquet as pq
 
 from .redact import Redactor
 from .columnar import check_scalars, records_table
+from .parquet_file import RowGroupFile
 from .schema import FILE_SCHEMA, NUMERIC_LISTS, TrajectoryRecord, to_table, validate_row
 from .store import TrajectoryStore
 
@@ -42,7 +45,8 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Statistics only for scalar columns (min/max drive filter pushdown); none for the long numeric lists,
 # and no dictionary encoding: both cost more encode time than they save (measured by benchmarks/data.py).
 _SCALAR_COLUMNS = [f.name for f in FILE_SCHEMA if not pa.types.is_nested(f.type) and not pa.types.is_binary(f.type)]
-CHUNK_ROWS = 256  # rows per row group; one is encoded while the next is built
+CHUNK_ROWS = 256  # rows per row group; one is encoded while the next arrives and is built
+_ENCODERS = 3  # row groups of different files encoded at once (one per partition flushing in parallel)
 # Float training arrays (log-probs) are near-incompressible: zstd at its fastest level saves none of their
 # bytes and costs 1.8x the time of storing them as they are, so they are stored uncompressed.
 _RAW = {name for name, dtype in NUMERIC_LISTS.items() if dtype.kind == "f"}
@@ -94,6 +98,12 @@ class TrajectoryWriter:
         self.quarantine_dir = Path(quarantine_dir) if quarantine_dir is not None else None
         self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0}
         self._buffers: dict[tuple[str, str], list[dict]] = {}
+        # per partition: its temp file being written, how many of its buffered rows that file holds,
+        # and whether writing ahead failed (then the rows wait for the flush, which starts afresh)
+        self._files: dict[tuple[str, str], RowGroupFile] = {}
+        self._encoded: dict[tuple[str, str], int] = {}
+        self._ahead_failed: set[tuple[str, str]] = set()
+        self._pools: tuple[ThreadPoolExecutor, ThreadPoolExecutor] | None = None  # (encoders, syncers) of all files
         self._lock = threading.Lock()  # guards stats and buffers while partitions flush in parallel
         # One chunk is built (Python, GIL-bound) at a time: builders of parallel partitions would only
         # trade the GIL back and forth, and starve the encoder threads that need it between C++ calls.
@@ -124,10 +134,65 @@ class TrajectoryWriter:
             self._quarantine(record.to_row() if isinstance(record, TrajectoryRecord) else row, errors)
             return False
         part = (row["harness"], row["date"])
-        self._buffers.setdefault(part, []).append(item)
-        if len(self._buffers[part]) >= self.rows_per_file:
+        rows = self._buffers.setdefault(part, [])
+        rows.append(item)
+        if len(rows) >= self.rows_per_file:
             self._flush_partition(part)
+        elif len(rows) - self._encoded.get(part, 0) >= CHUNK_ROWS and part not in self._ahead_failed:
+            self._write_ahead(part)
         return True
+
+    def _write_ahead(self, part: tuple[str, str]) -> None:
+        """Start encoding the partition's full chunks into its temp file. A failure here is not the
+        caller's: the file is dropped, the rows stay buffered, and the flush writes them afresh (and
+        raises if it fails again)."""
+        try:
+            self._add_chunks(part, final=False)
+        except Exception as e:  # noqa: BLE001 - whatever it was, the flush retries it and raises
+            where = self._files[part].path if part in self._files else self.store.staging_dir
+            log.warning("writing ahead for partition %s failed (%s); its %d rows stay buffered for the next flush",
+                        "/".join(part), _describe(e, where) if isinstance(e, OSError) else repr(e),
+                        len(self._buffers.get(part, [])))
+            self._drop_file(part)
+            self._ahead_failed.add(part)
+
+    def _add_chunks(self, part: tuple[str, str], *, final: bool) -> None:
+        """Build the partition's buffered rows not yet in its file into row groups of CHUNK_ROWS and
+        hand them to the file (the last, short one too when `final`). Quarantined rows leave the buffer."""
+        rows = self._buffers[part]
+        while True:
+            start = self._encoded.get(part, 0)
+            n = min(len(rows) - start, CHUNK_ROWS)
+            if n <= 0 or (n < CHUNK_ROWS and not final):
+                return
+            with self._build_lock:
+                table, kept = self._chunk_table(rows[start:start + n])
+            rows[start:start + n] = kept
+            if table is None:
+                continue
+            f = self._files.get(part)
+            if f is None:
+                f = self._files[part] = self._open_file()
+            f.add(table, kept)
+            self._encoded[part] = start + len(kept)
+
+    def _open_file(self) -> RowGroupFile:
+        self.store.staging_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="part-", suffix=".parquet.tmp", dir=self.store.staging_dir)
+        os.close(fd)
+        if self._pools is None:  # threads started once, not twice per file; closed by `close`
+            self._pools = (ThreadPoolExecutor(max_workers=_ENCODERS, thread_name_prefix="parquet-encode"),
+                           ThreadPoolExecutor(max_workers=2, thread_name_prefix="parquet-sync"))
+        return RowGroupFile(name, FILE_SCHEMA, prepare=self.redactor.table if self.redactor is not None else None,
+                            encoder=self._pools[0], syncer=self._pools[1], compression=_codecs(self.compression),
+                            use_dictionary=False, write_statistics=_SCALAR_COLUMNS)
+
+    def _drop_file(self, part: tuple[str, str]) -> None:
+        """Abort the partition's temp file (removing it); its rows, still buffered, start afresh."""
+        self._encoded.pop(part, None)
+        f = self._files.pop(part, None)
+        if f is not None:
+            f.abort()
 
     def _quarantine(self, row: dict, errors: list[str]) -> None:
         with self._lock:
@@ -156,7 +221,7 @@ class TrajectoryWriter:
         first error is raised after all have tried."""
         parts = [p for p in list(self._buffers) if self._buffers.get(p)]
         # partitions in parallel: one builds (Python) while others encode (C++, GIL released)
-        with ThreadPoolExecutor(max_workers=max(1, min(len(parts), 3)), thread_name_prefix="flush") as pool:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(parts), _ENCODERS)), thread_name_prefix="flush") as pool:
             futures = [pool.submit(self._flush_partition, part) for part in parts]
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
@@ -181,80 +246,35 @@ class TrajectoryWriter:
                 raise WriteError(f"cannot encode {len(items)} trajectories: {exc}; they are still buffered") from exc
             return self._chunk_table(keep) if keep else (None, [])
 
-    def _write_file(self, f: str, items: list) -> list:
-        """Encode `items` into the file at path `f` as row groups of CHUNK_ROWS and fsync it. Building a
-        chunk (Python) overlaps with encoding the previous one (C++, GIL released), and each encoded
-        row group is flushed to disk in the background (`fdatasync`) while the next is built, so the
-        final fsync waits only for the last one. Returns the items written."""
-        written, writer, pending, fd, syncing = [], None, None, -1, []
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-encode") as encoder, \
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-sync") as syncer:
-            try:
-                for start in range(0, len(items), CHUNK_ROWS):
-                    with self._build_lock:
-                        table, kept = self._chunk_table(items[start:start + CHUNK_ROWS])
-                    if table is None:
-                        continue
-                    if writer is None:
-                        writer = pq.ParquetWriter(f, FILE_SCHEMA, compression=_codecs(self.compression),
-                                                  use_dictionary=False, write_statistics=_SCALAR_COLUMNS)
-                        fd = os.open(f, os.O_RDONLY)
-                    if pending is not None:
-                        pending.result()
-                        syncing.append(syncer.submit(os.fdatasync, fd))
-                    pending = encoder.submit(self._encode, writer, table)
-                    written += kept
-                if pending is not None:
-                    pending.result()
-            finally:
-                if pending is not None:
-                    pending.exception()  # waits: never close the file under a running encode
-                if writer is not None:
-                    writer.close()
-                # a failed early sync fails the file: after an fsync error the kernel may have dropped
-                # the pages, and a later fsync would report success (the "fsyncgate" lesson)
-                failed = next((e for e in (done.exception() for done in syncing) if e is not None), None)
-                if fd >= 0:
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                if failed is not None:
-                    raise failed
-        return written
-
-    def _encode(self, writer: pq.ParquetWriter, table: pa.Table) -> None:
-        if self.redactor is not None:
-            table = self.redactor.table(table)  # before a single byte reaches the file
-        writer.write_table(table)
-
     def _flush_partition(self, part: tuple[str, str]) -> None:
-        items = self._buffers[part]
         key = f"harness={part[0]}/date={part[1]}/part-{uuid.uuid4().hex}.parquet"
-        self.store.staging_dir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix="part-", suffix=".parquet.tmp", dir=self.store.staging_dir)
-        os.close(fd)
-        tmp = Path(name)
+        self._ahead_failed.discard(part)
+        tmp = self._files[part].path if part in self._files else None
         try:
-            rows = self._write_file(name, items)  # by path: Arrow's own file stream, no GIL per write
-            if not rows:  # every record was quarantined
-                tmp.unlink(missing_ok=True)
+            self._add_chunks(part, final=True)
+            f = self._files.get(part)
+            if f is None:  # every record was quarantined
                 with self._lock:
                     del self._buffers[part]
                 return
+            tmp = f.path
+            rows = f.finish()
             check_parquet(tmp, len(rows))
             size = tmp.stat().st_size
             outcome = self.store.publish(tmp, key)
         except OSError as e:
-            tmp.unlink(missing_ok=True)
-            message = (f"could not write {len(items)} trajectories to {self.store.url}/{key}: {_describe(e, tmp)}; "
+            self._drop_file(part)
+            n = len(self._buffers.get(part, []))
+            message = (f"could not write {n} trajectories to {self.store.url}/{key}: {_describe(e, tmp or self.store.staging_dir)}; "
                        "they are still buffered, so fix the cause and flush again")
             raise (WriteError(e.errno, message) if e.errno else WriteError(message)) from e
         except BaseException:
-            tmp.unlink(missing_ok=True)
+            self._drop_file(part)
             raise
         tmp.unlink(missing_ok=True)  # a store consumes the file; this only matters for one that copies
         with self._lock:
+            self._files.pop(part, None)
+            self._encoded.pop(part, None)
             del self._buffers[part]
             self.stats["rows_written"] += len(rows)
             self.stats["files"] += 1
@@ -262,7 +282,14 @@ class TrajectoryWriter:
             self.stats["spooled"] += outcome == "spooled"
 
     def close(self) -> None:
-        self.flush()
+        """Flush, then stop the encoder threads (a later write starts them again)."""
+        try:
+            self.flush()
+        finally:
+            if self._pools is not None and not self._files:
+                for pool in self._pools:
+                    pool.shutdown(wait=True)
+                self._pools = None
 
     def __enter__(self) -> "TrajectoryWriter":
         return self

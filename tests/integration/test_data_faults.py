@@ -305,3 +305,23 @@ def test_an_endpoint_answering_5xx_is_retried_a_bounded_number_of_times_then_spo
     assert len(puts) == 4 and len(_Always503.requests) == 4  # exactly `attempts` tries, nothing else
     assert delays == [0.01, 0.02, 0.03]
     assert writer.stats["spooled"] == 1 and len(store.spool.list()) == 1
+
+
+def test_disk_full_while_writing_ahead_loses_nothing_and_the_flush_reports_enospc(tiny_fs):
+    store = LocalStore(tiny_fs / "data")
+    writer = TrajectoryWriter(store, rows_per_file=10_000)
+    big = [_record(i, observation=os.urandom(3000).hex()) for i in range(600)]  # chunks of 256 fill the disk
+    for record in big:
+        assert writer.write(record) is True  # writing ahead fails quietly: the rows wait for the flush
+    assert _temp_files(store) == [] and writer.buffered == 600
+    with pytest.raises(WriteError) as failure:
+        writer.flush()
+    assert failure.value.errno == errno.ENOSPC and "still buffered" in str(failure.value)
+    assert _temp_files(store) == [] and store.list() == [] and writer.buffered == 600
+
+    grown = subprocess.run(["mount", "-o", "remount,size=16m", str(tiny_fs)], capture_output=True, text=True)
+    if grown.returncode != 0:
+        pytest.skip(f"remounting the tmpfs larger was refused: {grown.stderr.strip()}")
+    writer.close()
+    assert writer.buffered == 0
+    assert sorted(r.seed for r in read_records(store)) == list(range(600))
