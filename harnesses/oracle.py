@@ -44,10 +44,11 @@ def reference_solution(task: TaskSpec) -> str:
     return LIST_SOLUTIONS[task.meta["kind"]]
 
 
-def _code(task: TaskSpec, turn: int) -> str | None:
+def _code(task: TaskSpec, turn: int, echo: bool = True) -> str | None:
     if turn == 0:
         source = reference_solution(task)
-        return f"```python\nopen('solution.py', 'w').write({source!r})\nprint(open('solution.py').read())\n```"
+        check = "\nprint(open('solution.py').read())" if echo else ""
+        return f"```python\nopen('solution.py', 'w').write({source!r}){check}\n```"
     return "SUBMIT" if turn == 1 else None
 
 
@@ -74,3 +75,11 @@ ORACLES = {"terminal_like": _terminal, "code_sandbox_like": _code, "tool_api_lik
 def oracle_action(task: TaskSpec, turn: int) -> str | None:
     """The scripted action for `turn` (0-based) of `task`, or None when the episode is over."""
     return ORACLES[task.harness](task, turn)
+
+
+def terse_action(task: TaskSpec, turn: int) -> str | None:
+    """The same solution in a terser style where a harness has one: code is written without echoing
+    solution.py back (shorter by 35 tokens, and nothing to check the file with)."""
+    if task.harness == "code_sandbox_like":
+        return _code(task, turn, echo=False)
+    return oracle_action(task, turn)

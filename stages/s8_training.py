@@ -3,8 +3,10 @@
 smoke: `stages.smoke_steps` GRPO steps; every loss finite; the reward distribution neither
 constant nor all maximal; a checkpoint written; a second run on the same directory resumes from it
 at the same step and sampler position and continues; no trajectory id stored twice.
-short: train on the training harnesses for `stages.short_minutes`; greedy eval-split success
-before and after (and periodically: the curve) on the training harnesses and the held-out one;
+short: train on the training harnesses for `stages.short_minutes` with `stages.short_recipe` applied
+on top of the config (null: the config as it is); greedy eval-split success
+before and after (and periodically: the curve) on the training harnesses and the held-out one
+(EVAL_TASKS_PER_FAMILY tasks of every task family);
 the training harnesses must gain `stages.short_min_success_gain`; entropy neither collapses nor
 explodes; gradient norm stays finite and bounded.
 full: `training.total_steps` with periodic checkpoints and resume from the latest.
@@ -19,7 +21,7 @@ import statistics
 from agentrl_cli.context import StageContext
 from agentrl_cli.report import Check, StageReport
 
-EVAL_TASKS_PER_HARNESS = 24
+EVAL_TASKS_PER_FAMILY = 12
 
 
 def run(ctx: StageContext) -> StageReport:
@@ -113,29 +115,37 @@ def _unique_ids(ctx) -> Check:
 
 
 def _eval_tasks(cfg) -> dict:
+    """Per harness, EVAL_TASKS_PER_FAMILY eval-split tasks of each task family, spread evenly over the
+    family (so every difficulty is in): each family weighs the same in the harness's success rate."""
     from harnesses.tasks import load_tasks
 
     out = {}
     for h in cfg.harnesses:
-        tasks = load_tasks(h.name, "eval")
-        step = max(1, len(tasks) // EVAL_TASKS_PER_HARNESS)
-        out[h.name] = tasks[::step][:EVAL_TASKS_PER_HARNESS]
+        by_family: dict[str, list] = {}
+        for t in load_tasks(h.name, "eval"):
+            by_family.setdefault(t.meta.get("family", ""), []).append(t)
+        out[h.name] = [t for tasks in by_family.values()
+                       for t in tasks[::max(1, len(tasks) // EVAL_TASKS_PER_FAMILY)][:EVAL_TASKS_PER_FAMILY]]
     return out
 
 
 def _short(ctx: StageContext, path) -> list[Check]:
-    cfg = ctx.config
-    minutes = cfg.stages.short_minutes
-    state: dict = {}
+    from agentrl_cli.config.load import with_overrides
+
+    minutes = ctx.config.stages.short_minutes
+    recipe = ctx.config.stages.short_recipe
+    state: dict = {"cfg": ctx.config}
 
     def go() -> Check:
+        cfg = state["cfg"] = with_overrides(ctx.config, recipe, "stages.short_recipe") if recipe else ctx.config
         s = _train(ctx, cfg, path, steps=10 ** 6, deadline_s=minutes * 60, eval_tasks=_eval_tasks(cfg),
                    eval_every=cfg.stages.short_eval_every_steps)
         state["s"] = s
-        return Check("trained", "pass", {"steps": s.steps, "minutes": minutes}, f"trains for {minutes:g} minutes")
+        return Check("trained", "pass", {"steps": s.steps, "minutes": minutes, "recipe": recipe},
+                     f"trains for {minutes:g} minutes")
 
     checks = [ctx.check("trained", go)]
-    s = state.get("s")
+    s, cfg = state.get("s"), state["cfg"]
     if s is None or len(s.evals) < 2:
         return checks + [Check.skipped("short checks", "training did not complete; see above")]
     train_names = [h.name for h in cfg.harnesses if not h.held_out]

@@ -88,6 +88,30 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     return LoadedConfig(config=config, source=source, overrides=overrides)
 
 
+def with_overrides(config: PlatformConfig, overrides: Mapping[str, Any], origin: str) -> PlatformConfig:
+    """`config` with dotted-key `overrides` ({"training.learning_rate": 3e-4}) applied and validated
+    again; a bad key or value raises ConfigError naming it and `origin`. Nested mappings are read as
+    dotted keys ({"training": {"learning_rate": 1}} sets one key, it does not replace the section)."""
+    data = config.model_dump(mode="python")
+    origins: dict[tuple, str] = {}
+    for key, value in _flatten(overrides):
+        parts = _split_path(str(key), origin)
+        _set_path(data, parts, value, f"{origin}: {key}")
+        origins[tuple(parts)] = f"{origin}: {key}"
+    try:
+        return PlatformConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(*format_validation_error(exc, data, origins, origin)) from None
+
+
+def _flatten(mapping: Mapping[str, Any], prefix: str = ""):
+    for key, value in mapping.items():
+        if isinstance(value, Mapping) and value:
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
 def _read_file(path: str | os.PathLike | None) -> tuple[dict, str]:
     if path is None:
         if not Path(DEFAULT_CONFIG_NAME).exists():

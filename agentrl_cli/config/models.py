@@ -8,7 +8,7 @@ Loading, merging and error formatting live in `load.py`; nothing here reads file
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -200,6 +200,16 @@ class ClusterConfig(Section):
     base_image: str = Field("python:3.11-slim", description="Pinned base image the role images build on")
 
 
+# What the built-in tiny model needs to learn within minutes on a CPU: sync rollouts with fresh weights
+# every step, groups of 8, 32 trajectories per step, a learning rate far above a large model's, a KL
+# anchor to the warm start, and the learnability curriculum (see README, "Stage 8 short").
+SHORT_RECIPE = {
+    "rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1, "rollout.group_size": 8, "rollout.curriculum": True,
+    "training.micro_batch_size": 8, "training.gradient_accumulation_steps": 4,
+    "training.learning_rate": 2e-4, "training.kl_coef": 0.1,
+}
+
+
 class StageThresholds(Section):
     """Pass/fail thresholds the stage checks compare their measurements with."""
 
@@ -215,8 +225,11 @@ class StageThresholds(Section):
     data_min_compression_ratio: float = Field(2.0, ge=1, description="Stage 7: minimum Parquet compression ratio")
     smoke_steps: int = Field(20, ge=1, description="Stage 8 smoke: trainer steps")
     short_minutes: float = Field(15.0, gt=0, description="Stage 8 short: time budget in minutes")
-    short_eval_every_steps: int = Field(40, ge=1, description="Stage 8 short: trainer steps between evaluations (the curve)")
+    short_eval_every_steps: int = Field(10, ge=1, description="Stage 8 short: trainer steps between evaluations (the curve)")
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
+    short_recipe: dict[str, Any] | None = Field(
+        default_factory=lambda: dict(SHORT_RECIPE),
+        description="Stage 8 short: config overrides (dotted keys) for the run, the built-in tiny model's GRPO recipe; keys given replace the recipe's, null runs the config as it is")
     baseline_max_drift: float = Field(0.5, gt=0, description="verify: largest relative deviation from the stage-0 baseline")
     cross_harness_max_drop: float = Field(0.3, ge=0, le=1, description="verify: largest held-out vs training score drop")
 

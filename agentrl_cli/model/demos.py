@@ -1,21 +1,36 @@
 """Demonstrations for the warm start: every training-split task of the given harnesses played by the
 scripted solutions through the real harness (real sandboxes, real observations), turned into chat
-messages and then into token ids with a loss mask over the assistant's own tokens only."""
+messages and then into token ids with a loss mask over the assistant's own tokens only.
+
+One task in TERSE_EVERY (chosen by a hash of its id, so the set is fixed) is played in the harness's
+terser style where it has one (`harnesses.oracle.terse_action`: code written without echoing the file
+back). The warm-started policy therefore knows both styles and prefers the common one; which one fits
+the turn budget (`inference.max_new_tokens`) is left for reinforcement learning to find out.
+"""
 
 from __future__ import annotations
 
 import itertools
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from harnesses.contract import play
+from harnesses.oracle import oracle_action, terse_action
 from harnesses.registry import resolve
 from harnesses.tasks import load_tasks
 
+TERSE_EVERY = 4
 
-def episode_messages(harness, task) -> list[dict]:
-    """Play the scripted solution of `task`; return system/user/assistant/tool messages."""
-    traj, _ = play(harness, task)
+
+def demo_policy(task):
+    """The scripted policy a task's demonstration is played with."""
+    return terse_action if zlib.crc32(task.task_id.encode()) % TERSE_EVERY == 0 else oracle_action
+
+
+def episode_messages(harness, task, policy=None) -> list[dict]:
+    """Play the scripted solution of `task` (`demo_policy` unless given); return system/user/assistant/tool messages."""
+    traj, _ = play(harness, task, policy=policy or demo_policy(task))
     messages = [{"role": "system", "content": harness.system_prompt()}, {"role": "user", "content": traj.observations[0].text}]
     for action, obs in zip(traj.actions, traj.observations[1:]):
         messages.append({"role": "assistant", "content": action.text})

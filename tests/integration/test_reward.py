@@ -61,6 +61,9 @@ def write_solution(source: str) -> str:
     return f"```python\nopen('solution.py', 'w').write({source!r})\n```"
 
 
+LIST_KINDS = ("sum_even", "count_negative", "max_minus_min")
+
+
 # ---- determinism and idempotency ----------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["terminal_like", "code_sandbox_like", "tool_api_like"])
@@ -77,6 +80,19 @@ def test_oracle_episode_scores_success_and_agrees_with_the_harness(name, provide
             assert result.reward == pytest.approx(1.0 + 0.1 + 0.1)
     finally:
         h.close()
+
+
+def test_the_terse_demonstration_style_solves_every_code_family_too(code_harness, scorer):
+    """The warm start plays one task in four in this style (`model/demos.py`): it must be as correct."""
+    from harnesses.oracle import oracle_action, terse_action
+
+    for kind in LIST_KINDS + ("arith",):
+        family = "arith" if kind == "arith" else "list_function"
+        task = next(t for t in load_tasks("code_sandbox_like", "train", family) if t.meta.get("kind", "arith") == kind)
+        assert len(terse_action(task, 0)) < len(oracle_action(task, 0))
+        traj, _ = play(code_harness, task, policy=terse_action)
+        result = scorer.score(request_from_episode(traj, code_harness.evidence(traj), trajectory_id=f"{task.task_id}-terse"))
+        assert (result.status, result.outcome) == ("ok", "success"), result.detail
 
 
 def test_same_trajectory_scored_twice_gives_the_identical_result(code_harness, scorer):

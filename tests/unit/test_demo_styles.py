@@ -1,0 +1,28 @@
+"""The warm start's demonstrations: one task in four (a fixed, hash-chosen set) in the terser style,
+which only the code harness has."""
+
+from __future__ import annotations
+
+from agentrl_cli.model.demos import TERSE_EVERY, demo_policy
+from harnesses.oracle import oracle_action, terse_action
+from harnesses.tasks import load_tasks
+
+
+def test_about_one_code_task_in_four_is_demonstrated_tersely_and_always_the_same_ones():
+    tasks = load_tasks("code_sandbox_like", "train")
+    terse = [t.task_id for t in tasks if demo_policy(t) is terse_action]
+    assert 0.5 / TERSE_EVERY < len(terse) / len(tasks) < 1.5 / TERSE_EVERY
+    assert terse == [t.task_id for t in load_tasks("code_sandbox_like", "train") if demo_policy(t) is terse_action]
+    for kind in ("sum_even", "count_negative", "max_minus_min"):  # every list function is shown both ways
+        same = [t for t in tasks if t.meta.get("kind") == kind]
+        assert {demo_policy(t) for t in same} == {oracle_action, terse_action}
+
+
+def test_the_terse_style_drops_only_the_echo_and_other_harnesses_have_none():
+    task = load_tasks("code_sandbox_like", "train", "list_function")[0]
+    full, short = oracle_action(task, 0), terse_action(task, 0)
+    assert full.replace("\nprint(open('solution.py').read())", "") == short
+    assert terse_action(task, 1) == oracle_action(task, 1) == "SUBMIT"
+    for harness in ("terminal_like", "tool_api_like"):
+        t = load_tasks(harness, "train")[0]
+        assert [terse_action(t, k) for k in range(3)] == [oracle_action(t, k) for k in range(3)]
