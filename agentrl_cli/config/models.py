@@ -66,7 +66,8 @@ class RolloutConfig(Section):
     group_size: int = Field(4, ge=1, le=1024, description="GRPO group: samples per task")
     buffer_size: int = Field(256, ge=1, description="Bounded trajectory buffer between rollout and trainer")
     max_inference_queue: int = Field(512, ge=1, description="New episodes wait while the inference queue is longer than this")
-    curriculum: bool = Field(False, description="Sample tasks by difficulty driven by recent success rate")
+    curriculum: bool = Field(False, description="Sample (family, difficulty) buckets by learnability p(1-p) of their recent success rate")
+    eval_concurrency: int = Field(0, ge=0, description="Evaluation episodes in flight at once; 0 = all (fast, but greedy near-ties can flip with the batch's make-up); 1 = one at a time, so the same weights always score the same")
     seed: int = Field(1234, description="Seed for the task sampler")
 
 
@@ -206,7 +207,7 @@ class ClusterConfig(Section):
 SHORT_RECIPE = {
     "rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1, "rollout.group_size": 8, "rollout.curriculum": True,
     "training.micro_batch_size": 8, "training.gradient_accumulation_steps": 4,
-    "training.learning_rate": 2e-4, "training.kl_coef": 0.1,
+    "training.learning_rate": 2e-4, "training.kl_coef": 0.1, "rollout.eval_concurrency": 1,
 }
 
 

@@ -212,10 +212,15 @@ class RolloutController:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def evaluate(self, tasks, temperature: float = 0.0) -> dict:
-        """Success rate of `tasks` (greedy by default); not stored, not buffered."""
-        results = await asyncio.gather(*(self.play(Draw(t, f"eval-{i}", 0, i), temperature=temperature, store=False)
-                                         for i, t in enumerate(tasks)), return_exceptions=True)
+    async def evaluate(self, tasks, temperature: float = 0.0, limit: asyncio.Semaphore | None = None) -> dict:
+        """Success rate of `tasks` (greedy by default); not stored, not buffered. `limit` bounds the
+        episodes in flight (shared by calls that should not overlap)."""
+        async def one(i: int, t):
+            if limit is None:
+                return await self.play(Draw(t, f"eval-{i}", 0, i), temperature=temperature, store=False)
+            async with limit:
+                return await self.play(Draw(t, f"eval-{i}", 0, i), temperature=temperature, store=False)
+        results = await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks)), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in errors[:3]:
             log.error("evaluation episode failed: %r", exc)

@@ -325,7 +325,9 @@ class TrainingRun:
 
     async def _evaluate(self, eval_tasks: dict) -> dict:
         names = list(eval_tasks)  # every harness at once: one server batch across all of them
-        results = await asyncio.gather(*(self.controller.evaluate(eval_tasks[n], temperature=0.0) for n in names))
+        n = self.cfg.rollout.eval_concurrency
+        limit = asyncio.Semaphore(n) if n > 0 else None
+        results = await asyncio.gather(*(self.controller.evaluate(eval_tasks[h], temperature=0.0, limit=limit) for h in names))
         self._log({"step": self.step, "version": self.version,  # the curve, readable while the run goes on
                    **{f"eval/{n}/success_rate": r["success_rate"] for n, r in zip(names, results)}})
         return {"step": self.step, "version": self.version, **dict(zip(names, results))}

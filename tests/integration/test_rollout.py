@@ -213,3 +213,33 @@ def test_reward_service_down_masks_episodes_and_the_rollout_continues(server, ra
     assert len(episodes) == 4 and all(e.reward is None for e in episodes)  # masked for the trainer
     assert ctl.counters["reward_infra_error"] == 4 and ctl.reward.counters["retries"] == 8
     assert {r.reward_status for r in read_records(writer.store)} == {"infra_error"}
+
+
+def test_evaluation_runs_one_episode_at_a_time_under_a_limit_of_one(server, random_model_dir, tmp_path):
+    ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), max_steps_per_trajectory=1)
+    tasks = load_tasks("tool_api_like", "eval")[:4]
+    live, peaks, play = [0], [], ctl.play
+
+    async def counted(*args, **kw):
+        live[0] += 1
+        peaks.append(live[0])
+        try:
+            return await play(*args, **kw)
+        finally:
+            live[0] -= 1
+    ctl.play = counted
+
+    async def go():
+        one = await ctl.evaluate(tasks, limit=asyncio.Semaphore(1))
+        peak_one, peaks[:] = max(peaks), []
+        free = await ctl.evaluate(tasks)
+        await ctl.client.close()
+        return one, peak_one, free, max(peaks)
+    try:
+        one, peak_one, free, peak_free = asyncio.run(go())
+    finally:
+        ctl.close()
+        writer.close()
+    assert peak_one == 1 and peak_free == 4
+    assert one["n"] == free["n"] == 4 and one["errors"] == free["errors"] == 0
+    assert len(writer.store.list()) == 0  # evaluations are never stored
