@@ -39,10 +39,6 @@ class RowGroupFile:
         self._syncer = syncer or ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-sync")
         self._owned = [p for p, given in ((self._encoder, encoder), (self._syncer, syncer)) if given is None]
 
-    @property
-    def row_groups(self) -> int:
-        return len(self._syncing) + (self._pending is not None)
-
     def add(self, table: pa.Table, items: list) -> None:
         """Queue `table` as the next row group. Raises the previous row group's error, if it failed."""
         if self._writer is None:
