@@ -3,6 +3,8 @@
 `generate()` is deterministic; `python -m harnesses.tasks` writes the committed JSONL files under
 `harnesses/tasksets/` and a test checks they match. One family, `arith` (compute a quantity), is
 solvable through all three harnesses, so any one harness can be held out and evaluated on it.
+`practice_tasks()` draws more training tasks from separate seeds (never an eval-split prompt) for
+the built-in model's warm start; they are generated on demand, not committed.
 Each task's `meta` holds what the harness needs: `family`, `verify` ("answer", "state" or
 "tests"), `files` written into the sandbox, hidden `tests` (never shown to the agent), `table`.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from harnesses.base import TaskSpec
 
 TASK_SET_VERSION = "2026.11.29"
 SPLITS = {"train": (1000, 90), "eval": (2000, 30)}  # split -> (seed offset, tasks per family)
+PRACTICE_OFFSET = 5000
 HARNESS_FAMILIES = {
     "terminal_like": ("arith", "count_matches", "sum_column", "uppercase_file"),
     "code_sandbox_like": ("arith", "list_function"),
@@ -94,6 +97,25 @@ def generate(harness: str, split: str) -> list[TaskSpec]:
         rng = random.Random(f"{TASK_SET_VERSION}/{harness}/{family}/{offset}")
         out += [_task(harness, family, split, i, rng) for i in range(per_family)]
     return out
+
+
+def practice_tasks(harness: str, per_family: int, offset: int = PRACTICE_OFFSET) -> list[TaskSpec]:
+    """`per_family` more training tasks of every family of `harness` from seed `offset`, ids
+    `<harness>/<family>/practice/<i>`. A task whose prompt and files equal an eval-split task's is
+    left out, so nothing the agent sees at evaluation was shown in practice."""
+    seen = {_visible(t) for t in load_tasks(harness, "eval")}
+    out = []
+    for family in HARNESS_FAMILIES[harness]:
+        rng = random.Random(f"{TASK_SET_VERSION}/{harness}/{family}/{offset}")
+        for i in range(per_family):
+            task = _task(harness, family, "train", i, rng)
+            if _visible(task) not in seen:
+                out.append(replace(task, task_id=f"{harness}/{family}/practice/{i:04d}"))
+    return out
+
+
+def _visible(task: TaskSpec) -> tuple[str, str]:
+    return task.prompt, json.dumps(task.meta.get("files"), sort_keys=True)
 
 
 def _path(harness: str) -> Path:

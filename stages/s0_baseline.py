@@ -39,7 +39,7 @@ def run(ctx: StageContext) -> StageReport:
     state: dict = {}
 
     def loop() -> Check:
-        ctx.progress("resolving the model (the built-in one is built on first use, a few minutes)")
+        ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
         path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
 
         async def go():

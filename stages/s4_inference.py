@@ -37,7 +37,7 @@ def run(ctx: StageContext) -> StageReport:
     state: dict = {}
 
     def model() -> Check:
-        ctx.progress("resolving the model (the built-in one is built on first use, a few minutes)")
+        ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
         state["path"] = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         return Check("model resolves", "pass", str(state["path"]), "a Hugging Face model directory")
 

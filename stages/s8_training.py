@@ -34,7 +34,7 @@ def run(ctx: StageContext) -> StageReport:
     state: dict = {}
 
     def model() -> Check:
-        ctx.progress("resolving the model (the built-in one is built on first use, a few minutes)")
+        ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
         state["path"] = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
         return Check("model", "pass", str(state["path"]), "resolves to a model directory")
 

@@ -36,7 +36,7 @@ def build_tiny_command(
     config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Build builtin:tiny-agent: scripted demonstrations from the training harnesses' task sets, a
-    supervised warm start, saved as a Hugging Face model directory in model.cache_dir (a few minutes on 2 cores).
+    supervised warm start, saved as a Hugging Face model directory in model.cache_dir (about 10 minutes on 2 cores).
 
     Examples:
 

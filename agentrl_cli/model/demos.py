@@ -1,6 +1,9 @@
-"""Demonstrations for the warm start: every training-split task of the given harnesses played by the
-scripted solutions through the real harness (real sandboxes, real observations), turned into chat
-messages and then into token ids with a loss mask over the assistant's own tokens only.
+"""Demonstrations for the warm start: every training-split task of the given harnesses, and
+`practice_per_family` practice tasks of every family (`harnesses.tasks.practice_tasks`), played by
+the scripted solutions through the real harness (real sandboxes, real observations), turned into
+chat messages and then into token ids with a loss mask over the assistant's own tokens only. The
+practice tasks are what teaches copying: with 90 tasks a family the model memorises the training
+prompts instead of learning to copy a number or a word from its context.
 
 One task in TERSE_EVERY (chosen by a hash of its id, so the set is fixed) is played in the harness's
 terser style where it has one (`harnesses.oracle.terse_action`: code written without echoing the file
@@ -18,7 +21,7 @@ from typing import Callable
 from harnesses.contract import play
 from harnesses.oracle import oracle_action, terse_action
 from harnesses.registry import resolve
-from harnesses.tasks import load_tasks
+from harnesses.tasks import load_tasks, practice_tasks
 
 TERSE_EVERY = 4
 
@@ -40,9 +43,12 @@ def episode_messages(harness, task, policy=None) -> list[dict]:
 
 
 def collect(harness_names: list[str], split: str = "train", workers: int = 4,
-            progress: Callable[[int, int], None] = lambda done, total: None, make=None) -> list[dict]:
-    """[{"harness", "task_id", "messages", "tools"}] for every task of `split` of each harness."""
-    jobs = [(name, t) for name in harness_names for t in load_tasks(name, split)]
+            progress: Callable[[int, int], None] = lambda done, total: None, make=None,
+            practice_per_family: int = 0) -> list[dict]:
+    """[{"harness", "task_id", "messages", "tools"}] for every task of `split` of each harness, and
+    its practice tasks when `practice_per_family` > 0."""
+    jobs = [(name, t) for name in harness_names
+            for t in load_tasks(name, split) + (practice_tasks(name, practice_per_family) if practice_per_family else [])]
     make = make or (lambda name: resolve(name)())
     out: list[dict] = []
     done = itertools.count(1)
