@@ -3,8 +3,8 @@
 `generate()` is deterministic; `python -m harnesses.tasks` writes the committed JSONL files under
 `harnesses/tasksets/` and a test checks they match. One family, `arith` (compute a quantity), is
 solvable through all three harnesses, so any one harness can be held out and evaluated on it.
-`practice_tasks()` draws more training tasks from separate seeds (never an eval-split prompt) for
-the built-in model's warm start; they are generated on demand, not committed.
+`practice_tasks()` draws more tasks from separate seeds (never one of the committed tasks) for the
+built-in model's warm start; they are generated on demand, not committed.
 Each task's `meta` holds what the harness needs: `family`, `verify` ("answer", "state" or
 "tests"), `files` written into the sandbox, hidden `tests` (never shown to the agent), `table`.
 """
@@ -100,10 +100,11 @@ def generate(harness: str, split: str) -> list[TaskSpec]:
 
 
 def practice_tasks(harness: str, per_family: int, offset: int = PRACTICE_OFFSET) -> list[TaskSpec]:
-    """`per_family` more training tasks of every family of `harness` from seed `offset`, ids
-    `<harness>/<family>/practice/<i>`. A task whose prompt and files equal an eval-split task's is
-    left out, so nothing the agent sees at evaluation was shown in practice."""
-    seen = {_visible(t) for t in load_tasks(harness, "eval")}
+    """`per_family` more tasks of every family of `harness` from seed `offset` (split "train", ids
+    `<harness>/<family>/practice/<i>`). A task equal to one of the committed task set (same prompt,
+    files and hidden tests) is left out, so practice never rehearses a task that reinforcement
+    learning trains on or that evaluation scores."""
+    seen = {_visible(t) for t in load_tasks(harness)}
     out = []
     for family in HARNESS_FAMILIES[harness]:
         rng = random.Random(f"{TASK_SET_VERSION}/{harness}/{family}/{offset}")
@@ -115,7 +116,7 @@ def practice_tasks(harness: str, per_family: int, offset: int = PRACTICE_OFFSET)
 
 
 def _visible(task: TaskSpec) -> tuple[str, str]:
-    return task.prompt, json.dumps(task.meta.get("files"), sort_keys=True)
+    return task.prompt, json.dumps({k: task.meta.get(k) for k in ("files", "tests")}, sort_keys=True)
 
 
 def _path(harness: str) -> Path:

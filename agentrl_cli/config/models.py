@@ -207,7 +207,7 @@ class ClusterConfig(Section):
 SHORT_RECIPE = {
     "rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1, "rollout.group_size": 8, "rollout.curriculum": True,
     "training.micro_batch_size": 8, "training.gradient_accumulation_steps": 4,
-    "training.learning_rate": 2e-4, "training.kl_coef": 0.1, "rollout.eval_concurrency": 1,
+    "training.learning_rate": 3e-4, "training.kl_coef": 0.1, "rollout.eval_concurrency": 1,
 }
 
 
@@ -226,7 +226,7 @@ class StageThresholds(Section):
     data_min_compression_ratio: float = Field(2.0, ge=1, description="Stage 7: minimum Parquet compression ratio")
     smoke_steps: int = Field(20, ge=1, description="Stage 8 smoke: trainer steps")
     short_minutes: float = Field(15.0, gt=0, description="Stage 8 short: time budget in minutes")
-    short_eval_every_steps: int = Field(10, ge=1, description="Stage 8 short: trainer steps between evaluations (the curve)")
+    short_eval_every_steps: int = Field(20, ge=1, description="Stage 8 short: trainer steps between evaluations (the curve)")
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
     short_recipe: dict[str, Any] | None = Field(
         default_factory=lambda: dict(SHORT_RECIPE),

@@ -1,9 +1,12 @@
-"""Demonstrations for the warm start: every training-split task of the given harnesses, and
+"""Demonstrations for the warm start: the tasks of a split of the given harnesses and/or
 `practice_per_family` practice tasks of every family (`harnesses.tasks.practice_tasks`), played by
 the scripted solutions through the real harness (real sandboxes, real observations), turned into
-chat messages and then into token ids with a loss mask over the assistant's own tokens only. The
-practice tasks are what teaches copying: with 90 tasks a family the model memorises the training
-prompts instead of learning to copy a number or a word from its context.
+chat messages and then into token ids with a loss mask over the assistant's own tokens only.
+
+The built-in model is warm-started on practice tasks only: many fresh tasks are what teaches
+copying (with 90 tasks a family the model memorises the prompts instead of learning to copy a
+number or a word from its context), and a warm start that never saw the training split leaves
+reinforcement learning tasks it cannot answer from memory, so what it rewards is the skill.
 
 One task in TERSE_EVERY (chosen by a hash of its id, so the set is fixed) is played in the harness's
 terser style where it has one (`harnesses.oracle.terse_action`: code written without echoing the file
@@ -42,13 +45,13 @@ def episode_messages(harness, task, policy=None) -> list[dict]:
     return messages
 
 
-def collect(harness_names: list[str], split: str = "train", workers: int = 4,
+def collect(harness_names: list[str], split: str | None = "train", workers: int = 4,
             progress: Callable[[int, int], None] = lambda done, total: None, make=None,
             practice_per_family: int = 0) -> list[dict]:
-    """[{"harness", "task_id", "messages", "tools"}] for every task of `split` of each harness, and
-    its practice tasks when `practice_per_family` > 0."""
+    """[{"harness", "task_id", "messages", "tools"}] for every task of `split` (None: none) of each
+    harness, and its practice tasks when `practice_per_family` > 0."""
     jobs = [(name, t) for name in harness_names
-            for t in load_tasks(name, split) + (practice_tasks(name, practice_per_family) if practice_per_family else [])]
+            for t in (load_tasks(name, split) if split else []) + (practice_tasks(name, practice_per_family) if practice_per_family else [])]
     make = make or (lambda name: resolve(name)())
     out: list[dict] = []
     done = itertools.count(1)

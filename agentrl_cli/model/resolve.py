@@ -1,6 +1,7 @@
 """Resolve `model.path` to a Hugging Face model directory, building the built-in tiny model on
-first use: scripted demonstrations from the training harnesses' task sets and practice tasks, then
-a supervised warm start, saved under `model.cache_dir`. A file lock keeps two processes from
+first use: scripted demonstrations of practice tasks of the training harnesses (never a task of
+the committed task sets, see `model/demos.py`), then a supervised warm start, saved under
+`model.cache_dir`. A file lock keeps two processes from
 building at once."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from agentrl_cli.model.tiny import ARCH, RECIPE_VERSION, init_model, is_complete
 BUILTINS = ("tiny-agent",)
 WARM_START_HARNESSES = ("terminal_like", "code_sandbox_like")  # tool_api_like stays unseen: the held-out harness
 SFT_STEPS = 2000
-PRACTICE_PER_FAMILY = 500  # practice tasks per family on top of the training split (copying needs variety)
+PRACTICE_PER_FAMILY = 500  # practice tasks per family, the warm start's only demonstrations
 
 
 def builtin_dir(cache_dir: str, name: str = "tiny-agent") -> Path:
@@ -53,7 +54,7 @@ def build_tiny(dest: Path, steps: int = SFT_STEPS, seed: int = 0, force: bool = 
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the finished model
         if is_complete(dest) and not force:
             return dest
-        demos = collect(list(WARM_START_HARNESSES), practice_per_family=PRACTICE_PER_FAMILY,
+        demos = collect(list(WARM_START_HARNESSES), split=None, practice_per_family=PRACTICE_PER_FAMILY,
                         progress=lambda d, t: progress("demonstrations", d, t))
         model, tokenizer = init_model(seed)
         stats = train_sft(model, tokenizer, demos, steps=steps, progress=lambda s, loss: progress("warm start", s, steps))

@@ -1,5 +1,5 @@
 """The built-in tiny model (`model.path: builtin:tiny-agent`): a small Llama-architecture causal LM
-with the byte-level tokenizer and the chat template, saved as an ordinary Hugging Face model
+with the byte-level BPE tokenizer and the chat template, saved as an ordinary Hugging Face model
 directory. `save_model_dir` writes atomically (temp directory, then rename) and marks the
 directory complete, so a killed build never leaves a directory that loads half-written.
 """
@@ -17,7 +17,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from agentrl_cli.model.tokenizer import build_tokenizer
 
-RECIPE_VERSION = "3"  # bump when the architecture, tokenizer or warm-start recipe changes
+RECIPE_VERSION = "4"  # bump when the architecture, tokenizer or warm-start recipe changes
 ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
             max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
 COMPLETE = "agentrl.json"  # written last: its presence means the directory is complete

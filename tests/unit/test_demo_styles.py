@@ -26,3 +26,41 @@ def test_the_terse_style_drops_only_the_echo_and_other_harnesses_have_none():
     for harness in ("terminal_like", "tool_api_like"):
         t = load_tasks(harness, "train")[0]
         assert [terse_action(t, k) for k in range(3)] == [oracle_action(t, k) for k in range(3)]
+
+
+class EchoHarness:
+    """Stands in for a harness: answers every action with its text, the second one ends the episode."""
+
+    def __init__(self):
+        self.turn = 0
+
+    def system_prompt(self):
+        return "S"
+
+    def tools(self):
+        return []
+
+    def reset(self, task):
+        from harnesses.base import Observation
+        self.turn = 0
+        return Observation(text=task.prompt)
+
+    def step(self, action):
+        from harnesses.base import Observation
+        self.turn += 1
+        return Observation(text=action.text, done=self.turn >= 2)
+
+    def close(self):
+        pass
+
+
+def test_the_built_in_warm_start_demonstrates_practice_tasks_only():
+    from agentrl_cli.model.demos import collect
+    from agentrl_cli.model.resolve import WARM_START_HARNESSES
+
+    demos = collect(list(WARM_START_HARNESSES), split=None, practice_per_family=3, make=lambda name: EchoHarness(), workers=2)
+    committed = {t.task_id for h in WARM_START_HARNESSES for t in load_tasks(h)}
+    assert demos and all("/practice/" in d["task_id"] and d["task_id"] not in committed for d in demos)
+    assert {d["harness"] for d in demos} == set(WARM_START_HARNESSES)
+    with_train = collect(["terminal_like"], practice_per_family=0, make=lambda name: EchoHarness())
+    assert len(with_train) == len(load_tasks("terminal_like", "train"))
