@@ -230,7 +230,7 @@ class StageThresholds(Section):
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
     short_recipe: dict[str, Any] | None = Field(
         default_factory=lambda: dict(SHORT_RECIPE),
-        description="Stage 8 short: config overrides (dotted keys) for the run, the built-in tiny model's GRPO recipe; keys given replace the recipe's, null runs the config as it is")
+        description="Stage 8 short: config overrides (dotted keys) for the run, the built-in tiny model's GRPO recipe; a mapping given replaces the whole recipe, null runs the config as it is")
     baseline_max_drift: float = Field(0.5, gt=0, description="verify: largest relative deviation from the stage-0 baseline")
     cross_harness_max_drop: float = Field(0.3, ge=0, le=1, description="verify: largest held-out vs training score drop")
 
