@@ -5,7 +5,8 @@ checks: the engine is available; the model resolves; the server becomes healthy;
 latency under `stages.inference_load_concurrency` concurrent requests, with no errors and the
 server still up (peak memory recorded); log-probs returned by the server match a forward pass of
 the same model in this process; a weight update round trip (perturbed weights, then the original
-ones) changes the greedy output, reports each new weight_version, and restores the output.
+ones) changes the greedy output (its tokens or their log-probs), reports each new weight_version,
+and restores the output.
 """
 
 from __future__ import annotations
@@ -174,6 +175,12 @@ async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, pro
                        "the server's log-probs disagree with the model: check model.dtype and that server and trainer load the same weights")
 
 
+def _logprob_gap(a, b) -> float:
+    """Largest difference between two generations' log-probs on their common tokens (inf when none)."""
+    pairs = list(zip(a.output_logprobs, b.output_logprobs))
+    return max((abs(x - y) for x, y in pairs), default=math.inf)
+
+
 async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -192,10 +199,12 @@ async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: 
     during = await client.generate(prompts[0], greedy)
     await client.update_weights_from_disk(str(state["path"]), "stage4-restored")
     after = await client.generate(prompts[0], greedy)
-    ok = (during.output_ids != before.output_ids and during.weight_version == "stage4-perturbed"
-          and after.output_ids == before.output_ids and after.weight_version == "stage4-restored")
+    changed = during.output_ids != before.output_ids or _logprob_gap(during, before) > 1e-3
+    restored = after.output_ids == before.output_ids and _logprob_gap(after, before) < 1e-4
+    ok = changed and restored and during.weight_version == "stage4-perturbed" and after.weight_version == "stage4-restored"
     return Check.judge("weight update round trip", ok,
-                       {"changed": during.output_ids != before.output_ids, "restored": after.output_ids == before.output_ids,
+                       {"changed": changed, "tokens_changed": during.output_ids != before.output_ids,
+                        "logprob_change": round(_logprob_gap(during, before), 6), "restored": restored,
                         "versions": [before.weight_version, during.weight_version, after.weight_version]},
-                       "outputs change with new weights, versions reported, original output restored",
+                       "outputs (tokens or their log-probs) change with new weights, versions reported, original output restored",
                        "update_weights_from_disk did not take effect: see the server log; check the path is readable by the server")
