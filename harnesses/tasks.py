@@ -104,18 +104,18 @@ def practice_tasks(harness: str, per_family: int, offset: int = PRACTICE_OFFSET)
     `<harness>/<family>/practice/<i>`). A task equal to one of the committed task set (same prompt,
     files and hidden tests) is left out, so practice never rehearses a task that reinforcement
     learning trains on or that evaluation scores."""
-    seen = {_visible(t) for t in load_tasks(harness)}
+    seen = {_identity(t) for t in load_tasks(harness)}
     out = []
     for family in HARNESS_FAMILIES[harness]:
         rng = random.Random(f"{TASK_SET_VERSION}/{harness}/{family}/{offset}")
         for i in range(per_family):
             task = _task(harness, family, "train", i, rng)
-            if _visible(task) not in seen:
+            if _identity(task) not in seen:
                 out.append(replace(task, task_id=f"{harness}/{family}/practice/{i:04d}"))
     return out
 
 
-def _visible(task: TaskSpec) -> tuple[str, str]:
+def _identity(task: TaskSpec) -> tuple[str, str]:
     return task.prompt, json.dumps({k: task.meta.get(k) for k in ("files", "tests")}, sort_keys=True)
 
 

@@ -176,9 +176,9 @@ async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, pro
 
 
 def _logprob_gap(a, b) -> float:
-    """Largest difference between two generations' log-probs on their common tokens (inf when none)."""
-    pairs = list(zip(a.output_logprobs, b.output_logprobs))
-    return max((abs(x - y) for x, y in pairs), default=math.inf)
+    """Largest difference between two generations' log-probs on their common tokens (0 when none, so
+    a server that returns no log-probs is judged by its tokens alone)."""
+    return max((abs(x - y) for x, y in zip(a.output_logprobs or [], b.output_logprobs or [])), default=0.0)
 
 
 async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:

@@ -3,10 +3,10 @@
 the scripted solutions through the real harness (real sandboxes, real observations), turned into
 chat messages and then into token ids with a loss mask over the assistant's own tokens only.
 
-The built-in model is warm-started on practice tasks only: many fresh tasks are what teaches
-copying (with 90 tasks a family the model memorises the prompts instead of learning to copy a
-number or a word from its context), and a warm start that never saw the training split leaves
-reinforcement learning tasks it cannot answer from memory, so what it rewards is the skill.
+The built-in model is warm-started on practice tasks only: with 90 tasks a family it memorises
+the prompts, and only with many fresh ones did it start to copy a number from a tool's output
+into its answer; and a warm start that never saw the training split leaves reinforcement learning
+tasks it cannot answer from memory.
 
 One task in TERSE_EVERY (chosen by a hash of its id, so the set is fixed) is played in the harness's
 terser style where it has one (`harnesses.oracle.terse_action`: code written without echoing the file

@@ -1,8 +1,7 @@
 """Resolve `model.path` to a Hugging Face model directory, building the built-in tiny model on
 first use: scripted demonstrations of practice tasks of the training harnesses (never a task of
 the committed task sets, see `model/demos.py`), then a supervised warm start, saved under
-`model.cache_dir`. A file lock keeps two processes from
-building at once."""
+`model.cache_dir`. A file lock keeps two processes from building at once."""
 
 from __future__ import annotations
 

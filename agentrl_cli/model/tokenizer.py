@@ -102,7 +102,6 @@ def corpus() -> list[str]:
     return texts
 
 
-
 _BYTE_TO_CHAR: dict[int, str] | None = None
 
 
