@@ -44,11 +44,11 @@ def reference_solution(task: TaskSpec) -> str:
     return LIST_SOLUTIONS[task.meta["kind"]]
 
 
-def _code(task: TaskSpec, turn: int, echo: bool = True) -> str | None:
+def _code(task: TaskSpec, turn: int, echo: bool = True, filename: str = "solution.py") -> str | None:
     if turn == 0:
         source = reference_solution(task)
-        check = "\nprint(open('solution.py').read())" if echo else ""
-        return f"```python\nopen('solution.py', 'w').write({source!r}){check}\n```"
+        check = f"\nprint(open({filename!r}).read())" if echo else ""
+        return f"```python\nopen({filename!r}, 'w').write({source!r}){check}\n```"
     return "SUBMIT" if turn == 1 else None
 
 
@@ -75,6 +75,26 @@ ORACLES = {"terminal_like": _terminal, "code_sandbox_like": _code, "tool_api_lik
 def oracle_action(task: TaskSpec, turn: int) -> str | None:
     """The scripted action for `turn` (0-based) of `task`, or None when the episode is over."""
     return ORACLES[task.harness](task, turn)
+
+
+SLIPS = {"terminal_like": "uppercase_file: the upper-cased text is printed, never written to out.txt",
+         "code_sandbox_like": "every family: the code is saved as solve.py, not solution.py"}
+
+
+def slip_action(task: TaskSpec, turn: int, echo: bool = True) -> str | None:
+    """The oracle's solution with one plausible slip that fails the hidden tests (`SLIPS`), where the
+    harness has one; otherwise the oracle's action. The warm start's demonstrations carry it at a
+    fixed rate (`agentrl_cli/model/demos.py`), for reinforcement learning to find and unlearn."""
+    if task.harness == "code_sandbox_like":
+        return _code(task, turn, echo=echo, filename="solve.py")
+    if task.harness == "terminal_like" and task.meta["family"] == "uppercase_file" and turn == 0:
+        return tool_call("run_shell", command="tr a-z A-Z < in.txt")
+    return oracle_action(task, turn)
+
+
+def terse_slip_action(task: TaskSpec, turn: int) -> str | None:
+    """`slip_action` in the terser style."""
+    return slip_action(task, turn, echo=False)
 
 
 def terse_action(task: TaskSpec, turn: int) -> str | None:

@@ -12,6 +12,15 @@ One task in TERSE_EVERY (chosen by a hash of its id, so the set is fixed) is pla
 terser style where it has one (`harnesses.oracle.terse_action`: code written without echoing the file
 back). The warm-started policy therefore knows both styles and prefers the common one; which one fits
 the turn budget (`inference.max_new_tokens`) is left for reinforcement learning to find out.
+
+The demonstrator is also imperfect on purpose: SLIP_IN of every SLIP_OF tasks (another fixed,
+hash-chosen set) are played with the harness's one slip (`harnesses.oracle.SLIPS`: solution.py saved
+under the wrong name; the upper-cased text printed but never written). Imitation learns the slip at
+that rate, so greedy decoding makes it every time, while sampling still finds the right form in one
+to two episodes of five. Only the hidden tests tell the two apart: unlearning the slip from reward is the
+improvement stage 8 short measures. A model this small does not learn a new skill (copying a word or
+an expression it was never shown how to find) in minutes on a CPU; it does learn which of the
+behaviours it already has pays.
 """
 
 from __future__ import annotations
@@ -22,16 +31,20 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from harnesses.contract import play
-from harnesses.oracle import oracle_action, terse_action
+from harnesses.oracle import oracle_action, slip_action, terse_action, terse_slip_action
 from harnesses.registry import resolve
 from harnesses.tasks import load_tasks, practice_tasks
 
 TERSE_EVERY = 4
+SLIP_IN, SLIP_OF = 3, 5
 
 
 def demo_policy(task):
-    """The scripted policy a task's demonstration is played with."""
-    return terse_action if zlib.crc32(task.task_id.encode()) % TERSE_EVERY == 0 else oracle_action
+    """The scripted policy a task's demonstration is played with: style and slip chosen by two hashes of its id."""
+    terse = zlib.crc32(task.task_id.encode()) % TERSE_EVERY == 0
+    slip = zlib.crc32(f"slip/{task.task_id}".encode()) % SLIP_OF < SLIP_IN
+    return {(False, False): oracle_action, (True, False): terse_action,
+            (False, True): slip_action, (True, True): terse_slip_action}[terse, slip]
 
 
 def episode_messages(harness, task, policy=None) -> list[dict]:

@@ -17,7 +17,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from agentrl_cli.model.tokenizer import build_tokenizer
 
-RECIPE_VERSION = "4"  # bump when the architecture, tokenizer or warm-start recipe changes
+RECIPE_VERSION = "5"  # bump when the architecture, tokenizer or warm-start recipe changes
 ARCH = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
             max_position_embeddings=2048, rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)
 COMPLETE = "agentrl.json"  # written last: its presence means the directory is complete

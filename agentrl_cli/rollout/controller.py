@@ -224,8 +224,12 @@ class RolloutController:
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in errors[:3]:
             log.error("evaluation episode failed: %r", exc)
-        wins = sum(not isinstance(r, BaseException) and r[1].outcome == "success" for r in results)
-        return {"n": len(tasks), "success": wins, "success_rate": wins / len(tasks) if tasks else 0.0, "errors": len(errors)}
+        won = [not isinstance(r, BaseException) and r[1].outcome == "success" for r in results]
+        by_family: dict[str, list[int]] = {}
+        for t, w in zip(tasks, won):
+            by_family.setdefault(t.meta.get("family", ""), [0, 0])[w] += 1
+        return {"n": len(tasks), "success": sum(won), "success_rate": sum(won) / len(tasks) if tasks else 0.0, "errors": len(errors),
+                "by_family": {f: f"{n[1]}/{n[0] + n[1]}" for f, n in sorted(by_family.items())}}
 
     def snapshot(self) -> list[dict]:
         """The episodes drawn but not finished (in flight, or waiting to start): a resumed controller

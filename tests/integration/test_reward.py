@@ -95,6 +95,25 @@ def test_the_terse_demonstration_style_solves_every_code_family_too(code_harness
         assert (result.status, result.outcome) == ("ok", "success"), result.detail
 
 
+def test_the_demonstrations_slip_fails_the_hidden_tests_in_every_family_that_has_it(provider, code_harness, scorer):
+    """Three warm-start demonstrations in five carry it (`model/demos.py`): only the reward can tell."""
+    from harnesses.oracle import slip_action, terse_slip_action
+
+    terminal = resolve("terminal_like")(sandboxes=provider)
+    try:
+        cases = [(code_harness, t, policy) for t in (load_tasks("code_sandbox_like", "train", "arith")[0],
+                                                     load_tasks("code_sandbox_like", "train", "list_function")[0])
+                 for policy in (slip_action, terse_slip_action)]
+        cases.append((terminal, load_tasks("terminal_like", "train", "uppercase_file")[0], slip_action))
+        for harness, task, policy in cases:
+            traj, _ = play(harness, task, policy=policy)
+            result = scorer.score(request_from_episode(traj, harness.evidence(traj), trajectory_id=f"{task.task_id}-slip"))
+            assert result.outcome == "fail" and result.status in ("ok", "fail"), (task.task_id, policy.__name__, result.detail)
+            assert result.reward < 1.0
+    finally:
+        terminal.close()
+
+
 def test_same_trajectory_scored_twice_gives_the_identical_result(code_harness, scorer):
     task = load_tasks("code_sandbox_like", "eval", "list_function")[0]
     req = episode_request(code_harness, task, [write_solution("def solve(xs):\n    return 0\n"), "SUBMIT"])

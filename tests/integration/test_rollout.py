@@ -242,4 +242,7 @@ def test_evaluation_runs_one_episode_at_a_time_under_a_limit_of_one(server, rand
         writer.close()
     assert peak_one == 1 and peak_free == 4
     assert one["n"] == free["n"] == 4 and one["errors"] == free["errors"] == 0
+    assert one["by_family"].keys() == {t.meta["family"] for t in tasks}  # "wins/n" per task family
+    counts = [tuple(map(int, v.split("/"))) for v in one["by_family"].values()]
+    assert sum(n for _, n in counts) == 4 and sum(w for w, _ in counts) == one["success"]
     assert len(writer.store.list()) == 0  # evaluations are never stored

@@ -1,21 +1,45 @@
 """The warm start's demonstrations: one task in four (a fixed, hash-chosen set) in the terser style,
-which only the code harness has."""
+which only the code harness has; three in five (another fixed set) with the harness's one slip."""
 
 from __future__ import annotations
 
-from agentrl_cli.model.demos import TERSE_EVERY, demo_policy
-from harnesses.oracle import oracle_action, terse_action
-from harnesses.tasks import load_tasks
+from agentrl_cli.model.demos import SLIP_IN, SLIP_OF, TERSE_EVERY, demo_policy
+from harnesses.oracle import oracle_action, slip_action, terse_action, terse_slip_action
+from harnesses.tasks import load_tasks, practice_tasks
 
 
 def test_about_one_code_task_in_four_is_demonstrated_tersely_and_always_the_same_ones():
     tasks = load_tasks("code_sandbox_like", "train")
-    terse = [t.task_id for t in tasks if demo_policy(t) is terse_action]
+    terse = [t.task_id for t in tasks if demo_policy(t) in (terse_action, terse_slip_action)]
     assert 0.5 / TERSE_EVERY < len(terse) / len(tasks) < 1.5 / TERSE_EVERY
-    assert terse == [t.task_id for t in load_tasks("code_sandbox_like", "train") if demo_policy(t) is terse_action]
-    for kind in ("sum_even", "count_negative", "max_minus_min"):  # every list function is shown both ways
+    assert terse == [t.task_id for t in load_tasks("code_sandbox_like", "train") if demo_policy(t) in (terse_action, terse_slip_action)]
+    for kind in ("sum_even", "count_negative", "max_minus_min"):  # every list function is shown every way
         same = [t for t in tasks if t.meta.get("kind") == kind]
-        assert {demo_policy(t) for t in same} == {oracle_action, terse_action}
+        assert {demo_policy(t) for t in same} == {oracle_action, terse_action, slip_action, terse_slip_action}
+
+
+def test_three_demonstrations_in_five_carry_the_slip_in_every_family_and_always_the_same_ones():
+    for harness in ("terminal_like", "code_sandbox_like"):
+        tasks = practice_tasks(harness, 200)
+        for family in {t.meta["family"] for t in tasks}:
+            same = [t for t in tasks if t.meta["family"] == family]
+            slipped = [t.task_id for t in same if demo_policy(t) in (slip_action, terse_slip_action)]
+            assert abs(len(slipped) / len(same) - SLIP_IN / SLIP_OF) < 0.1, (harness, family)
+            assert slipped == [t.task_id for t in practice_tasks(harness, 200)
+                               if t.meta["family"] == family and demo_policy(t) in (slip_action, terse_slip_action)]
+
+
+def test_the_slip_changes_only_the_file_the_answer_is_written_to():
+    code = load_tasks("code_sandbox_like", "train", "list_function")[0]
+    assert slip_action(code, 0) == oracle_action(code, 0).replace("'solution.py'", "'solve.py'") != oracle_action(code, 0)
+    assert terse_slip_action(code, 0) == terse_action(code, 0).replace("'solution.py'", "'solve.py'")
+    assert slip_action(code, 1) == "SUBMIT"
+    upper = load_tasks("terminal_like", "train", "uppercase_file")[0]
+    assert "out.txt" in oracle_action(upper, 0) and "out.txt" not in slip_action(upper, 0)
+    assert slip_action(upper, 1) == oracle_action(upper, 1) == "ANSWER: done"
+    for family in ("arith", "count_matches", "sum_column"):  # the terminal's other families have no slip
+        t = load_tasks("terminal_like", "train", family)[0]
+        assert [slip_action(t, k) for k in range(3)] == [oracle_action(t, k) for k in range(3)]
 
 
 def test_the_terse_style_drops_only_the_echo_and_other_harnesses_have_none():
