@@ -120,7 +120,7 @@ class RolloutController:
             pool.release(harness)
             self.watchdog.end("rollout")
         t = time.perf_counter()
-        tid = f"{self.run_id}-{draw.group_id}-{draw.index}"
+        tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
         if result.termination == "infra_error":
             scored = inference_lost(tid, result.error)
@@ -144,6 +144,11 @@ class RolloutController:
             self.writer.write(record)
         return result, scored, record
 
+    def trajectory_id(self, draw: Draw) -> str:
+        """Run, phase, group and sample: the same draw gets the same id after a resume, and the phases
+        of one run (stage 0's baseline, stage 8's smoke and short) never share one."""
+        return f"{self.run_id}-{self.phase}-{draw.group_id}-{draw.index}"
+
     def to_record(self, draw: Draw, result: EpisodeResult, scored, tid: str):
         import numpy as np
 
@@ -161,7 +166,7 @@ class RolloutController:
     async def _episode_into_buffer(self, draw: Draw) -> None:
         key = f"{draw.group_id}-{draw.index}"
         self.inflight_draws[key] = draw
-        tid = f"{self.run_id}-{key}"
+        tid = self.trajectory_id(draw)
         try:
             if tid in self.stored_ids and self.fetch is not None:
                 record = await asyncio.to_thread(self.fetch, tid)

@@ -160,7 +160,7 @@ class TrainingRun:
     def _stored_ids(self) -> set[str]:
         import pyarrow.compute as pc
 
-        table = self.writer.store.read_table(pc.field("run_id") == self.run_id)
+        table = self.writer.store.read_table((pc.field("run_id") == self.run_id) & (pc.field("phase") == self.phase))
         return set(table.column("trajectory_id").to_pylist())
 
     def _fetch(self, tid: str):

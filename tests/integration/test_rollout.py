@@ -38,7 +38,7 @@ def server(random_model_dir):
     engine.close()
 
 
-def make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like", "terminal_like"), **rollout):
+def make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like", "terminal_like"), phase="train", **rollout):
     sets = [f"rollout.{k}={v}" for k, v in {"concurrency": 8, "group_size": 2, "max_steps_per_trajectory": 3,
                                              "buffer_size": 16, **rollout}.items()]
     cfg = load_config(None, sets + ["inference.max_new_tokens=24"], env={}).config
@@ -46,8 +46,25 @@ def make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_lik
     buffer = TrajectoryBuffer(cfg.rollout.buffer_size, cfg.rollout.max_staleness, cfg.rollout.group_size)
     writer = TrajectoryWriter(LocalStore(tmp_path / "store"))
     ctl = RolloutController(cfg, InferenceClient(server.url), AutoTokenizer.from_pretrained(random_model_dir),
-                            LocalRewardClient(Scorer()), sampler, buffer, run_id="t", writer=writer)
+                            LocalRewardClient(Scorer()), sampler, buffer, run_id="t", writer=writer, phase=phase)
     return ctl, writer
+
+
+def test_two_phases_of_one_run_store_the_same_draws_under_different_ids(server, random_model_dir, tmp_path):
+    """`agentrl stage run all`: stage 0's baseline and stage 8's smoke run share a run id and draw the same groups."""
+    ids = {}
+    for phase in ("baseline", "smoke"):
+        ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), phase=phase,
+                                      max_steps_per_trajectory=1)
+        try:
+            asyncio.run(ctl.run(asyncio.Event(), max_groups=2))
+        finally:
+            ctl.close()
+            writer.close()
+        ids[phase] = {r.trajectory_id for r in read_records(writer.store) if r.phase == phase}
+    assert len(ids["baseline"]) == len(ids["smoke"]) == 4 and not ids["baseline"] & ids["smoke"]
+    stored = [r.trajectory_id for r in read_records(writer.store)]
+    assert len(stored) == len(set(stored)) == 8
 
 
 def test_episodes_flow_into_the_buffer_and_the_store_with_exact_tokens(server, random_model_dir, tmp_path):
