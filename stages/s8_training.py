@@ -166,11 +166,8 @@ def _short(ctx: StageContext, path) -> list[Check]:
                             {n: {"before": round(before[n]["success_rate"], 3), "after": round(after[n]["success_rate"], 3)} for n in held},
                             "reported before and after", "reported only: the cross-harness judgement is in `agentrl verify`"))
     entropy = [m.get("train/entropy") for m in s.metrics if m.get("train/entropy") is not None]
-    first, last, window = entropy_windows(entropy)
-    ok_entropy = first is not None and 0.1 * first < last < 10 * max(first, 1e-6)
-    checks.append(Check.judge("entropy neither collapses nor explodes", ok_entropy,
-                              {"first": _r([first]) if first is not None else None, "last": _r([last]) if last is not None else None,
-                               "window_steps": window},
+    ok_entropy, measured = entropy_trend(entropy)
+    checks.append(Check.judge("entropy neither collapses nor explodes", ok_entropy, measured,
                               "median of the last steps within 0.1x-10x of the first steps'",
                               "lower training.learning_rate or add training.entropy_coef"))
     norms = [m.get("train/grad_norm") for m in s.metrics if m.get("train/grad_norm") is not None]
@@ -182,14 +179,16 @@ def _short(ctx: StageContext, path) -> list[Check]:
     return checks
 
 
-def entropy_windows(entropy: list[float]) -> tuple[float | None, float | None, int]:
-    """(median of the first window, median of the last window, window length in steps): a tenth of
-    the steps, at least 5. One step's entropy depends on which tasks the curriculum drew (seen: 0.23
-    and 0.01 four steps apart), so the trend is judged on medians, not on two single steps."""
+def entropy_trend(entropy: list[float]) -> tuple[bool, dict]:
+    """(ok, measured): the median entropy of the last window within 0.1x-10x of the first window's;
+    a window is a tenth of the steps, at least 5. One step's entropy depends on which tasks the
+    curriculum drew (seen: 0.23 and 0.01 four steps apart), so the trend is judged on medians, not
+    on two single steps. No entropy logged is not ok."""
     if not entropy:
-        return None, None, 0
+        return False, {"first": None, "last": None, "window_steps": 0}
     window = min(len(entropy), max(5, len(entropy) // 10))
-    return statistics.median(entropy[:window]), statistics.median(entropy[-window:]), window
+    first, last = statistics.median(entropy[:window]), statistics.median(entropy[-window:])
+    return 0.1 * first < last < 10 * max(first, 1e-6), {"first": _r([first]), "last": _r([last]), "window_steps": window}
 
 
 def _full(ctx: StageContext, path) -> list[Check]:
