@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 from agentrl_cli.config import LoadedConfig, PlatformConfig
 from agentrl_cli.environment import short_environment
 from agentrl_cli.report import Check, StageReport, guarded, stage_status
 from agentrl_cli.rundir import RunDir, now_iso
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +45,20 @@ class StageContext:
         """Run one check with containment: an exception becomes a failing check with its traceback."""
         self.progress(name)
         return guarded(name, fn)
+
+    def produce(self, name: str, fn: Callable[[], tuple[Check, T]]) -> tuple[Check, T | None]:
+        """Run a check that also produces what later checks need, with containment: `(check, value)`,
+        or `(failing check, None)` when it raised. Later checks take the value as an argument."""
+        self.progress(name)
+        box: list = []
+
+        def call() -> Check:
+            check, value = fn()
+            box.append(value)
+            return check
+
+        check = guarded(name, call)
+        return check, (box[0] if box else None)
 
     def report(self, checks: list[Check], notes: list[str] | None = None, environment: dict | None = None) -> StageReport:
         """Build this stage's report from its checks (status, timing and run identity filled in)."""

@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agentrl_cli.report import FAIL, PASS, SKIP, StageReport, format_measured
+from agentrl_cli.report import FAIL, INFO, PASS, SKIP, StageReport, format_measured
 
-STYLE = {PASS: "green", FAIL: "bold red", SKIP: "yellow"}
+STYLE = {PASS: "green", FAIL: "bold red", SKIP: "yellow", INFO: "cyan"}
 
 
 def status_text(status: str) -> Text:
@@ -25,7 +25,7 @@ def render_report(console: Console, report: StageReport, verbose: bool = False) 
         table.add_row(ch.name, status_text(ch.status), format_measured(ch.measured), ch.expected)
     console.print(table)
     for ch in report.checks:
-        if ch.status == PASS:
+        if ch.status in (PASS, INFO):
             continue
         first = ch.detail.splitlines()[0] if ch.detail else ""
         console.print(Text.assemble(("  ✗ " if ch.status == FAIL else "  ○ ", STYLE[ch.status]), (ch.name, "bold"), f": {first}"))
@@ -39,11 +39,12 @@ def render_report(console: Console, report: StageReport, verbose: bool = False) 
 
 def render_summary(console: Console, reports: list[StageReport], run_dir: str) -> None:
     table = Table(title="Summary", title_justify="left")
-    for col in ("stage", "title", "status", "pass", "fail", "skip", "seconds"):
+    for col in ("stage", "title", "status", "pass", "fail", "skip", "info", "seconds"):
         table.add_column(col)
     for r in reports:
         c = r.counts()
-        table.add_row(str(r.stage), r.title, status_text(r.status), str(c[PASS]), str(c[FAIL]), str(c[SKIP]), f"{r.duration_s:.1f}")
+        table.add_row(str(r.stage), r.title, status_text(r.status), str(c[PASS]), str(c[FAIL]), str(c[SKIP]), str(c[INFO]),
+                      f"{r.duration_s:.1f}")
     console.print(table)
     failed = [r.stage for r in reports if r.status == FAIL]
     console.print(f"Reports: {run_dir}/reports/")

@@ -1,8 +1,10 @@
 """Check and StageReport: the one result type of every stage, and its JSON, Markdown and rich views.
 
 A stage passes when no check fails. A check that could not run is `skip` with its reason, never
-`pass`; `--strict` turns skips into failures. Every failing check carries a hint a person can act on.
-Reports are rendered from one object; the JSON carries `schema_version`.
+`pass`; `--strict` turns skips into failures. A figure that is reported but not judged is `info`:
+it never counts as a pass or a failure, and `--strict` leaves it alone. Every failing check carries
+a hint a person can act on. Reports are rendered from one object; the JSON carries
+`schema_version` (2 added the `info` status; version 1 reports still read).
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-SCHEMA_VERSION = 1
-PASS, FAIL, SKIP = "pass", "fail", "skip"
-STATUSES = (PASS, FAIL, SKIP)
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+PASS, FAIL, SKIP, INFO = "pass", "fail", "skip", "info"
+STATUSES = (PASS, FAIL, SKIP, INFO)
 
 
 @dataclass
 class Check:
     name: str
-    status: str  # "pass" | "fail" | "skip"
+    status: str  # "pass" | "fail" | "skip" | "info"
     measured: Any = None
     expected: str = ""
     detail: str = ""
@@ -41,6 +44,11 @@ class Check:
     @classmethod
     def skipped(cls, name: str, reason: str, expected: str = "", hint: str = "") -> "Check":
         return cls(name, SKIP, None, expected, reason, hint or reason)
+
+    @classmethod
+    def info(cls, name: str, measured: Any, detail: str = "", expected: str = "reported, not judged") -> "Check":
+        """A figure worth showing that no threshold judges: neither a pass nor a failure."""
+        return cls(name, INFO, measured, expected, detail, "")
 
     @classmethod
     def not_implemented(cls, what: str) -> "Check":
@@ -68,9 +76,11 @@ def guarded(name: str, fn: Callable[[], Check]) -> Check:
 
 
 def stage_status(checks: list[Check]) -> str:
+    """fail when any check fails (or there is none); skip when nothing was judged (only skips and
+    figures reported); else pass. `info` checks never decide it."""
     if not checks or any(c.status == FAIL for c in checks):
         return FAIL
-    if all(c.status == SKIP for c in checks):
+    if not any(c.status == PASS for c in checks):
         return SKIP
     return PASS
 
@@ -107,6 +117,9 @@ class StageReport:
 
     @classmethod
     def from_dict(cls, data: dict) -> "StageReport":
+        version = data.get("schema_version", 1)
+        if version not in READABLE_SCHEMA_VERSIONS:
+            raise ValueError(f"report schema_version {version} is not one this agentrl reads ({READABLE_SCHEMA_VERSIONS})")
         fields = {k: data[k] for k in ("stage", "title", "status", "started_at", "duration_s", "run_id", "config_hash")}
         return cls(**fields, checks=[Check(**c) for c in data.get("checks", [])],
                    environment=data.get("environment", {}), notes=data.get("notes", []))
@@ -115,11 +128,11 @@ class StageReport:
         c = self.counts()
         out = [f"# Stage {self.stage}: {self.title} — {self.status.upper()}", "",
                f"run `{self.run_id}` · config `{self.config_hash}` · started {self.started_at} · "
-               f"{self.duration_s:.2f} s · {c[PASS]} pass, {c[FAIL]} fail, {c[SKIP]} skip", "",
+               f"{self.duration_s:.2f} s · {c[PASS]} pass, {c[FAIL]} fail, {c[SKIP]} skip, {c[INFO]} info", "",
                "| check | status | measured | expected |", "|---|---|---|---|"]
         for ch in self.checks:
             out.append(f"| {_md(ch.name)} | {ch.status} | {_md(format_measured(ch.measured))} | {_md(ch.expected)} |")
-        problems = [ch for ch in self.checks if ch.status != PASS]
+        problems = [ch for ch in self.checks if ch.status in (FAIL, SKIP)]
         if problems:
             out += ["", "## Failures and skips", ""]
             for ch in problems:
@@ -127,6 +140,9 @@ class StageReport:
                 out.append(f"- **{ch.name}** ({ch.status}): {first}")
                 if ch.hint:
                     out.append(f"  - what to do: {ch.hint}")
+        reported = [ch for ch in self.checks if ch.status == INFO and ch.detail]
+        if reported:
+            out += ["", "## Reported, not judged", ""] + [f"- **{ch.name}**: {ch.detail.splitlines()[0]}" for ch in reported]
         long = [ch for ch in self.checks if ch.detail.count("\n") > 1]
         if long:
             out += ["", "## Details", ""]

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentrl_cli.data.redact import Redactor  # noqa: E402
 from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord, to_table  # noqa: E402
-from agentrl_cli.data.store import LocalStore  # noqa: E402
+from agentrl_cli.data.local_store import LocalStore  # noqa: E402
 from agentrl_cli.data.writer import TrajectoryWriter  # noqa: E402
 from benchmarks._common import figure, parser, report  # noqa: E402
 

@@ -167,7 +167,7 @@ async def _step_and_sync(backend, samples: list, url: str, rounds: int) -> dict:
 
 def _weight_sync(model: Path, cfg, url: str, episodes: list, rounds: int) -> dict:
     from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-    from agentrl_cli.training.loop import samples_per_step
+    from agentrl_cli.run import samples_per_step
 
     say("weight sync: starting the DeepSpeed backend")
     backend = DeepSpeedBackend(str(model), cfg.training)

@@ -13,11 +13,10 @@ status 0 before the runner wrote its result (`sys.exit(0)` / `os._exit(0)` in th
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 
 from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCall, Trajectory
-from agentrl_cli.reward.verifiers import tampered
+from harnesses.hidden_tests import run_hidden_tests, tampered
 from harnesses.parsing import parse_fenced, parse_tool_calls
 from harnesses.sandboxed import SandboxHarness, exec_observation, function_tool
 
@@ -29,16 +28,12 @@ Save your answer as solution.py (for example with open("solution.py", "w")). Whe
 ready, reply with a line: SUBMIT"""
 
 _SUBMIT = re.compile(r"(?:^|\n)\s*SUBMIT\s*$")
-RUNNER = ("import json, sys\nsys.path.insert(0, '/work' if len(sys.argv) < 3 else sys.argv[2])\n"
-          "import solution\nresult = solution.solve(*json.loads(sys.argv[1]))\n"
-          "sys.stdout.write('\\n@@RESULT@@' + json.dumps(result) + '\\n')\n")
 
 
 VISIBLE_TEST = ("# Visible check; the grader runs its own hidden tests in a fresh sandbox.\n"
                 "from solution import solve\n\n\ndef test_solve_is_defined():\n    assert callable(solve)\n")
 VISIBLE_TEST_PATH = "test_solution.py"
 VISIBLE_TEST_SHA256 = hashlib.sha256(VISIBLE_TEST.encode()).hexdigest()
-RESULT_MARKER = "\n@@RESULT@@"
 
 
 class CodeSandboxLike(SandboxHarness):
@@ -86,31 +81,3 @@ class CodeSandboxLike(SandboxHarness):
             return 0.0
         result = run_hidden_tests(self._provider, ev.files["solution.py"], tests, timeout_s=self.step_timeout_s)
         return 0.0 if result["early_exit"] else result["score"]
-
-
-def run_hidden_tests(provider, source: bytes, tests: list[dict], timeout_s: float = 10.0) -> dict:
-    """Run each hidden test against `source` in a fresh sandbox; compare results on the host. A pass
-    needs the test's own id in the host-side report; `early_exit` names tests whose process ended
-    with status 0 without the runner's result (the solution exited under the runner)."""
-    fresh = provider.acquire()
-    try:
-        fresh.write_file("solution.py", source)
-        work = "/work" if fresh.isolated else str(fresh.workdir)
-        passed, early_exit = [], []
-        for test in tests:
-            r = fresh.exec(["python3", "-I", "-c", RUNNER, json.dumps(test["args"]), work], timeout=timeout_s)
-            marker = r.stdout.rfind(RESULT_MARKER)
-            ok = False
-            if r.exit_code == 0 and marker < 0:
-                early_exit.append(test["id"])
-            if r.exit_code == 0 and marker >= 0:
-                try:
-                    ok = json.loads(r.stdout[marker + len(RESULT_MARKER):]) == test["expected"]
-                except ValueError:
-                    ok = False
-            if ok:
-                passed.append(test["id"])
-        score = len(passed) / len(tests) if tests else 0.0
-        return {"passed": passed, "total": len(tests), "score": score, "early_exit": early_exit}
-    finally:
-        provider.release(fresh)

@@ -51,17 +51,26 @@ def harness_version(name: str) -> str:
     return str(getattr(cls, "version", "unknown"))
 
 
-def create(name: str, platform_config=None, **kwargs):
-    """A harness instance configured from the platform config: sandboxed harnesses get the sandbox
-    service (sandbox.service_url) or local sandboxes with the configured limits; `harnesses[].options`
-    become constructor arguments."""
+def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
+    """The one way to build a harness: an instance configured from the platform config.
+
+    A sandboxed harness gets `sandboxes` when given (a pool or provider the caller owns), else the
+    sandbox service (`sandbox.service_url`) or local sandboxes with the configured `sandbox.*` limits,
+    and the rollout's step timeout; `harnesses[].options` become constructor arguments. `sandboxes`
+    is ignored for harnesses that use none."""
+    from harnesses.sandboxed import SandboxHarness
+
     cls = resolve(name)
     if platform_config is not None:
         options = next((dict(h.options) for h in platform_config.harnesses if h.name == name), {})
         kwargs = {**options, **kwargs}
-        from harnesses.sandboxed import SandboxHarness, provider_from_config
+    if issubclass(cls, SandboxHarness):
+        if sandboxes is None and platform_config is not None:
+            from agentrl_cli.sandbox.provider import provider_from_config
 
-        if issubclass(cls, SandboxHarness) and "sandboxes" not in kwargs:
-            kwargs["sandboxes"] = provider_from_config(platform_config.sandbox)
+            sandboxes = provider_from_config(platform_config.sandbox)
+        if sandboxes is not None:
+            kwargs["sandboxes"] = sandboxes
+        if platform_config is not None:
             kwargs.setdefault("step_timeout_s", platform_config.rollout.step_timeout_seconds)
     return cls(**kwargs)

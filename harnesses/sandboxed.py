@@ -8,41 +8,13 @@ convention) and one `tool_<name>(arguments)` method per tool.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from agentrl_cli.sandbox import ExecResult, Sandbox, SandboxSettings
 from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.sandbox.provider import DirectProvider, SandboxProvider
 from harnesses.base import Action, Observation, TaskSpec, ToolCall
 
 MAX_OBSERVATION_CHARS = 2000
 STATUS_ORDER = ("ok", "empty", "invalid_action", "rate_limited", "timeout", "error")  # worst last
-
-
-class SandboxProvider(Protocol):
-    def acquire(self) -> Sandbox: ...
-    def release(self, sandbox: Sandbox) -> None: ...
-
-
-class DirectProvider:
-    """Starts a sandbox per episode and destroys it on release (no pool)."""
-
-    def __init__(self, settings: SandboxSettings | None = None) -> None:
-        self.settings = settings or SandboxSettings()
-
-    def acquire(self) -> Sandbox:
-        return Sandbox(self.settings)
-
-    def release(self, sandbox: Sandbox) -> None:
-        sandbox.close()
-
-
-def provider_from_config(sandbox_config) -> SandboxProvider:
-    """The remote sandbox service when sandbox.service_url is set, else local sandboxes."""
-    if sandbox_config.service_url:
-        from agentrl_cli.sandbox.remote import RemoteProvider
-
-        return RemoteProvider(sandbox_config.service_url)
-    return DirectProvider(SandboxSettings.from_config(sandbox_config))
 
 
 def clip(text: str, limit: int = MAX_OBSERVATION_CHARS) -> str:

@@ -33,7 +33,7 @@ def baseline_config(cfg):
 
 def run(ctx: StageContext) -> StageReport:
     from agentrl_cli.model.resolve import resolve_model_path
-    from agentrl_cli.training.loop import TrainingRun
+    from agentrl_cli.run import TrainingRun
 
     cfg = baseline_config(ctx.config)
     state: dict = {}

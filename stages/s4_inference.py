@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,37 +36,45 @@ def run(ctx: StageContext) -> StageReport:
         checks.append(ctx.check("engine available", lambda: _sglang_available(cfg.inference.python)))
         if checks[-1].status != "pass":
             return ctx.report(checks)
-    state: dict = {}
-
-    def model() -> Check:
-        ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
-        state["path"] = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
-        return Check("model resolves", "pass", str(state["path"]), "a Hugging Face model directory")
-
-    checks.append(ctx.check("model resolves", model))
-    if "path" not in state:
+    resolved, path = ctx.produce("model resolves", lambda: _resolve(ctx))
+    checks.append(resolved)
+    if path is None:
         return ctx.report(checks)
-
-    def start() -> Check:
-        t0 = time.perf_counter()
-        state["servers"], state["urls"] = launch(cfg, str(state["path"]), ctx.run.logs)
-        return Check("server starts and is healthy", "pass", {"seconds": round(time.perf_counter() - t0, 1), "urls": state["urls"]},
-                     f"healthy within {cfg.inference.startup_timeout_s:.0f} s")
-
-    checks.append(ctx.check("server starts and is healthy", start))
-    if "servers" not in state:
+    started, servers = ctx.produce("server starts and is healthy", lambda: _start(ctx, path))
+    checks.append(started)
+    if servers is None:
         return ctx.report(checks)
     try:
         from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(state["path"])
+        tok = AutoTokenizer.from_pretrained(path)
         prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
                                            return_dict=False) for p in PROMPTS]
-        checks += asyncio.run(_served_checks(ctx, state, prompts))
+        checks += asyncio.run(_served_checks(ctx, Served(path, *servers), prompts))
     finally:
-        for s in state["servers"]:
+        for s in servers[0]:
             s.stop()
-    return ctx.report(checks, environment={"engine": cfg.inference.engine, "model": str(state["path"])})
+    return ctx.report(checks, environment={"engine": cfg.inference.engine, "model": str(path)})
+
+
+@dataclass
+class Served:
+    path: Path  # the model directory the servers loaded
+    servers: list  # launched server handles (stop(), alive())
+    urls: list[str]
+
+
+def _resolve(ctx: StageContext) -> tuple[Check, Path]:
+    ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
+    path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
+    return Check("model resolves", "pass", str(path), "a Hugging Face model directory"), path
+
+
+def _start(ctx: StageContext, path: Path) -> tuple[Check, tuple[list, list[str]]]:
+    t0 = time.perf_counter()
+    servers, urls = launch(ctx.config, str(path), ctx.run.logs)
+    return Check("server starts and is healthy", "pass", {"seconds": round(time.perf_counter() - t0, 1), "urls": urls},
+                 f"healthy within {ctx.config.inference.startup_timeout_s:.0f} s"), (servers, urls)
 
 
 def _sglang_available(python: str) -> Check:
@@ -76,18 +85,19 @@ def _sglang_available(python: str) -> Check:
     return Check("engine available", "pass", python, "SGLang importable")
 
 
-async def _served_checks(ctx: StageContext, state: dict, prompts: list[list[int]]) -> list[Check]:
+async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]]) -> list[Check]:
     cfg = ctx.config
     api_key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
-    client = InferenceClient(state["urls"], api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
+    client = InferenceClient(served.urls, api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
                              max_retries=cfg.inference.max_retries)
     try:
         ctx.progress("load test")
-        checks = await _load(ctx, client, state, prompts)
+        checks = await _load(ctx, client, served.servers, prompts)
         ctx.progress("log-probs against a forward pass")
-        checks.append(await _guarded(ctx, "log-probs match a forward pass", _logprobs(ctx, client, state, prompts)))
+        matched, model = await _produced("log-probs match a forward pass", _logprobs(ctx, client, served.path, prompts))
+        checks.append(matched)  # its model is reused (and perturbed) by the round trip
         ctx.progress("weight update round trip")
-        checks.append(await _guarded(ctx, "weight update round trip", _weight_round_trip(ctx, client, state, prompts)))
+        checks.append(await _guarded(ctx, "weight update round trip", _weight_round_trip(ctx, client, served.path, model, prompts)))
         return checks
     finally:
         await client.close()
@@ -100,7 +110,16 @@ async def _guarded(ctx: StageContext, name: str, coro) -> Check:
         return Check.crashed(name, exc)
 
 
-async def _load(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> list[Check]:
+async def _produced(name: str, coro) -> tuple[Check, object]:
+    """An async check that also produces a value for a later check: (check, value), or (failing check,
+    None) when it raised."""
+    try:
+        return await coro
+    except Exception as exc:  # noqa: BLE001 - becomes a failing check
+        return Check.crashed(name, exc), None
+
+
+async def _load(ctx: StageContext, client: InferenceClient, servers: list, prompts: list[list[int]]) -> list[Check]:
     th = ctx.config.stages
     n = th.inference_load_concurrency
     errors: list[str] = []
@@ -124,8 +143,8 @@ async def _load(ctx: StageContext, client: InferenceClient, state: dict, prompts
     wall = time.perf_counter() - t0
     rate = tokens / wall if wall > 0 else 0.0
     p99 = sorted(latencies)[max(0, math.ceil(0.99 * len(latencies)) - 1)] * 1000 if latencies else float("inf")
-    alive = all(s.alive() for s in state["servers"])
-    peak = _peak_rss_mb(state["servers"])
+    alive = all(s.alive() for s in servers)
+    peak = _peak_rss_mb(servers)
     return [
         Check.judge("tokens/s under load", rate >= th.inference_min_tokens_per_s,
                     {"tokens_per_s": round(rate, 1), "requests": n * 2, "concurrency": n},
@@ -161,10 +180,10 @@ def _forward_logprobs(model, prompt: list[int], output: list[int], temperature: 
     return torch.log_softmax(scaled, dim=-1).gather(1, torch.tensor(output)[:, None])[:, 0].tolist()
 
 
-async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
+async def _logprobs(ctx: StageContext, client: InferenceClient, path: Path, prompts: list[list[int]]):
     from transformers import AutoModelForCausalLM
 
-    model = state["model"] = AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     worst = 0.0
     for prompt, temperature in zip(prompts[:2], (0.0, 0.7)):
         g = await client.generate(prompt, SamplingParams(max_new_tokens=24, temperature=temperature, seed=7, ignore_eos=True))
@@ -172,7 +191,7 @@ async def _logprobs(ctx: StageContext, client: InferenceClient, state: dict, pro
         worst = max(worst, max(abs(a - b) for a, b in zip(g.output_logprobs, ref)))
     limit = ctx.config.stages.logprob_max_abs_diff
     return Check.judge("log-probs match a forward pass", worst <= limit, {"max_abs_diff": worst}, f"<= {limit} (float32)",
-                       "the server's log-probs disagree with the model: check model.dtype and that server and trainer load the same weights")
+                       "the server's log-probs disagree with the model: check model.dtype and that server and trainer load the same weights"), model
 
 
 def _logprob_gap(a, b) -> float:
@@ -181,23 +200,23 @@ def _logprob_gap(a, b) -> float:
     return max((abs(x - y) for x, y in zip(a.output_logprobs or [], b.output_logprobs or [])), default=0.0)
 
 
-async def _weight_round_trip(ctx: StageContext, client: InferenceClient, state: dict, prompts: list[list[int]]) -> Check:
+async def _weight_round_trip(ctx: StageContext, client: InferenceClient, path: Path, model, prompts: list[list[int]]) -> Check:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     greedy = SamplingParams(max_new_tokens=16, temperature=0.0, ignore_eos=True)
     before = await client.generate(prompts[0], greedy)
     perturbed = ctx.run.path / "stage4-perturbed-weights"
     # the log-prob check's copy, if it ran; it is not needed after this, so perturb it in place
-    model = state.pop("model", None) or AutoModelForCausalLM.from_pretrained(state["path"], dtype=torch.float32)
+    model = model or AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     torch.manual_seed(4)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * p.std().clamp(min=1e-3) * 0.5)
     model.save_pretrained(perturbed, safe_serialization=True)
-    AutoTokenizer.from_pretrained(state["path"]).save_pretrained(perturbed)
+    AutoTokenizer.from_pretrained(path).save_pretrained(perturbed)
     await client.update_weights_from_disk(str(perturbed), "stage4-perturbed")
     during = await client.generate(prompts[0], greedy)
-    await client.update_weights_from_disk(str(state["path"]), "stage4-restored")
+    await client.update_weights_from_disk(str(path), "stage4-restored")
     after = await client.generate(prompts[0], greedy)
     changed = during.output_ids != before.output_ids or _logprob_gap(during, before) > 1e-3
     restored = after.output_ids == before.output_ids and _logprob_gap(after, before) < 1e-4

@@ -24,9 +24,11 @@ from agentrl_cli.report import Check, StageReport
 from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
 from agentrl_cli.sandbox.bwrap import check_bwrap
 from agentrl_cli.sandbox.cgroups import cgroup_support
+from agentrl_cli.sandbox.provider import DirectProvider
 from agentrl_cli.sandbox.seccomp import bpf_program
 from harnesses.contract import invalid_actions_handled, play, reset_clean
-from harnesses.registry import resolve
+from harnesses.registry import create
+from harnesses.sandboxed import SandboxHarness
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 
 
@@ -52,7 +54,7 @@ def _run(ctx: StageContext, settings: SandboxSettings) -> StageReport:
     checks += _limits(ctx, settings)
     checks.append(ctx.check("egress denied", lambda: _egress(settings)))
     for h in ctx.config.harnesses:
-        checks += _harness_checks(ctx, h.name)
+        checks += _harness_checks(ctx, h.name, settings)
     return ctx.report(checks, environment={"sandbox_backend": cfg.backend, "cgroups": cgroup_support(),
                                            "seccomp": bpf_program()[1]})
 
@@ -118,7 +120,7 @@ def _timeout(sb: Sandbox) -> Check:
 def _limits(ctx: StageContext, settings: SandboxSettings) -> list[Check]:
     lim = settings.limits
     probes = [
-        ("memory limit", dict(memory_mb=64), ["python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
+        ("memory limit", dict(memory_mb=lim.memory_mb), ["python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
          lambda r: r.killed_reason == "memory" or (r.exit_code not in (0, None) and "MemoryError" in r.stderr)),
         ("process limit", dict(max_processes=16, wall_timeout_s=3), "for i in $(seq 64); do sleep 5 & done; wait",
          lambda r: bool(r.limits_hit.get("processes")) or "fork" in r.stderr),
@@ -165,45 +167,55 @@ def _egress(settings: SandboxSettings) -> Check:
                        "host loopback listener unreachable; only lo", "bubblewrap must be given --unshare-net; check sandbox.backend")
 
 
-def _harness_checks(ctx: StageContext, name: str) -> list[Check]:
-    state: dict = {}
-
-    def build() -> Check:
-        state["h"] = resolve(name)()
-        return Check("harness " + name + ": loads", "pass", {"version": state["h"].version}, "registered and constructed")
-
-    checks = [ctx.check(f"harness {name}: loads", build)]
-    h = state.get("h")
+def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> list[Check]:
+    """Contract checks of one configured harness, built by the registry as the run builds it: the
+    configured options, and sandboxes with the configured limits (or the sandbox service)."""
+    sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
+    loaded, h = ctx.produce(f"harness {name}: loads", lambda: _build(ctx, name, sandboxes, settings))
     if h is None:
-        return checks
+        return [loaded]
+    try:
+        return [loaded] + _episode_checks(ctx, name, h)
+    finally:
+        h.close()
+
+
+def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
+    h = create(name, ctx.config, sandboxes=sandboxes)
+    lim = settings.limits
+    measured = {"version": h.version}
+    if isinstance(h, SandboxHarness):
+        measured["sandbox"] = ({"service_url": ctx.config.sandbox.service_url} if sandboxes is None else
+                               {"memory_mb": lim.memory_mb, "max_processes": lim.max_processes, "cpu_time_s": lim.cpu_time_s,
+                                "wall_timeout_s": lim.wall_timeout_s})
+    return Check(f"harness {name}: loads", "pass", measured, "registered and constructed from the config"), h
+
+
+def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
     families = HARNESS_FAMILIES.get(name, ())
     tasks = [load_tasks(name, "eval", f)[0] for f in families]
     if not tasks:
-        h.close()
-        return checks + [Check.skipped(f"harness {name}: episodes", "no built-in task set or scripted solutions for this harness",
-                                       hint="run the harness contract suite (tests/integration/test_harness_contract.py) against it")]
-    try:
-        def reset_check() -> Check:
-            results = [reset_clean(h, t) for t in tasks]
-            bad = [d for ok, d in results if not ok]
-            return Check.judge(f"harness {name}: clean reset", not bad, f"{len(results) - len(bad)}/{len(results)} tasks",
-                               "initial observation equal after destroy-and-rebuild", "the harness keeps state across reset; fix its reset()",
-                               "; ".join(bad))
+        return [Check.skipped(f"harness {name}: episodes", "no built-in task set or scripted solutions for this harness",
+                              hint="run the harness contract suite (tests/integration/test_harness_contract.py) against it")]
 
-        def scripted() -> Check:
-            rewards = [h.compute_reward(play(h, t)[0]) for t in tasks]
-            return Check.judge(f"harness {name}: scripted episodes", bool(rewards) and min(rewards) == 1.0,
-                               {"families": len(tasks), "mean_reward": round(sum(rewards) / max(1, len(rewards)), 3)},
-                               "reward 1.0 for the scripted solution of every family",
-                               "the harness or its verifier is broken for the families below 1.0")
+    def reset_check() -> Check:
+        results = [reset_clean(h, t) for t in tasks]
+        bad = [d for ok, d in results if not ok]
+        return Check.judge(f"harness {name}: clean reset", not bad, f"{len(results) - len(bad)}/{len(results)} tasks",
+                           "initial observation equal after destroy-and-rebuild", "the harness keeps state across reset; fix its reset()",
+                           "; ".join(bad))
 
-        def invalid() -> Check:
-            ok, detail = invalid_actions_handled(h, tasks[0])
-            return Check.judge(f"harness {name}: invalid actions", ok, detail, "invalid_action, no crash",
-                               "step() must answer malformed actions with an invalid_action observation", detail)
+    def scripted() -> Check:
+        rewards = [h.compute_reward(play(h, t)[0]) for t in tasks]
+        return Check.judge(f"harness {name}: scripted episodes", bool(rewards) and min(rewards) == 1.0,
+                           {"families": len(tasks), "mean_reward": round(sum(rewards) / max(1, len(rewards)), 3)},
+                           "reward 1.0 for the scripted solution of every family",
+                           "the harness or its verifier is broken for the families below 1.0")
 
-        checks += [ctx.check(f"harness {name}: clean reset", reset_check), ctx.check(f"harness {name}: scripted episodes", scripted),
-                   ctx.check(f"harness {name}: invalid actions", invalid)]
-    finally:
-        h.close()
-    return checks
+    def invalid() -> Check:
+        ok, detail = invalid_actions_handled(h, tasks[0])
+        return Check.judge(f"harness {name}: invalid actions", ok, detail, "invalid_action, no crash",
+                           "step() must answer malformed actions with an invalid_action observation", detail)
+
+    return [ctx.check(f"harness {name}: clean reset", reset_check), ctx.check(f"harness {name}: scripted episodes", scripted),
+            ctx.check(f"harness {name}: invalid actions", invalid)]

@@ -28,8 +28,8 @@ from agentrl_cli.sandbox import SandboxSettings
 from agentrl_cli.serving import ServerThread
 from harnesses.base import Action, Trajectory
 from harnesses.contract import play
-from harnesses.registry import resolve
-from harnesses.sandboxed import DirectProvider, provider_from_config
+from harnesses.registry import create
+from agentrl_cli.sandbox.provider import DirectProvider, provider_from_config
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 
 THROUGHPUT_BATCH = 200
@@ -97,12 +97,12 @@ def _health(url: str) -> Check:
 def _scripted(cfg, provider, client, out: dict) -> Check:
     bad, n = [], 0
     for hc in cfg.harnesses:
-        h = _harness(hc.name, provider)
+        h = create(hc.name, cfg, sandboxes=provider)
         try:
             for family in HARNESS_FAMILIES.get(hc.name, ()):
                 task = load_tasks(hc.name, "eval", family)[0]
                 traj, _ = play(h, task)
-                req = request_from_episode(traj, _evidence(h, traj), trajectory_id=f"stage6-{uuid.uuid4().hex[:8]}")
+                req = request_from_episode(traj, h.evidence(traj), trajectory_id=f"stage6-{uuid.uuid4().hex[:8]}")
                 result = client.score(req)
                 n += 1
                 if result.outcome != "success":
@@ -178,7 +178,7 @@ def _failure_classes(client) -> Check:
 
 
 def _tamper(provider, client) -> Check:
-    h = _harness("code_sandbox_like", provider)
+    h = create("code_sandbox_like", sandboxes=provider)
     try:
         task = load_tasks("code_sandbox_like", "eval", "arith")[0]
         good = f"def solve():\n    return {task.answer}\n"
@@ -222,16 +222,3 @@ def _throughput(client, reqs: list[ScoreRequest], minimum: float) -> Check:
                                                                        "infra_errors": errors},
                        f">= {minimum:g} scores/s, no infra errors", "see the reward service log; raise reward.timeout_s or "
                        "sandbox capacity, or lower stages.reward_min_scores_per_s on a small machine")
-
-
-def _harness(name: str, provider):
-    cls = resolve(name)
-    try:
-        return cls(sandboxes=provider)
-    except TypeError:
-        return cls()
-
-
-def _evidence(h, traj):
-    collect = getattr(h, "evidence", None)
-    return collect(traj) if collect is not None else None

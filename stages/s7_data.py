@@ -19,6 +19,7 @@ import logging
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl_cli.context import StageContext
@@ -29,15 +30,16 @@ from agentrl_cli.data.query import filter_table
 from agentrl_cli.data.redact import Redactor, install_log_redaction
 from agentrl_cli.data.replay import replay
 from agentrl_cli.data.schema import TrajectoryRecord
-from agentrl_cli.data.store import AlreadyExists, LocalStore
+from agentrl_cli.data.local_store import LocalStore
+from agentrl_cli.data.store import AlreadyExists
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 from agentrl_cli.report import Check, StageReport
 from agentrl_cli.reward.episode import request_from_episode
 from agentrl_cli.reward.scorer import Scorer
 from harnesses.contract import play
 from harnesses.oracle import oracle_action
-from harnesses.registry import resolve
-from harnesses.sandboxed import provider_from_config
+from harnesses.registry import create
+from agentrl_cli.sandbox.provider import provider_from_config
 from harnesses.tasks import TASK_SET_VERSION, load_tasks
 
 EPISODES_PER_HARNESS = 8
@@ -56,25 +58,31 @@ def run(ctx: StageContext) -> StageReport:
     except Exception as exc:  # noqa: BLE001 - a store that cannot even be opened is this stage's finding
         return ctx.report([Check("store reachable", "fail", None, f"{cfg.store} store opens", f"{type(exc).__name__}: {exc}",
                                  "check data.store, data.root and data.s3.* (endpoint_url, bucket, credentials)")])
-    state: dict = {}
     try:
         reach = _reachable(store, cfg)
         if reach.status != "pass":
             return ctx.report([reach, Check.skipped("data checks", "the store is not reachable; see above")])
-        checks = [reach, ctx.check("episodes recorded", lambda: _episodes(ctx, state))]
-        if not state.get("records"):
+        played, records = ctx.produce("episodes recorded", lambda: _episodes(ctx))
+        checks = [reach, played]
+        if not records:
             return ctx.report(checks + [Check.skipped("data checks", "no episode could be recorded; see above")])
+        wrote, written = ctx.produce("write and publish", lambda: _write(store, tmp, records))
         checks += [
-            ctx.check("write and publish", lambda: _write(store, tmp, state)),
-            ctx.check("Hive partitions", lambda: _partitions(store, state)),
-            ctx.check("schema validation", lambda: _drift(store, tmp, state)),
-            ctx.check("compression ratio", lambda: _compression(state, cfg.compression, ctx.config.stages.data_min_compression_ratio)),
-            ctx.check("redaction", lambda: _redaction(store, state, cfg.redact_fields)),
+            wrote,
+            ctx.check("Hive partitions", lambda: _partitions(store, records)),
+            ctx.check("schema validation", lambda: _drift(store, tmp, records)),
+            ctx.check("compression ratio", lambda: _compression(records, cfg.compression, ctx.config.stages.data_min_compression_ratio)),
             ctx.check("create-only publish", lambda: _create_only(store, tmp)),
-            ctx.check("query by filter", lambda: _query(store, state)),
-            ctx.check("evaluation metrics", lambda: _metrics(store, state)),
-            ctx.check("retention", lambda: _retention(store, tmp, state, cfg.retention_days)),
-            ctx.check("replay with no divergence", lambda: _replay(store, state)),
+        ]
+        if written is None:
+            checks.append(Check.skipped("redaction, query, metrics", "nothing was written; see \"write and publish\""))
+        else:
+            checks += [ctx.check("redaction", lambda: _redaction(store, written.planted_id, cfg.redact_fields)),
+                       ctx.check("query by filter", lambda: _query(store, written.rows)),
+                       ctx.check("evaluation metrics", lambda: _metrics(store, written.rows))]
+        checks += [
+            ctx.check("retention", lambda: _retention(store, tmp, records, cfg.retention_days)),
+            ctx.check("replay with no divergence", lambda: _replay(store, records, ctx.config)),
         ]
         return ctx.report(checks, [f"stage namespace {store.url} (removed afterwards)"],
                           environment={"store": cfg.store, "store_url": store.url, "compression": cfg.compression})
@@ -124,24 +132,20 @@ def _remove(store) -> None:
                 break
 
 
-def _episodes(ctx: StageContext, state: dict) -> Check:
+def _episodes(ctx: StageContext) -> tuple[Check, list[TrajectoryRecord]]:
     provider = provider_from_config(ctx.config.sandbox)
     scorer = Scorer.from_config(ctx.config, provider)
     records: list[TrajectoryRecord] = []
     try:
         for hc in ctx.config.harnesses:
-            cls = resolve(hc.name)
-            try:
-                h = cls(sandboxes=provider)
-            except TypeError:
-                h = cls()
+            h = create(hc.name, ctx.config, sandboxes=provider)
             try:
                 tasks = load_tasks(hc.name, "eval")
                 for i in range(EPISODES_PER_HARNESS):
                     task = tasks[(i * 5) % len(tasks)]
                     policy = oracle_action if i % 2 == 0 else (lambda t, turn: "no idea" if turn == 0 else oracle_action(t, turn - 1))
                     traj, _ = play(h, task, policy=policy)
-                    ev = h.evidence(traj) if hasattr(h, "evidence") else None
+                    ev = h.evidence(traj)
                     tid = uuid.uuid4().hex
                     result = scorer.score(request_from_episode(traj, ev, trajectory_id=tid))
                     records.append(record_from_episode(traj, run_id=ctx.run.run_id, harness_version=h.version, reward=result,
@@ -151,10 +155,10 @@ def _episodes(ctx: StageContext, state: dict) -> Check:
                 h.close()
     finally:
         scorer.close()
-    state["records"] = records
     harnesses = sorted({r.harness for r in records})
     return Check.judge("episodes recorded", bool(records), {"episodes": len(records), "harnesses": harnesses},
-                       "one or more scored episodes per configured harness", "see stages 5 and 6 for the harnesses and the reward")
+                       "one or more scored episodes per configured harness",
+                       "see stages 5 and 6 for the harnesses and the reward"), records
 
 
 def _copies(records: list[TrajectoryRecord]) -> list[TrajectoryRecord]:
@@ -165,34 +169,39 @@ def _copies(records: list[TrajectoryRecord]) -> list[TrajectoryRecord]:
     return out
 
 
-def _write(store, tmp: Path, state: dict) -> Check:
-    rows = _copies(state["records"])
+@dataclass
+class Written:
+    rows: list[TrajectoryRecord]  # every row written, the planted one included
+    planted_id: str  # the row carrying planted secrets
+
+
+def _write(store, tmp: Path, records: list[TrajectoryRecord]) -> tuple[Check, Written]:
+    rows = _copies(records)
     planted = rows[-1]  # a copy: the played records themselves stay as recorded (replayed below)
     planted.steps[0].observation += "\n" + "\n".join(SECRETS.values())
     planted.steps[0].action += f"\nexport AWS_KEY={SECRETS['aws_access_key']}"
-    state["planted"] = planted.trajectory_id
     with TrajectoryWriter(store, rows_per_file=10_000, redactor=Redactor(), quarantine_dir=tmp / "quarantine") as w:
         accepted = sum(w.write(r) for r in rows)
-    state.update(written=rows, writer_stats=dict(w.stats))
     back = store.read_table()
     ids_ok = sorted(back.column("trajectory_id").to_pylist()) == sorted(r.trajectory_id for r in rows)
     return Check.judge("write and publish", accepted == len(rows) and ids_ok,
                        {"rows": len(rows), "read_back": back.num_rows, "files": w.stats["files"], "bytes": w.stats["bytes"],
                         "spooled": w.stats["spooled"]},
-                       "every row published and read back by id", "see the detail; `agentrl troubleshoot \"trajectory storage\"`")
+                       "every row published and read back by id",
+                       "see the detail; `agentrl troubleshoot \"trajectory storage\"`"), Written(rows, planted.trajectory_id)
 
 
-def _partitions(store, state: dict) -> Check:
+def _partitions(store, records: list[TrajectoryRecord]) -> Check:
     keys = [i.key for i in store.list()]
     bad = [k for k in keys if not (k.startswith("harness=") and "/date=" in k and k.endswith(".parquet"))]
     harnesses = sorted({k.split("/")[0].split("=", 1)[1] for k in keys if k.startswith("harness=")})
-    expected = sorted({r.harness for r in state["records"]})
+    expected = sorted({r.harness for r in records})
     return Check.judge("Hive partitions", not bad and harnesses == expected, {"files": len(keys), "harnesses": harnesses},
                        "harness=…/date=…/part-*.parquet for every harness", "the writer's partitioning is broken", str(bad[:3]))
 
 
-def _drift(store, tmp: Path, state: dict) -> Check:
-    row = state["records"][0].to_row()
+def _drift(store, tmp: Path, records: list[TrajectoryRecord]) -> Check:
+    row = records[0].to_row()
     row.update(trajectory_id="drifted-" + uuid.uuid4().hex[:8], turns="five")
     w = TrajectoryWriter(store, quarantine_dir=tmp / "quarantine")
     accepted = w.write(row)
@@ -205,13 +214,13 @@ def _drift(store, tmp: Path, state: dict) -> Check:
                        "a row with turns='five' is rejected before writing and quarantined", "validate_row must run before every write")
 
 
-def _compression(state: dict, codec: str, minimum: float) -> Check:
+def _compression(records: list[TrajectoryRecord], codec: str, minimum: float) -> Check:
     """Judged on the played episodes alone (the copies would flatter the codec), in one file."""
     import pyarrow.parquet as pq
 
     from agentrl_cli.data.schema import to_table
 
-    rows = [r.to_row() for r in state["records"]]
+    rows = [r.to_row() for r in records]
     raw = sum(len(json.dumps(r, default=str).encode()) + 1 for r in rows)
     buf = io.BytesIO()
     pq.write_table(to_table(rows), buf, compression=None if codec == "none" else codec)
@@ -222,8 +231,8 @@ def _compression(state: dict, codec: str, minimum: float) -> Check:
                        f">= {minimum:g} (JSON lines / Parquet bytes, unique episodes)", "set data.compression: zstd")
 
 
-def _redaction(store, state: dict, fields: list[str]) -> Check:
-    table = filter_table(store.read_table(), f"trajectory_id == {state['planted']!r}")
+def _redaction(store, planted_id: str, fields: list[str]) -> Check:
+    table = filter_table(store.read_table(), f"trajectory_id == {planted_id!r}")
     stored = json.dumps(table.to_pylist(), default=str)
     leaked_parquet = [k for k, v in SECRETS.items() if v.split()[-1] in stored]
     buf = io.StringIO()
@@ -260,27 +269,27 @@ def _create_only(store, tmp: Path) -> Check:
                        "the store overwrote an existing object; S3 needs If-None-Match support (moto/MinIO/AWS do)")
 
 
-def _query(store, state: dict) -> Check:
+def _query(store, written: list[TrajectoryRecord]) -> Check:
     text = "tool_calls >= 1 and invalid_actions > 0"
     got = filter_table(store.read_table(), text).num_rows
-    expected = sum(1 for r in state["written"] if r.tool_calls >= 1 and r.invalid_actions > 0)
+    expected = sum(1 for r in written if r.tool_calls >= 1 and r.invalid_actions > 0)
     return Check.judge("query by filter", got == expected and expected > 0, {"filter": text, "matched": got, "expected": expected},
                        "the filter selects exactly the rows counted independently", "see agentrl_cli/data/query.py")
 
 
-def _metrics(store, state: dict) -> Check:
+def _metrics(store, written: list[TrajectoryRecord]) -> Check:
     rows = compute_metrics(store.read_table(), group_by=("harness",))
     overall = next(r for r in rows if r["harness"] == "all")
-    n = len(state["written"])
-    success = sum(r.outcome == "success" for r in state["written"]) / n
+    n = len(written)
+    success = sum(r.outcome == "success" for r in written) / n
     ok = overall["n"] == n and abs(overall["success_rate"] - success) < 1e-9
     return Check.judge("evaluation metrics", ok, {"n": overall["n"], "success_rate": round(overall["success_rate"], 3),
                                                   "invalid_action_ratio": overall["invalid_action_ratio"]},
                        "metrics over the stored rows match the written ones", "see agentrl_cli/data/metrics.py")
 
 
-def _retention(store, tmp: Path, state: dict, days: int) -> Check:
-    old = state["records"][0]
+def _retention(store, tmp: Path, records: list[TrajectoryRecord], days: int) -> Check:
+    old = records[0]
     when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days + 10)
     stale = TrajectoryRecord.from_row({**old.to_row(), "trajectory_id": "stale-" + uuid.uuid4().hex[:8], "started_at": when})
     with TrajectoryWriter(store, quarantine_dir=tmp / "quarantine") as w:
@@ -294,14 +303,14 @@ def _retention(store, tmp: Path, state: dict, days: int) -> Check:
                        "only the partition older than data.retention_days is deleted", "see agentrl_cli/data/gc.py")
 
 
-def _replay(store, state: dict) -> Check:
+def _replay(store, records: list[TrajectoryRecord], platform_config) -> Check:
     ids = {}
-    for r in state["records"]:
+    for r in records:
         ids.setdefault(r.harness, r.trajectory_id)
     results = {}
     for harness, tid in ids.items():
         stored = read_records(store, _id_filter(tid))
-        results[harness] = replay(stored[0]).ok if stored else False
+        results[harness] = replay(stored[0], platform_config=platform_config).ok if stored else False
     return Check.judge("replay with no divergence", bool(results) and all(results.values()), results,
                        "each harness's stored trajectory replays identically",
                        "run `agentrl replay TRAJECTORY_ID` to see the first divergence")

@@ -49,7 +49,7 @@ def run(ctx: StageContext) -> StageReport:
 
 
 def _train(ctx, cfg, path, steps: int, **kw):
-    from agentrl_cli.training.loop import TrainingRun
+    from agentrl_cli.run import TrainingRun
 
     async def go():
         training = TrainingRun(cfg, ctx.run.path / "stage8", path, run_id=ctx.run.run_id, phase=ctx.options.phase,
@@ -106,7 +106,7 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
 
 def _unique_ids(ctx) -> Check:
     from agentrl_cli.data.query import filter_table
-    from agentrl_cli.data.store import open_store
+    from agentrl_cli.data.stores import open_store
 
     table = filter_table(open_store(ctx.config.data).read_table(), f"run_id == {ctx.run.run_id!r}")
     ids = table.column("trajectory_id").to_pylist()

@@ -14,7 +14,7 @@ app = typer.Typer(help="Query, measure and clean the trajectory store (data.stor
 
 
 def _store(cfg):
-    from agentrl_cli.data.store import open_store
+    from agentrl_cli.data.stores import open_store
 
     return open_store(cfg.data)
 

@@ -10,7 +10,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, err, load, print_json
-from agentrl_cli.model.resolve import SFT_STEPS, build_tiny, builtin_dir, resolve_model_path
+from agentrl_cli.model.recipe import SFT_STEPS
+from agentrl_cli.model.resolve import build_tiny, builtin_dir, resolve_model_path
 from agentrl_cli.model.tiny import COMPLETE, is_complete
 
 app = typer.Typer(help="Build the built-in tiny model and show what model.path resolves to.", no_args_is_help=True)

@@ -26,7 +26,7 @@ def replay_command(
     * `agentrl replay 3f2a9c0d4e5b4f7a8c1d2e3f4a5b6c7d --json`
     """
     from agentrl_cli.data.replay import replay
-    from agentrl_cli.data.store import open_store
+    from agentrl_cli.data.stores import open_store
     from agentrl_cli.data.writer import find_trajectory
 
     loaded = load(config, sets)
@@ -34,7 +34,7 @@ def replay_command(
     if record is None:
         raise NotFoundError(f"no trajectory {trajectory_id!r} in the {loaded.config.data.store} store ({loaded.config.data.root})",
                             "find ids with `agentrl data query --json`")
-    report = replay(record)
+    report = replay(record, platform_config=loaded.config)
     if json_out:
         print_json(report.to_dict())
     else:

@@ -62,15 +62,16 @@ def _task(record: TrajectoryRecord):
     raise LookupError(f"task {record.task_id} is not in the {record.harness} task set {TASK_SET_VERSION}")
 
 
-def replay(record: TrajectoryRecord, harness=None, task=None) -> ReplayReport:
-    """Replay `record`. `harness` defaults to a new instance of the registered one; pass your own to
-    replay against modified code (the version check then uses its `version`)."""
+def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=None) -> ReplayReport:
+    """Replay `record`. `harness` defaults to one built by the registry from `platform_config` (as the
+    run built it); pass your own to replay against modified code (the version check then uses its
+    `version`)."""
     report = ReplayReport(record.trajectory_id, record.harness, record.harness_version)
     own = harness is None
     if own:
-        from harnesses.registry import resolve
+        from harnesses.registry import create
 
-        harness = resolve(record.harness)()
+        harness = create(record.harness, platform_config)
     try:
         if getattr(harness, "version", None) != record.harness_version:
             report.divergence = Divergence(-1, "version", record.harness_version, str(harness.version),

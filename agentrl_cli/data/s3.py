@@ -24,8 +24,9 @@ from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from .schema import FILE_SCHEMA
-from .store import (STAGING_DIR, AlreadyExists, LocalStore, ObjectInfo, ObjectNotFound, check_key, empty_table,
-                    partition_of, with_partitions)
+from .local_store import LocalStore
+from .store import (STAGING_DIR, AlreadyExists, ObjectInfo, ObjectNotFound, check_key, empty_table, partition_of,
+                    with_partitions)
 
 log = logging.getLogger("agentrl.data.s3")
 

@@ -332,7 +332,7 @@ def find_trajectory(store: TrajectoryStore, trajectory_id: str) -> TrajectoryRec
 def open_writer(data_config: Any, store: TrajectoryStore | None = None) -> TrajectoryWriter:
     """The writer the config describes: its store, rows per file, codec, redaction of the configured
     field names, and quarantine under `<data.root>/_quarantine`."""
-    from .store import open_store
+    from .stores import open_store
 
     return TrajectoryWriter(store or open_store(data_config), rows_per_file=data_config.rows_per_file,
                             compression=data_config.compression, redactor=Redactor.from_config(data_config),

@@ -123,7 +123,7 @@ class InferenceClient:
         self._rr = itertools.cycle(range(len(self.urls)))
         self.in_flight = {u: 0 for u in self.urls}
         self.stats = {"requests": 0, "retries": 0, "failures": 0}
-        self.watchdog = None  # optional training.watchdog.Watchdog: per-server progress ("inference URL")
+        self.watchdog = None  # optional observe.watchdog.Watchdog: per-server progress ("inference URL")
 
     def _http(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()

@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.errors import ConfigError, NotFoundError
+from agentrl_cli.model.recipe import PRACTICE_PER_FAMILY, SFT_STEPS, WARM_START_HARNESSES
 from agentrl_cli.model.tiny import ARCH, RECIPE_VERSION, init_model, is_complete, save_model_dir
 
 BUILTINS = ("tiny-agent",)
-WARM_START_HARNESSES = ("terminal_like", "code_sandbox_like")  # tool_api_like stays unseen: the held-out harness
-SFT_STEPS = 2000
-PRACTICE_PER_FAMILY = 500  # practice tasks per family, the warm start's only demonstrations
 
 
 def builtin_dir(cache_dir: str, name: str = "tiny-agent") -> Path:

@@ -85,7 +85,7 @@ def corpus() -> list[str]:
     from harnesses.registry import resolve
     from harnesses.tasks import load_tasks
 
-    from agentrl_cli.model.resolve import WARM_START_HARNESSES
+    from agentrl_cli.model.recipe import WARM_START_HARNESSES
 
     texts = []
     for name in WARM_START_HARNESSES:

@@ -56,7 +56,7 @@ class Scorer:
     @classmethod
     def from_config(cls, config, provider=None) -> "Scorer":
         if provider is None:
-            from harnesses.sandboxed import provider_from_config
+            from agentrl_cli.sandbox.provider import provider_from_config
 
             provider = provider_from_config(config.sandbox)
         r = config.reward

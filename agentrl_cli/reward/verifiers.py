@@ -11,12 +11,12 @@ and caching belong in `aggregate.py` and `scorer.py`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentrl_cli.reward.models import ScoreRequest
+from harnesses.hidden_tests import run_hidden_tests, tampered
 from harnesses.parsing import answers_match
 
 
@@ -77,12 +77,6 @@ class StateVerifier:
         return Verdict(0.0 if wrong else 1.0, detail=f"wrong or missing: {wrong}" if wrong else "state matches")
 
 
-def tampered(files: dict[str, bytes | None], protected: dict[str, str]) -> list[str]:
-    """Protected files edited or deleted (hash differs or file missing)."""
-    return [p for p, digest in sorted(protected.items())
-            if files.get(p) is None or hashlib.sha256(files[p]).hexdigest() != digest]
-
-
 class HiddenTestsVerifier:
     """Runs `meta.tests` (never shown to the agent) against the submitted `solution.py` in a fresh
     sandbox; the pass needs each expected test id in the host-side report."""
@@ -94,8 +88,6 @@ class HiddenTestsVerifier:
         self.provider, self.timeout_s = provider, timeout_s
 
     def verify(self, req: ScoreRequest) -> Verdict:
-        from harnesses.code_sandbox_like import run_hidden_tests
-
         tests = req.task.meta.get("tests") or []
         if not tests:
             raise VerifierError(f"task {req.task.task_id} has verify=tests but no hidden tests")

@@ -29,7 +29,7 @@ from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
-from agentrl_cli.training.watchdog import Watchdog
+from agentrl_cli.observe.watchdog import Watchdog
 from harnesses.tasks import TASK_SET_VERSION
 
 log = logging.getLogger(__name__)

@@ -167,10 +167,8 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         result.token_ids += reply
         result.loss_mask += [0] * len(reply)
         result.logprobs += [0.0] * len(reply)
-    collect = getattr(harness, "evidence", None)
-    if collect is not None:
-        try:
-            result.evidence = await env(collect, traj)
-        except asyncio.TimeoutError:
-            result.error = "collecting evidence timed out"
+    try:
+        result.evidence = await env(harness.evidence, traj)
+    except asyncio.TimeoutError:
+        result.error = "collecting evidence timed out"
     return result

@@ -30,6 +30,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from agentrl_cli.fsutil import fsync_dir
+
 log = logging.getLogger("agentrl.training.checkpoint")
 
 COMPLETE = "COMPLETE.json"
@@ -41,15 +43,6 @@ DEFAULT_HASH_LIMIT = 64 << 20
 
 def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a create, rename or unlink inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sha256(path: Path) -> str:

@@ -24,7 +24,7 @@ from moto.server import ThreadedMotoServer
 from agentrl_cli.data.gc import remove_stale_temp_files
 from agentrl_cli.data.s3 import S3Store
 from agentrl_cli.data.schema import TrajectoryRecord
-from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, WriteError, check_parquet, read_records
 from tests.conftest import free_port
 
@@ -67,7 +67,7 @@ def _assert_every_published_file_is_complete(store: LocalStore, rows_per_file: i
 _KILLED_WRITER = textwrap.dedent("""
     import datetime as dt, os, sys
     from agentrl_cli.data.schema import TrajectoryRecord
-    from agentrl_cli.data.store import LocalStore
+    from agentrl_cli.data.local_store import LocalStore
     from agentrl_cli.data.writer import TrajectoryWriter
 
     root, rows = sys.argv[1], int(sys.argv[2])

@@ -21,7 +21,9 @@ from agentrl_cli.data.gc import collect_garbage, parse_age
 from agentrl_cli.data.redact import Redactor, install_log_redaction
 from agentrl_cli.data.s3 import S3Store
 from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.store import AlreadyExists, LocalStore, ObjectNotFound, open_store
+from agentrl_cli.data.local_store import LocalStore
+from agentrl_cli.data.stores import open_store
+from agentrl_cli.data.store import AlreadyExists, ObjectNotFound
 from agentrl_cli.data.writer import TrajectoryWriter, find_trajectory, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]

@@ -10,7 +10,7 @@ import pytest
 
 from agentrl_cli.data.episode import record_from_episode
 from agentrl_cli.data.replay import replay
-from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, find_trajectory, read_records
 from harnesses.contract import play
 from harnesses.oracle import oracle_action

@@ -21,7 +21,7 @@ from agentrl_cli.serving import ServerThread
 from harnesses.base import Action, Trajectory
 from harnesses.contract import play
 from harnesses.registry import resolve
-from harnesses.sandboxed import DirectProvider
+from agentrl_cli.sandbox.provider import DirectProvider
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap

@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 from agentrl_cli.inference.client import InferenceClient
 from agentrl_cli.inference.engine import HFEngine

@@ -22,7 +22,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.inference.engine import HFEngine
@@ -36,8 +36,8 @@ from agentrl_cli.rollout.controller import RolloutController
 from agentrl_cli.rollout.resume import ResumePolicy, generate_resumable
 from agentrl_cli.rollout.sampler import TaskSampler
 from agentrl_cli.serving import ServerThread
-from agentrl_cli.training.loop import TrainingRun
-from agentrl_cli.training.watchdog import Watchdog
+from agentrl_cli.run import TrainingRun
+from agentrl_cli.observe.watchdog import Watchdog
 from harnesses.tasks import load_tasks
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
@@ -227,7 +227,7 @@ def test_a_hung_server_ends_episodes_as_masked_infra_error_within_the_deadline(t
         finally:
             await client.close()
     try:
-        with caplog.at_level(logging.ERROR, logger="agentrl_cli.training.watchdog"):
+        with caplog.at_level(logging.ERROR, logger="agentrl_cli.observe.watchdog"):
             elapsed, groups = asyncio.run(go())
     finally:
         watchdog.stop()
@@ -261,7 +261,7 @@ def test_watchdog_flags_components_without_progress_once_and_clears_them_on_prog
     now[0] = 9.0
     assert wd.stuck() == {}
     now[0] = 12.0
-    with caplog.at_level(logging.ERROR, logger="agentrl_cli.training.watchdog"):
+    with caplog.at_level(logging.ERROR, logger="agentrl_cli.observe.watchdog"):
         assert sorted(wd.check()) == ["inference a", "rollout"]  # the trainer has its own 20 s deadline
     assert wd.stuck() == {"inference a": 12.0, "rollout": 12.0}
     assert any("inference a made no progress for 12.0 s" in m for m in caplog.messages)

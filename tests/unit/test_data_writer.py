@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.store import LocalStore
+from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 
 

@@ -80,7 +80,7 @@ class EchoHarness:
 
 def test_the_built_in_warm_start_demonstrates_practice_tasks_only():
     from agentrl_cli.model.demos import collect
-    from agentrl_cli.model.resolve import WARM_START_HARNESSES
+    from agentrl_cli.model.recipe import WARM_START_HARNESSES
 
     demos = collect(list(WARM_START_HARNESSES), split=None, practice_per_family=3, make=lambda name: EchoHarness(), workers=2)
     committed = {t.task_id for h in WARM_START_HARNESSES for t in load_tasks(h)}

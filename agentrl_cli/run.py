@@ -33,7 +33,7 @@ from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
 from agentrl_cli.rollout.resume import resync_stale_servers, stale_servers
 from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
 from agentrl_cli.training.grpo import Sample, group_advantages
-from agentrl_cli.training.watchdog import Watchdog
+from agentrl_cli.observe.watchdog import Watchdog
 from agentrl_cli.training.weight_sync import WeightSyncError
 
 log = logging.getLogger(__name__)
