@@ -1,5 +1,5 @@
 """One training run: inference servers, rollout controller, DeepSpeed GRPO trainer, verified weight
-sync and checkpoints, joined by the bounded buffer (DESIGN §1). This module is the runbook of a
+sync and checkpoints, joined by the bounded buffer. This module is the runbook of a
 run; the parts live in `rollout/`, `training/` and `inference/`.
 
 Modes: `async` keeps the rollout running while the trainer steps (bounded by `rollout.max_staleness`);
@@ -9,7 +9,7 @@ counters (tokens, buffer fill, staleness drops, goodput); every evaluation appen
 `eval/<harness>/success_rate`. Resume picks the newest complete
 checkpoint and restores the model, optimizer, step, weight version, sampler position and RNGs.
 
-Inference servers that die or hang (SECURITY row 22): generations resume on their own
+Inference servers that die or hang (docs/security.md row 22): generations resume on their own
 (`rollout/resume.py`); a server that comes back with its launch weights gets the run's current
 weights again before generating resumes, and at every step (`weight_resyncs`). A watchdog flags
 any component — server, harness, reward, train step, weight sync — stuck past
@@ -19,7 +19,6 @@ any component — server, harness, reward, train step, weight sync — stuck pas
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import statistics
@@ -29,10 +28,12 @@ from pathlib import Path
 from typing import Callable
 
 
+from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
 from agentrl_cli.rollout.resume import resync_stale_servers, stale_servers
 from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
 from agentrl_cli.training.grpo import Sample, group_advantages
+from agentrl_cli.observe.step_metrics import MetricsLog, step_row
 from agentrl_cli.observe.watchdog import Watchdog
 from agentrl_cli.training.weight_sync import WeightSyncError
 
@@ -66,6 +67,8 @@ class TrainingRun:
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
         self.progress = progress
         self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.metrics = MetricsLog(self.metrics_path)
+        self._trained_tokens = 0  # tokens of trained episodes so far (goodput's numerator)
         self.servers: list = []
         self.controller = self.backend = self.client = self.writer = self.sync = None
         self.watchdog = Watchdog(cfg.training.watchdog_seconds)
@@ -181,7 +184,7 @@ class TrainingRun:
             return set()
         records = await asyncio.to_thread(read_records, self.writer.store, pc.field("trajectory_id").isin(ids))
         for r in sorted(records, key=lambda r: ids.index(r.trajectory_id)):
-            masked = r.reward_status == "infra_error"
+            masked = r.reward_status == RewardStatus.INFRA_ERROR
             await self.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first), None if masked else r.reward,
                                           tokens=r.completion_tokens))
         return {r.trajectory_id for r in records}
@@ -194,7 +197,7 @@ class TrainingRun:
         rewards = [e.reward for e in eps if e.reward is not None]
         stats = {"reward/mean": statistics.fmean(rewards) if rewards else None,
                  "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-                 "reward/success_rate": sum(e.record.outcome == "success" for e in eps) / len(eps) if eps else None,
+                 "reward/success_rate": sum(e.record.outcome == Outcome.SUCCESS for e in eps) / len(eps) if eps else None,
                  "reward/masked": sum(e.reward is None for e in eps),
                  "rollout/staleness_mean": statistics.fmean(self.version - e.version for e in eps) if eps else None,
                  "tokens/trained": sum(e.tokens for e in eps)}
@@ -239,7 +242,11 @@ class TrainingRun:
                     sync_s = entry["seconds"]
                 if self.step % cfg.training.checkpoint_interval_steps == 0 or self.step == steps:
                     summary.checkpoints.append(await self._checkpoint())
-                row = self._row(metrics, stats, t1 - t0, t2 - t1, sync_s, time.perf_counter() - t_start)
+                self._trained_tokens += stats.get("tokens/trained") or 0
+                row = step_row(step=self.step, version=self.version, metrics=metrics, stats=stats, wait_s=t1 - t0,
+                               train_s=t2 - t1, sync_s=sync_s, elapsed=time.perf_counter() - t_start,
+                               controller=self.controller, buffer=self.buffer, watchdog=self.watchdog,
+                               trained_tokens=self._trained_tokens)
                 self._log(row)
                 summary.metrics.append(row)
                 on_step(row)
@@ -257,29 +264,8 @@ class TrainingRun:
         summary.timers = {k: round(v, 3) for k, v in self.controller.timers.items()}
         return summary
 
-    def _row(self, metrics: dict, stats: dict, wait_s: float, train_s: float, sync_s: float, elapsed: float) -> dict:
-        c = self.controller.counters
-        generated = c.get("tokens_generated", 0)
-        row = {"step": self.step, "version": self.version, "elapsed_s": round(elapsed, 2),
-               **{f"train/{k}": v for k, v in metrics.items()}, **stats,
-               "time/sampling_wait_s": round(wait_s, 3), "time/train_s": round(train_s, 3), "time/sync_s": round(sync_s, 3),
-               "rollout/tokens_generated": generated, "rollout/in_flight": self.controller.in_flight,
-               "rollout/buffer_fill": len(self.buffer), "rollout/dropped_stale": self.buffer.counters["dropped_stale"],
-               "rollout/backpressure_waits": c.get("backpressure_waits", 0),
-               "rollout/env_failures": c.get("termination_error", 0) + c.get("termination_timeout", 0),
-               "rollout/episode_errors": c.get("episode_errors", 0),
-               **{f"rollout/{k}": c.get(k, 0) for k in ("aborted_generations", "resumed_generations", "wasted_tokens",
-                                                         "server_retries", "weight_resyncs")},
-               "rollout/infra_errors": c.get("termination_infra_error", 0),
-               "watchdog/stuck_now": len(self.watchdog.stuck()), **self.watchdog.report()}
-        self._trained_tokens = getattr(self, "_trained_tokens", 0) + (stats.get("tokens/trained") or 0)
-        row["rollout/goodput"] = round(self._trained_tokens / generated, 4) if generated else None
-        row["train/mismatch_kl"] = metrics.get("mismatch_kl")
-        return row
-
     def _log(self, row: dict) -> None:
-        with self.metrics_path.open("a") as f:
-            f.write(json.dumps(row, default=float) + "\n")
+        self.metrics.append(row)
 
     async def _sync_weights(self) -> dict:
         """The trainer's weight sync; a server that is down is waited for (resume deadline) and the

@@ -68,7 +68,7 @@ def cold_start(settings: SandboxSettings, n: int) -> list[float]:
 
 
 def concurrent_throughput(settings: SandboxSettings, episodes: int, concurrency: int = 64) -> tuple[float, int, list[float], dict]:
-    """`episodes` sandbox starts, `concurrency` at a time (SECURITY.md row 14): rate, failures,
+    """`episodes` sandbox starts, `concurrency` at a time (docs/security.md row 14): rate, failures,
     per-episode acquire latencies and the pool's final leak counters."""
     failures, starts = [], []
     pool = SandboxPool(settings, size=16, max_concurrency=concurrency)

@@ -1,4 +1,4 @@
-"""The harness contract (DESIGN §3): every environment is presented to training through it.
+"""The harness contract: every environment is presented to training through it.
 
 A new environment implements `HarnessAdapter` and registers under the `agentrl.harnesses`
 entry-point group (or is named by `module:Class` in the config); training code never changes.

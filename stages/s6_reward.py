@@ -19,7 +19,7 @@ import httpx
 from agentrl_cli.context import StageContext
 from agentrl_cli.report import Check, StageReport
 from agentrl_cli.reward.client import HttpRewardClient
-from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.gold import check_task
 from agentrl_cli.reward.models import FileIn, ScoreRequest, StepIn, TaskIn
 from agentrl_cli.reward.scorer import Scorer

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl_cli.context import StageContext
-from agentrl_cli.data.episode import record_from_episode
+from agentrl_cli.data.record_from_episode import record_from_episode
 from agentrl_cli.data.gc import collect_garbage
 from agentrl_cli.data.metrics import compute_metrics
 from agentrl_cli.data.query import filter_table
@@ -34,7 +34,7 @@ from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.store import AlreadyExists
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 from agentrl_cli.report import Check, StageReport
-from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.scorer import Scorer
 from harnesses.contract import play
 from harnesses.oracle import oracle_action

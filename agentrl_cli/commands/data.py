@@ -70,7 +70,7 @@ def metrics(
     sets: SetOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Evaluation metrics from trajectories (seed 000 §3.4): success and partial completion, turns and
+    """Evaluation metrics from trajectories: success and partial completion, turns and
     tool calls, tool failure / timeout / abnormal termination rates, invalid and repeated actions.
 
     Examples:

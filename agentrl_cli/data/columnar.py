@@ -20,12 +20,13 @@ from operator import attrgetter, itemgetter
 import numpy as np
 import pyarrow as pa
 
+from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.data.schema import (ARTIFACT, FILE_SCHEMA, NUMERIC_LISTS, STEP, TOOL_CALL,
                                      TrajectoryRecord, _numeric_column)
 
 _NESTED = {"steps", "artifacts", "reward_components", "flags", *NUMERIC_LISTS}
 _SCALARS = [(f.name, f.type) for f in FILE_SCHEMA if f.name not in _NESTED]
-_KINDS = {"string": (str,), "bool": (bool,), "double": (int, float), "float": (int, float),
+_KINDS = {"string": (str, Outcome, RewardStatus, Termination), "bool": (bool,), "double": (int, float), "float": (int, float),
           "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,)}
 
 

@@ -1,4 +1,4 @@
-"""Evaluation metrics computed from stored trajectories (seed 000 §3.4), grouped by harness, task
+"""Evaluation metrics computed from stored trajectories, grouped by harness, task
 type and training phase. Reading the store and rendering tables belong elsewhere; `METRICS` tells a
 renderer each metric's label and kind.
 
@@ -35,6 +35,7 @@ from typing import Iterable, NamedTuple, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.data import schema
 from agentrl_cli.errors import UsageError
 
@@ -65,12 +66,12 @@ METRICS: list[Metric] = [
 ]
 
 _SHARES = {  # metric key -> (column, value) counted as a share of n
-    "success_rate": ("outcome", "success"),
-    "partial_rate": ("outcome", "partial"),
-    "timeout_rate": ("outcome", "timeout"),
-    "abnormal_termination_rate": ("outcome", "error"),
-    "truncated_rate": ("outcome", "truncated"),
-    "infra_error_rate": ("reward_status", "infra_error"),
+    "success_rate": ("outcome", Outcome.SUCCESS),
+    "partial_rate": ("outcome", Outcome.PARTIAL),
+    "timeout_rate": ("outcome", Outcome.TIMEOUT),
+    "abnormal_termination_rate": ("outcome", Outcome.ERROR),
+    "truncated_rate": ("outcome", Outcome.TRUNCATED),
+    "infra_error_rate": ("reward_status", RewardStatus.INFRA_ERROR),
 }
 _MEANS = {"mean_reward": "reward", "mean_turns": "turns", "mean_tool_calls": "tool_calls"}
 _SUMS = ("turns", "tool_calls", "tool_failures", "invalid_actions", "repeats")

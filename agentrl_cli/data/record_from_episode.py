@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from agentrl_cli.outcomes import Outcome, Termination
 from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, utcnow
 from harnesses.base import Evidence, Trajectory
 
@@ -30,7 +31,7 @@ def _tool_calls(observation) -> list[ToolCallRecord]:
 
 
 def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, reward=None,
-                        evidence: Evidence | None = None, termination: str = "done", seed: int = 0,
+                        evidence: Evidence | None = None, termination: str = Termination.DONE, seed: int = 0,
                         phase: str = "train", group_id: str = "", task_set_version: str = "",
                         weight_versions: list[str] | None = None, trajectory_id: str | None = None,
                         step_times: list[tuple] | None = None) -> TrajectoryRecord:
@@ -63,8 +64,8 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
         reward_components=dict(reward.components) if reward is not None else {},
         reward_status=reward.status if reward is not None else "unscored",
         flags=list(reward.flags) if reward is not None else [],
-        outcome=reward.outcome if reward is not None else {"timeout": "timeout", "error": "error",
-                                                           "truncated": "truncated"}.get(termination, "fail"),
+        outcome=reward.outcome if reward is not None else {Termination.TIMEOUT: Outcome.TIMEOUT, Termination.ERROR: Outcome.ERROR,
+                                                           Termination.TRUNCATED: Outcome.TRUNCATED}.get(termination, Outcome.FAIL),
         turns=len(steps), tool_calls=len(calls), tool_failures=sum(c.status in FAILED_CALL for c in calls),
         invalid_actions=sum(s.observation_status == "invalid_action" for s in steps),
         started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),

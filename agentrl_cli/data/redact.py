@@ -1,4 +1,4 @@
-"""Secret redaction for trajectory rows and logs (SECURITY.md row 29).
+"""Secret redaction for trajectory rows and logs (docs/security.md row 29).
 
 Belongs here: the patterns that recognise credentials in free text (AWS access key ids and labelled
 secret keys, GitHub tokens, PEM private key blocks, bearer / Authorization tokens, `password=…`-style
@@ -303,7 +303,7 @@ class RedactingFilter(logging.Filter):
             return True
         try:
             message = record.getMessage()
-        except Exception:  # a bad format string: keep logging's own error path, redact the parts
+        except Exception:  # noqa: BLE001 - a bad format string: keep logging's own error path, redact the parts
             message = f"{record.msg} {record.args!r}"
         record.msg, record.args = self.redactor.text(message), None
         if record.exc_info and not record.exc_text:

@@ -1,4 +1,4 @@
-"""Replay (seed 000 §5): rebuild the harness a trajectory was recorded with, at the recorded version,
+"""Replay: rebuild the harness a trajectory was recorded with, at the recorded version,
 with the recorded task (from the task set at the recorded version) and seed, replay the recorded
 actions, compare every observation (text and status) and report the first divergence with a diff.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
+from agentrl_cli.outcomes import Outcome
 from agentrl_cli.data.schema import TrajectoryRecord
 from harnesses.base import Action
 
@@ -92,7 +93,7 @@ def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=No
                     report.divergence = Divergence(step.index, name, rec, got,
                                                    _diff(rec, got, step.index) if name == "text" else f"- {rec}\n+ {got}\n")
                     return report
-        if record.steps and not obs.done and record.outcome not in ("truncated", "timeout"):
+        if record.steps and not obs.done and record.outcome not in (Outcome.TRUNCATED, Outcome.TIMEOUT):
             report.notes.append("the replayed episode did not end where the recorded one did")
         return report
     finally:

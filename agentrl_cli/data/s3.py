@@ -1,6 +1,6 @@
 """The S3 trajectory store (any S3-compatible `endpoint_url`), with a local spool for outages.
 
-Belongs here: create-only puts (`If-None-Match: *`, SECURITY.md row 28), bounded retries with
+Belongs here: create-only puts (`If-None-Match: *`, docs/security.md row 28), bounded retries with
 exponential backoff, the spool (row 30): a file that cannot be uploaded is moved to
 `<spool_dir>/<key>` and uploaded later by `upload_spool()` (which every `publish` calls first). A
 spooled file whose key meanwhile exists remotely with other content is moved to

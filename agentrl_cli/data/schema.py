@@ -1,4 +1,4 @@
-"""The trajectory record (DESIGN §3): one explicit Arrow schema, one Parquet row per trajectory, and
+"""The trajectory record: one explicit Arrow schema, one Parquet row per trajectory, and
 the trainer's input. `TrajectoryRecord` is the typed Python side; `validate_row` checks a row
 against the schema *before* anything is written (schema drift such as an int where a string
 belongs is rejected by name, never coerced).
@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from agentrl_cli.outcomes import Outcome, RewardStatus, values
 
 SCHEMA_VERSION = 1
-OUTCOMES = ("success", "partial", "fail", "truncated", "timeout", "error")
-REWARD_STATUSES = ("ok", "fail", "timeout", "infra_error", "unscored")
+OUTCOMES = values(Outcome)
+REWARD_STATUSES = values(RewardStatus)
 PARTITION_COLUMNS = ("harness", "date")
 
 TS = pa.timestamp("ms", tz="UTC")
@@ -141,7 +142,7 @@ class TrajectoryRecord:
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_status: str = "unscored"
     flags: list[str] = field(default_factory=list)
-    outcome: str = "fail"
+    outcome: str = Outcome.FAIL
     turns: int = 0
     tool_calls: int = 0
     tool_failures: int = 0
@@ -248,7 +249,7 @@ _PY_TYPES = {pa.string(): (str,), pa.bool_(): (bool,), pa.float64(): (int, float
 
 def _checker(typ: pa.DataType):
     if pa.types.is_string(typ):
-        return _scalar(lambda v: type(v) is str, typ)
+        return _scalar(lambda v: isinstance(v, str), typ)
     if pa.types.is_boolean(typ):
         return _scalar(lambda v: type(v) is bool, typ)
     if pa.types.is_integer(typ):

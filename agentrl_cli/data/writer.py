@@ -1,7 +1,7 @@
 """Writing trajectory records to a store as Parquet files, and reading them back.
 
 Belongs here: validation, redaction of the Arrow table before any byte is written, quarantine of rows that do not match the schema
-(SECURITY.md row 27), buffering per (harness, date) partition, and the crash-safe file protocol
+(docs/security.md row 27), buffering per (harness, date) partition, and the crash-safe file protocol
 (rows 25, 26): temp file on the store's staging file system → zstd Parquet → fsync → reopen and check
 the footer → `store.publish` (create-only). A failed flush removes its temp file, raises, and keeps
 the rows buffered. Files are written while rows arrive: every CHUNK_ROWS rows of a partition become a

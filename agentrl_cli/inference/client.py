@@ -1,4 +1,4 @@
-"""The async inference client the rollout uses (DESIGN §3). It speaks SGLang's native HTTP API, so
+"""The async inference client the rollout uses. It speaks SGLang's native HTTP API, so
 the same code drives SGLang servers, the SGLang router and the embedded server.
 
 Token ids in, token ids + log-probs + finish reason + weight version out. Connection errors and

@@ -1,5 +1,5 @@
 """The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
-(SGLANG_API.md) over an `HFEngine`, so clients cannot tell it from an SGLang server for the
+(`/generate`, health, info, weight updates, abort, metrics) over an `HFEngine`, so clients cannot tell it from an SGLang server for the
 endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
 updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
 routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
@@ -246,7 +246,7 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
 
 
 def _add_weight_group_routes(app: FastAPI, engine) -> WeightGroups:
-    """SGLang's distributed weight update: join a group, receive broadcasts, leave it (SGLANG_API.md §3).
+    """SGLang's distributed weight update: join a group, receive broadcasts, leave it.
     Tensors are received in full before anything is checked, so a refused update never leaves the
     trainer's broadcasts unanswered; they are loaded only when every name and shape fits."""
     groups = WeightGroups()

@@ -304,7 +304,7 @@ def _triples(values: list, token_ids: list[int], tokenizer, with_text: bool) -> 
 
 
 def build_output(item: WorkItem, result: dict, tokenizer, return_text_in_logprobs: bool = False) -> dict:
-    """One `/generate` response object, keys in SGLang's order (see SGLANG_API.md §1)."""
+    """One `/generate` response object, keys in SGLang's order."""
     reason = result["finish_reason"]
     if result.get("waiting_abort"):
         meta = {"id": item.rid, "finish_reason": reason, "weight_version": result["weight_version"]}

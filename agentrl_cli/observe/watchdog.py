@@ -1,4 +1,4 @@
-"""A watchdog for a run's components (SECURITY row 22): each reports progress, and a background
+"""A watchdog for a run's components (docs/security.md row 22): each reports progress, and a background
 thread flags any component that has work and made no progress for longer than its deadline — an
 ERROR log line naming it and how long it has been stuck, and one count `watchdog/stuck{NAME}` per
 time it got stuck (the run writes these into metrics.jsonl). It only observes: recovery (retries,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.reward.models import ScoreRequest
 from agentrl_cli.reward.verifiers import Verdict
 
@@ -42,15 +43,15 @@ def process_components(req: ScoreRequest) -> dict[str, float]:
 
 
 def outcome_label(score: float, termination: str) -> str:
-    if termination == "timeout":
-        return "timeout"
-    if termination == "error":
-        return "error"
+    if termination == Termination.TIMEOUT:
+        return Outcome.TIMEOUT
+    if termination == Termination.ERROR:
+        return Outcome.ERROR
     if score >= 1.0:
-        return "success"
-    if termination == "truncated":
-        return "truncated"
-    return "partial" if score > 0.0 else "fail"
+        return Outcome.SUCCESS
+    if termination == Termination.TRUNCATED:
+        return Outcome.TRUNCATED
+    return Outcome.PARTIAL if score > 0.0 else Outcome.FAIL
 
 
 def combine(verdict: Verdict, req: ScoreRequest, weights: dict[str, float]) -> tuple[float, dict[str, float], str, str]:
@@ -58,10 +59,11 @@ def combine(verdict: Verdict, req: ScoreRequest, weights: dict[str, float]) -> t
     components = {"outcome": float(verdict.score), **process_components(req)}
     outcome = outcome_label(verdict.score, req.termination)
     reward = sum(w * components[name] for name, w in weights.items() if name in components)
-    if req.termination in ("timeout", "error") or "tamper" in verdict.flags:
+    if req.termination in (Termination.TIMEOUT, Termination.ERROR) or "tamper" in verdict.flags:
         reward = min(reward, 0.0)
-    status = ("timeout" if req.termination == "timeout" else
-              "ok" if outcome in ("success", "partial") and "tamper" not in verdict.flags else "fail")
+    status = (RewardStatus.TIMEOUT if req.termination == Termination.TIMEOUT else
+              RewardStatus.OK if outcome in (Outcome.SUCCESS, Outcome.PARTIAL) and "tamper" not in verdict.flags
+              else RewardStatus.FAIL)
     return reward, components, status, outcome
 
 

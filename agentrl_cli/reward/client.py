@@ -2,7 +2,7 @@
 `HttpRewardClient` (the reward service). Both have `score`, `score_batch` and async `ascore`.
 
 The HTTP client retries connection errors and 5xx with exponential backoff, bounded; when the
-service stays down it returns an `infra_error` result (SECURITY row 24) so the run continues and
+service stays down it returns an `infra_error` result (docs/security.md row 24) so the run continues and
 the trajectory is masked, never scored as the agent's zero. A 4xx is a bug in the request and is
 raised (`RewardRequestError`), never turned into a score.
 """
@@ -15,6 +15,7 @@ from typing import Protocol
 
 import httpx
 
+from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.reward.models import RewardResult, ScoreRequest
 from agentrl_cli.reward.scorer import Scorer
 
@@ -48,7 +49,7 @@ class LocalRewardClient:
 
 
 def _unreachable(req: ScoreRequest, why: str, attempts: int) -> RewardResult:
-    return RewardResult(trajectory_id=req.trajectory_id, reward=0.0, components={}, status="infra_error", outcome="error",
+    return RewardResult(trajectory_id=req.trajectory_id, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                         verifier="service", verifier_versions={}, flags=["infra_error", "reward_service_unreachable"],
                         detail=why, attempts=attempts)
 

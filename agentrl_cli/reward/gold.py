@@ -1,4 +1,4 @@
-"""The null and gold check of a task (SECURITY row 18): scored through the task's own verifier,
+"""The null and gold check of a task (docs/security.md row 18): scored through the task's own verifier,
 unchanged work (no answer, the starting files, a do-nothing solution) must fail and the reference
 solution must pass; a task that does not behave so is quarantined and never scored, because its
 reward would teach the policy something false."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import uuid
 
+from agentrl_cli.outcomes import RewardStatus
 from agentrl_cli.reward.models import FileIn, ScoreRequest, StepIn, TaskIn
 from harnesses.base import TaskSpec
 
@@ -40,7 +41,7 @@ def check_task(task: TaskSpec, scorer) -> tuple[bool, str]:
     """(ok, why): the null attempt fails and the gold one passes, both judged (not infra_error)."""
     null, gold = null_and_gold(task)
     r_null, r_gold = scorer.score(null), scorer.score(gold)
-    if "infra_error" in (r_null.status, r_gold.status):
+    if RewardStatus.INFRA_ERROR in (r_null.status, r_gold.status):
         return False, f"could not judge: {r_null.detail or r_gold.detail}"
     if r_null.components.get("outcome", 0.0) >= 1.0:
         return False, f"unchanged work passes ({r_null.detail})"

@@ -14,9 +14,10 @@ from typing import Any, Literal
 import binascii
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from agentrl_cli.outcomes import RewardStatus, Termination, values
 
-TERMINATIONS = ("done", "truncated", "timeout", "error")
-STATUSES = ("ok", "fail", "timeout", "infra_error")
+TERMINATIONS = values(Termination)[:4]  # an episode that reached the scorer; infra_error ones never do
+STATUSES = values(RewardStatus)[:4]  # unscored is a stored row's state, never a result
 
 
 class _Strict(BaseModel):
@@ -96,7 +97,7 @@ class RewardResult(BaseModel):
     @property
     def masked(self) -> bool:
         """True when the trainer must leave this trajectory out (the score says nothing about the policy)."""
-        return self.status == "infra_error"
+        return self.status == RewardStatus.INFRA_ERROR
 
 
 class BatchRequest(_Strict):

@@ -2,7 +2,7 @@
 the verdict into one reward, and caches results by an idempotency key (a hash of the task, the
 trajectory content and the verifier versions), so the same trajectory always gets the same result.
 
-Failure classes stay apart (SECURITY row 15): the agent failed → `fail` (reward from the
+Failure classes stay apart (docs/security.md row 15): the agent failed → `fail` (reward from the
 components, never above zero when tampered); the episode timed out → `timeout` (≤ 0); the verifier
 errored, crashed or ran past its deadline → retried, then `infra_error` (reward 0, `masked`, never
 cached, counted) so the trainer can leave it out instead of learning a false zero. Tasks that fail
@@ -18,6 +18,7 @@ import time
 from collections import Counter, OrderedDict
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 
+from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.reward.aggregate import combine
 from agentrl_cli.reward.models import RewardResult, ScoreRequest
 from agentrl_cli.reward.verifiers import Verdict, Verifier, VerifierError, default_verifiers
@@ -91,7 +92,7 @@ class Scorer:
                 return hit.model_copy(update={"cached": True})
         result = self._score_uncached(req, verifier, versions, key)
         self._count(f"status_{result.status}")
-        if result.status != "infra_error" and self.cache_size > 0:
+        if result.status != RewardStatus.INFRA_ERROR and self.cache_size > 0:
             with self._lock:
                 self._cache[key] = result
                 while len(self._cache) > self.cache_size:
@@ -105,19 +106,19 @@ class Scorer:
     def _score_uncached(self, req: ScoreRequest, verifier, versions, key) -> RewardResult:
         base = dict(trajectory_id=req.trajectory_id, verifier_versions=versions, idempotency_key=key)
         if req.task.task_id in self.quarantined:
-            return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+            return RewardResult(**base, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                                 verifier="none", flags=["quarantined_task"],
                                 detail=f"task quarantined: {self.quarantined[req.task.task_id]}")
         if verifier is None:
             kind = req.task.meta.get("verify", "answer")
             verifier = self.verifiers.get(kind)
             if verifier is None:
-                return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+                return RewardResult(**base, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                                     verifier=str(kind), detail=f"no verifier {kind!r}; known: {sorted(self.verifiers)}")
         verdict, attempts, error = self._run(verifier, req)
         if verdict is None:
             self._count("infra_errors")
-            return RewardResult(**base, reward=0.0, components={}, status="infra_error", outcome="error",
+            return RewardResult(**base, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                                 verifier=verifier.name, attempts=attempts, flags=["infra_error"], detail=error)
         reward, components, status, outcome = combine(verdict, req, self.weights)
         return RewardResult(**base, reward=reward, components=components, status=status, outcome=outcome,

@@ -111,25 +111,6 @@ class HiddenTestsVerifier:
         return Verdict(len(passed) / len(expected), detail=f"passed {len(passed)}/{len(expected)}: {passed}")
 
 
-class HarnessVerifier:
-    """A live harness's own `compute_reward` (in-process scoring right after the episode)."""
-
-    name, version = "harness", "1"
-
-    def __init__(self, harness, trajectory) -> None:
-        self.harness, self.trajectory = harness, trajectory
-        self.version = f"1+{getattr(harness, 'name', '?')}-{getattr(harness, 'version', '?')}"
-
-    def verify(self, req: ScoreRequest) -> Verdict:
-        try:
-            score = float(self.harness.compute_reward(self.trajectory))
-        except Exception as exc:  # noqa: BLE001
-            raise VerifierError(f"{self.harness.name}.compute_reward failed: {type(exc).__name__}: {exc}") from exc
-        if not 0.0 <= score <= 1.0:
-            raise VerifierError(f"{self.harness.name}.compute_reward returned {score}, outside [0, 1]")
-        return Verdict(score, detail="harness compute_reward")
-
-
 def default_verifiers(provider=None, timeout_s: float = 10.0) -> dict[str, Verifier]:
     return {"answer": AnswerVerifier(), "regex": RegexVerifier(), "state": StateVerifier(),
             "tests": HiddenTestsVerifier(provider, timeout_s)}

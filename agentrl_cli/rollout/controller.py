@@ -22,11 +22,12 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from agentrl_cli.data.episode import record_from_episode
-from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
+from agentrl_cli.data.record_from_episode import record_from_episode
+from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.models import RewardResult
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
-from agentrl_cli.rollout.episode import EpisodeResult, run_episode
+from agentrl_cli.rollout.run_episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
 from agentrl_cli.observe.watchdog import Watchdog
@@ -122,7 +123,7 @@ class RolloutController:
         t = time.perf_counter()
         tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
-        if result.termination == "infra_error":
+        if result.termination == Termination.INFRA_ERROR:
             scored = inference_lost(tid, result.error)
         else:
             self.watchdog.begin("reward")
@@ -173,13 +174,13 @@ class RolloutController:
                 if record is not None:  # drawn again after a resume: reuse it, never store it twice
                     self.counters["reused_after_resume"] += 1
                     await self.buffer.put(Episode(draw.group_id, record, version_number(record.policy_version_first),
-                                                  None if record.reward_status == "infra_error" else record.reward,
+                                                  None if record.reward_status == RewardStatus.INFRA_ERROR else record.reward,
                                                   tokens=record.completion_tokens))
                     return
             result, scored, record = await self.play(draw)
             versions = [version_number(v) for v in result.weight_versions] or [0]
             if not scored.masked:  # a masked episode says nothing about the task's difficulty
-                self.sampler.record(draw.task, scored.outcome == "success")
+                self.sampler.record(draw.task, scored.outcome == Outcome.SUCCESS)
             await self.buffer.put(Episode(draw.group_id, record, min(versions), None if scored.masked else scored.reward,
                                           tokens=result.completion_tokens))
             self.counters["tokens_buffered"] += result.completion_tokens
@@ -229,7 +230,7 @@ class RolloutController:
         errors = [r for r in results if isinstance(r, BaseException)]
         for exc in errors[:3]:
             log.error("evaluation episode failed: %r", exc)
-        won = [not isinstance(r, BaseException) and r[1].outcome == "success" for r in results]
+        won = [not isinstance(r, BaseException) and r[1].outcome == Outcome.SUCCESS for r in results]
         by_family: dict[str, list[int]] = {}
         for t, w in zip(tasks, won):
             by_family.setdefault(t.meta.get("family", ""), [0, 0])[w] += 1
@@ -261,7 +262,7 @@ class RolloutController:
 
 def inference_lost(tid: str, why: str) -> RewardResult:
     """The result of an episode whose generation was lost: masked (infra_error), never a zero score."""
-    return RewardResult(trajectory_id=tid, reward=0.0, components={}, status="infra_error", outcome="error",
+    return RewardResult(trajectory_id=tid, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                         verifier="none", verifier_versions={}, flags=["infra_error", "inference_unavailable"], detail=why)
 
 

@@ -1,4 +1,4 @@
-"""Generation that survives an interrupted inference server (SECURITY row 22; SGLANG_API.md §7,
+"""Generation that survives an interrupted inference server (docs/security.md row 22,
 "Abort / partial rollout" and AReaL's interruption loop).
 
 `generate_resumable` asks for one model turn and does not give up when the server aborts the

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agentrl_cli.outcomes import Termination
 from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
@@ -80,7 +81,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
     tracks the harness as "harness NAME"."""
     loop = asyncio.get_running_loop()
     traj = Trajectory(task=task)
-    result = EpisodeResult(trajectory=traj, evidence=None, termination="truncated")
+    result = EpisodeResult(trajectory=traj, evidence=None, termination=Termination.TRUNCATED)
     resume = resume or ResumePolicy()
     component = f"harness {getattr(harness, 'name', task.harness)}"
 
@@ -103,7 +104,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
     try:
         obs = await env(harness.reset, task)
     except asyncio.TimeoutError:
-        result.termination, result.error = "timeout", f"reset took longer than {step_timeout_s:g} s"
+        result.termination, result.error = Termination.TIMEOUT, f"reset took longer than {step_timeout_s:g} s"
         return result
     traj.observations.append(obs)
     chat = ChatRenderer(tokenizer, harness.system_prompt(), harness.tools())
@@ -123,7 +124,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
                                            on_recovered=on_recovered)
         except GenerationLost as exc:
             result.generate_s += time.perf_counter() - t
-            result.termination, result.error = "infra_error", exc.message
+            result.termination, result.error = Termination.INFRA_ERROR, exc.message
             return result  # not scored, not the agent's doing: no evidence to collect
         result.generate_s += time.perf_counter() - t
         if watchdog is not None:
@@ -146,7 +147,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             obs = Observation(text=f"step took longer than {step_timeout_s:g} s", status="timeout", done=True)
             traj.observations.append(obs)
             result.step_times.append((started, utcnow()))
-            result.termination = "timeout"
+            result.termination = Termination.TIMEOUT
             break
         except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode as `error`, never the run
             obs = Observation(text=f"harness error: {type(exc).__name__}: {exc}", status="error", done=True)
@@ -157,7 +158,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         traj.observations.append(obs)
         result.step_times.append((started, utcnow()))
         if obs.done:
-            result.termination = "done"
+            result.termination = Termination.DONE
             break
         if not out or out[-1] != chat.eos:  # cut by length: close the turn so the template stays valid
             result.token_ids.append(chat.eos)

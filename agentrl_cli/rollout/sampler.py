@@ -1,5 +1,5 @@
 """The task sampler: GRPO groups (`group_size` samples of one task drawn together), a weighted mix
-over harnesses, and an optional curriculum (seed 000 §5: start easy, move on as the policy learns).
+over harnesses, and an optional curriculum (start easy, move on as the policy learns).
 The curriculum keeps the harness mix and, within a harness, draws a (family, difficulty) bucket with
 weight p·(1-p) + CURRICULUM_FLOOR, p being the bucket's recent success rate (unseen: 0.5). A GRPO group
 only teaches when its samples disagree, and p·(1-p) is how often they do: buckets the policy always

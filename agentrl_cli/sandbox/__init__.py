@@ -1,4 +1,4 @@
-"""Sandboxes for agent-written commands and code: bubblewrap with the SECURITY.md profile
+"""Sandboxes for agent-written commands and code: bubblewrap with the profile of docs/security.md
 (`bwrap.py`), limits from outside (`limits.py`, `cgroups.py`), a seccomp filter (`seccomp.py`), the
 in-sandbox supervisor (`supervisor.py`), one sandbox (`sandbox.py`), link-safe file access
 (`files.py`) and the warm pool (`pool.py`)."""

@@ -1,6 +1,6 @@
 """The bubblewrap command line of a sandbox, and the fail-closed check that bubblewrap works here.
 
-Profile (SECURITY.md): user, pid, ipc, net, uts and cgroup namespaces each asked for explicitly
+Profile (docs/security.md): user, pid, ipc, net, uts and cgroup namespaces each asked for explicitly
 (the `-try` variants fail silently); `--die-with-parent`; `--new-session` (TIOCSTI); a fresh /proc
 after the pid namespace; bubblewrap's minimal /dev; the system read-only (/usr and the few /etc
 files programs need, no host home, no host /tmp); one writable work directory; a size-limited

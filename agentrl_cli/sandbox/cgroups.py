@@ -114,15 +114,6 @@ class CgroupSet:
                 return int(value)
         return 0
 
-    def memory_failcnt(self) -> int:
-        try:
-            if self.version == 1:
-                return int((self.dirs["memory"] / "memory.failcnt").read_text())
-            events = (self.dirs["unified"] / "memory.events").read_text().split()
-            return int(events[events.index("max") + 1])
-        except (OSError, KeyError, ValueError, IndexError):
-            return 0
-
     def kill_all(self, deadline_s: float = 5.0) -> bool:
         """SIGKILL every process in the groups until they are empty; True when empty."""
         end = time.monotonic() + deadline_s

@@ -266,7 +266,7 @@ class ToolCaller:
             return "transient_error", None, str(exc) or type(exc).__name__, None
         except PermanentToolError as exc:
             return "error", None, str(exc) or f"{spec.name} failed", None
-        except Exception as exc:  # a bug in the tool must not take the rollout down
+        except Exception as exc:  # noqa: BLE001 - a bug in the tool must not take the rollout down
             return "unexpected_error", None, f"unexpected {type(exc).__name__} in tool {spec.name}: {exc}", None
         return ("empty" if is_empty(output) else "ok"), output, None, None
 

@@ -1,4 +1,4 @@
-"""Crash-safe checkpoint directories (SECURITY rows 20, 21) and the RNG state a resumed run restores.
+"""Crash-safe checkpoint directories (docs/security.md rows 20, 21) and the RNG state a resumed run restores.
 
 Belongs here: the on-disk layout of a checkpoint root, saving a step atomically, finding the newest
 checkpoint that verifies, pruning, and capturing/restoring the global random streams. Not here: what

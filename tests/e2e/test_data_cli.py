@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from agentrl_cli.data.episode import record_from_episode
+from agentrl_cli.data.record_from_episode import record_from_episode
 from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter
 from harnesses.contract import play

@@ -32,3 +32,15 @@ def test_stage_5_fails_closed_without_bubblewrap(cli):
     assert result.exit_code == 1
     assert checks[0]["status"] == "fail" and "apt-get install bubblewrap" in checks[0]["hint"]
     assert checks[1]["status"] == "skip"
+
+
+def test_stage_5_checks_the_configured_sandbox_limits_and_harness(cli, write_yaml):
+    """The harnesses are built as the run builds them: a configured sandbox.memory_mb is the limit the
+    harness's sandboxes get and the limit the memory probe holds."""
+    write_yaml("harnesses:\n  - name: terminal_like\n")
+    result, data = cli.json("stage", "run", "5", "--set", "sandbox.memory_mb=64", "--set", "stages.sandbox_concurrency=2")
+    checks = {c["name"]: c for c in data["reports"][0]["checks"]}
+    assert result.exit_code == 0, [(n, c["detail"][:200]) for n, c in checks.items() if c["status"] != "pass"]
+    assert checks["harness terminal_like: loads"]["measured"]["sandbox"]["memory_mb"] == 64
+    assert checks["memory limit"]["measured"]["limit"] == {"memory_mb": 64}
+    assert not any(name.startswith("harness code_sandbox_like") for name in checks)

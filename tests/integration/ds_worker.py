@@ -1,7 +1,7 @@
 """A trainer rank on deterministic synthetic samples, for multi-rank checks of the DeepSpeed backend.
 
     torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29511 \\
-        -m agentrl_cli.training.worker --model DIR --steps 3 --out ranks.json
+        tests/integration/ds_worker.py --model DIR --steps 3 --out ranks.json
 
 Each rank trains on its own shard of synthetic GRPO samples (prompt tokens, model tokens and a
 masked tool-output span), so identical parameters on every rank afterwards prove that gradients
@@ -83,7 +83,7 @@ def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentrl_cli.training.worker", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="ds_worker.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="Hugging Face model directory to train")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps")
     parser.add_argument("--out", type=Path, required=True, help="JSON report written by rank 0")

@@ -1,4 +1,4 @@
-"""Checkpoints (SECURITY rows 20, 21): a save publishes a step atomically and moves `latest` last, so a
+"""Checkpoints (docs/security.md rows 20, 21): a save publishes a step atomically and moves `latest` last, so a
 real SIGKILL at any moment of a save leaves `latest()` on a checkpoint that verifies; corrupted
 checkpoints are skipped; pruning keeps the newest K and never the one `latest` names; the RNG state
 round-trips so a resumed run continues the same random streams."""

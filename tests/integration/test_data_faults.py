@@ -1,4 +1,4 @@
-"""The trajectory store under faults (SECURITY.md rows 25, 26, 30): a writer SIGKILLed mid-file, a
+"""The trajectory store under faults (docs/security.md rows 25, 26, 30): a writer SIGKILLed mid-file, a
 full disk, and an unreachable or failing S3 endpoint. Network peers are on 127.0.0.1 only."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The store contract: one suite that the local store and the S3 store (moto's server on 127.0.0.1)
-must both pass. Covers publish/list/get/delete, create-only keys (SECURITY.md row 28), partitioned
+must both pass. Covers publish/list/get/delete, create-only keys (docs/security.md row 28), partitioned
 reads, record round trips, schema drift quarantine (row 27), redaction on disk and in logs (row 29),
 and retention."""
 

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -213,6 +214,8 @@ def test_deepspeed_config_file_that_disagrees_with_the_training_config_is_refuse
 
 # ---- two ranks ----------------------------------------------------------------------------------
 
+WORKER = str(Path(__file__).with_name("ds_worker.py"))  # a test-only trainer rank on synthetic samples
+
 def test_two_ranks_under_torchrun_end_with_identical_parameters(model_dir, tmp_path):
     out = tmp_path / "ranks.json"
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu",
@@ -221,7 +224,7 @@ def test_two_ranks_under_torchrun_end_with_identical_parameters(model_dir, tmp_p
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1",
            "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           "-m", "agentrl_cli.training.worker", "--model", str(model_dir), "--steps", "2", "--out", str(out),
+           WORKER, "--model", str(model_dir), "--steps", "2", "--out", str(out),
            "--zero-stage", "2"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -238,14 +241,14 @@ def test_two_ranks_under_torchrun_end_with_identical_parameters(model_dir, tmp_p
 def test_two_ranks_lose_the_same_as_one_rank_on_the_same_data(model_dir, tmp_path):
     """ZeRO-2 over two gloo ranks, each on half the samples, against one rank on all of them: equal
     token counts per rank make the mean of the ranks' losses the one-rank loss, step by step."""
-    from agentrl_cli.training.worker import synthetic_samples
+    from tests.integration.ds_worker import synthetic_samples
 
     out = tmp_path / "ranks.json"
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--nnodes", "1", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "-m", "agentrl_cli.training.worker", "--model", str(model_dir), "--steps", "3",
+           "--master_port", str(free_port()), WORKER, "--model", str(model_dir), "--steps", "3",
            "--out", str(out), "--zero-stage", "2", "--samples-per-rank", "4", "--micro-batch-size", "4", "--length", "16"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

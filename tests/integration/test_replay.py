@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from agentrl_cli.data.episode import record_from_episode
+from agentrl_cli.data.record_from_episode import record_from_episode
 from agentrl_cli.data.replay import replay
 from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, find_trajectory, read_records

@@ -1,6 +1,6 @@
 """The reward: deterministic and idempotent scoring, explicit errors for malformed input, tamper
 and early-exit detection by the hidden-test verifier, infra_error kept apart from fail, null/gold
-quarantine, and the HTTP service and client (SECURITY rows 15-19, 24)."""
+quarantine, and the HTTP service and client (docs/security.md rows 15-19, 24)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agentrl_cli.reward.client import HttpRewardClient, LocalRewardClient, RewardRequestError
-from agentrl_cli.reward.episode import request_from_episode
+from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.gold import check_task, quarantine_failing
 from agentrl_cli.reward.models import ScoreRequest
 from agentrl_cli.reward.scorer import Scorer

@@ -38,6 +38,16 @@ def server(random_model_dir):
     engine.close()
 
 
+def run_closing(ctl, coro):
+    """asyncio.run(coro), closing the controller's inference client in the same event loop."""
+    async def main():
+        try:
+            return await coro
+        finally:
+            await ctl.client.close()
+    return asyncio.run(main())
+
+
 def make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like", "terminal_like"), phase="train", **rollout):
     sets = [f"rollout.{k}={v}" for k, v in {"concurrency": 8, "group_size": 2, "max_steps_per_trajectory": 3,
                                              "buffer_size": 16, **rollout}.items()]
@@ -57,7 +67,7 @@ def test_two_phases_of_one_run_store_the_same_draws_under_different_ids(server, 
         ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), phase=phase,
                                       max_steps_per_trajectory=1)
         try:
-            asyncio.run(ctl.run(asyncio.Event(), max_groups=2))
+            run_closing(ctl, ctl.run(asyncio.Event(), max_groups=2))
         finally:
             ctl.close()
             writer.close()
@@ -75,7 +85,7 @@ def test_episodes_flow_into_the_buffer_and_the_store_with_exact_tokens(server, r
         await ctl.run(asyncio.Event(), max_groups=3)
         return await ctl.buffer.take(3, current_version=3, timeout=5)
     try:
-        groups = asyncio.run(go())
+        groups = run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()
@@ -101,7 +111,7 @@ def test_episodes_flow_into_the_buffer_and_the_store_with_exact_tokens(server, r
 def test_the_step_limit_is_recorded_as_truncated(server, random_model_dir, tmp_path):
     ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",), max_steps_per_trajectory=1)
     try:
-        asyncio.run(ctl.run(asyncio.Event(), max_groups=2))
+        run_closing(ctl, ctl.run(asyncio.Event(), max_groups=2))
     finally:
         ctl.close()
         writer.close()
@@ -126,7 +136,7 @@ def test_backpressure_never_lets_the_buffer_overflow(server, random_model_dir, t
         stop.set()
         await runner
     try:
-        asyncio.run(go())
+        run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()
@@ -152,7 +162,7 @@ def test_a_concurrency_below_the_group_size_runs_the_group_one_episode_at_a_time
         await ctl.client.close()
         return runner
     try:
-        runner = asyncio.run(go())
+        runner = run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()
@@ -176,7 +186,7 @@ def test_a_stop_between_a_groups_episodes_keeps_the_rest_in_the_snapshot(server,
         await ctl.client.close()
         return during, ctl.snapshot()
     try:
-        during, after = asyncio.run(go())
+        during, after = run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()
@@ -211,7 +221,7 @@ def test_sampler_resumes_at_the_same_position():
 
 
 def test_reward_service_down_masks_episodes_and_the_rollout_continues(server, random_model_dir, tmp_path):
-    """SECURITY row 24: bounded retries with backoff, then infra_error; episodes are masked, not zeroed."""
+    """docs/security.md row 24: bounded retries with backoff, then infra_error; episodes are masked, not zeroed."""
     from agentrl_cli.reward.client import HttpRewardClient
     from tests.conftest import free_port
 
@@ -222,7 +232,7 @@ def test_reward_service_down_masks_episodes_and_the_rollout_continues(server, ra
         await ctl.run(asyncio.Event(), max_groups=2)
         return await ctl.buffer.take(2, current_version=3, timeout=5)
     try:
-        groups = asyncio.run(go())
+        groups = run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()
@@ -253,7 +263,7 @@ def test_evaluation_runs_one_episode_at_a_time_under_a_limit_of_one(server, rand
         await ctl.client.close()
         return one, peak_one, free, max(peaks)
     try:
-        one, peak_one, free, peak_free = asyncio.run(go())
+        one, peak_one, free, peak_free = run_closing(ctl, go())
     finally:
         ctl.close()
         writer.close()

@@ -1,5 +1,5 @@
 """The warm pool: fast hand-out, destroy-and-respawn, concurrency limit, forced reclaim, and the
-churn test (SECURITY.md row 14): 1,000 episodes, 64 at a time, leave no process, fd or directory."""
+churn test (docs/security.md row 14): 1,000 episodes, 64 at a time, leave no process, fd or directory."""
 
 from __future__ import annotations
 

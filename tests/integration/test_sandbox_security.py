@@ -1,4 +1,4 @@
-"""SECURITY.md rows 1-13: the attacks and faults a sandbox must survive, against real bubblewrap.
+"""docs/security.md rows 1-13: the attacks and faults a sandbox must survive, against real bubblewrap.
 
 Isolation is proved with a listener this test starts on the host's loopback; no traffic goes
 anywhere else.

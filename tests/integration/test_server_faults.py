@@ -1,4 +1,4 @@
-"""SECURITY row 22: an inference server killed or hung mid-rollout. Aborted generations resume from
+"""docs/security.md row 22: an inference server killed or hung mid-rollout. Aborted generations resume from
 their partial tokens (the result equals an uninterrupted generation); a SIGKILLed server restarted
 on the same port loses no episode and gets the run's current weights back; a hung server ends its
 episodes as masked `infra_error` within the deadline and the watchdog names it. Plus the watchdog's

@@ -1,4 +1,4 @@
-"""The tool caller against a real tool service on 127.0.0.1 with injected faults (SECURITY.md rows 15, 24)."""
+"""The tool caller against a real tool service on 127.0.0.1 with injected faults (docs/security.md rows 15, 24)."""
 
 from __future__ import annotations
 

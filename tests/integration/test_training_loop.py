@@ -1,7 +1,7 @@
 """The whole loop on a random tiny model: the embedded server in its own process, the rollout, the
 reward, DeepSpeed GRPO steps (gloo, one rank), verified disk weight sync, metrics and checkpoints;
 SIGKILL of the trainer mid-run resumes from the last complete checkpoint with the same step count
-and sampler position, and no trajectory is stored twice or lost (SECURITY row 20)."""
+and sampler position, and no trajectory is stored twice or lost (docs/security.md row 20)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Secret redaction in text, rows and logs (SECURITY.md row 29)."""
+"""Secret redaction in text, rows and logs (docs/security.md row 29)."""
 
 from __future__ import annotations
 
