@@ -1,29 +1,24 @@
 """The `agentrl` command line: a Typer root with one sub-app per command group, and the one table
 that maps exceptions to a message, a fix and an exit code (0 pass, 1 a check failed, 2 usage or
-config error). AGENTRL_DEBUG=1 shows tracebacks."""
+config error). AGENTRL_DEBUG=1 shows tracebacks.
+
+Command modules load on first use (`COMMANDS`): `agentrl --help` and a light command import only
+what they need, never torch, DeepSpeed or transformers. A mistyped command or option, or a missing
+argument, is a usage error: the group's usage line, the closest match, exit 2.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer import _click as typer_click  # Typer's own Click: its parsing errors are of these types
+from typer.core import TyperCommand, TyperGroup
 
 from agentrl_cli import __version__
-from agentrl_cli.commands import config as config_cmd
-from agentrl_cli.commands import data as data_cmd
-from agentrl_cli.commands import model as model_cmd
-from agentrl_cli.commands import runs as runs_cmd
-from agentrl_cli.commands import sandbox as sandbox_cmd
-from agentrl_cli.commands import serve as serve_cmd
-from agentrl_cli.commands import stage as stage_cmd
-from agentrl_cli.commands.init import init
-from agentrl_cli.commands.replay import replay_command
-from agentrl_cli.commands.troubleshoot import troubleshoot
-from agentrl_cli.commands.verify import verify_command
 from agentrl_cli.errors import EXIT_CHECK_FAILED, EXIT_USAGE, AgentrlError
 
 # exception type -> (exit code, message prefix, fix). AgentrlError carries its own message and fix.
@@ -31,6 +26,49 @@ ERROR_TABLE: dict[type[BaseException], tuple[int, str, str]] = {
     PermissionError: (EXIT_USAGE, "permission denied", "check the path's permissions, or choose another with --config / observe.runs_dir"),
     FileNotFoundError: (EXIT_USAGE, "file not found", "check the path"),
     OSError: (EXIT_CHECK_FAILED, "system error", "check disk space and permissions; AGENTRL_DEBUG=1 shows the traceback"),
+}
+
+# Exceptions that Click/Typer turn into their own message and exit code (usage errors exit 2).
+PASSTHROUGH = (typer.Exit, typer.Abort, typer_click.exceptions.ClickException)
+
+# name -> (module, attribute, "group" for a Typer sub-app | "command" for a function, one-line help).
+# The help lines are what `agentrl --help` lists without importing the modules; a test keeps them
+# in step with the commands' own help.
+COMMANDS: dict[str, tuple[str, str, str, str]] = {
+    "init": ("agentrl_cli.commands.init", "init", "command",
+             "Write a starter config (agentrl.yaml) with every key, its meaning and its CPU-box default."),
+    "config": ("agentrl_cli.commands.config", "app", "group", "Show and validate the resolved configuration."),
+    "stage": ("agentrl_cli.commands.stage", "app", "group", "Run the stage runbook (0..8) and read its reports."),
+    "verify": ("agentrl_cli.commands.verify", "verify_command", "command",
+               "Four-layer acceptance: connectivity, correctness, performance vs the stage-0 baseline, "
+               "small-sample convergence, and cross-harness."),
+    "troubleshoot": ("agentrl_cli.commands.troubleshoot", "troubleshoot", "command",
+                     "Look a symptom up: causes, how to check, what to do; or diagnose a run."),
+    "report": ("agentrl_cli.commands.report", "report_command", "command",
+               "Write a run's HTML report (plots, evaluation table, stage and verify reports) and summarise it."),
+    "runs": ("agentrl_cli.commands.runs", "app", "group", "List and inspect runs (runs/<run_id>/)."),
+    "sandbox": ("agentrl_cli.commands.sandbox", "app", "group",
+                "Run commands in sandboxes and check the isolation this host provides."),
+    "serve": ("agentrl_cli.commands.serve", "app", "group",
+              "Run platform services: the sandbox pool, inference servers, the reward service."),
+    "model": ("agentrl_cli.commands.model", "app", "group",
+              "Build the built-in tiny model and show what model.path resolves to."),
+    "data": ("agentrl_cli.commands.data", "app", "group",
+             "Query, measure and clean the trajectory store (data.store: local or s3)."),
+    "replay": ("agentrl_cli.commands.replay", "replay_command", "command",
+               "Rebuild the harness at the recorded version with the recorded task and seed, replay the "
+               "recorded actions and compare every observation; exit 1 with a diff at the first divergence."),
+    "bench": ("agentrl_cli.commands.bench", "app", "group",
+              "Measure collectives, checkpoint storage and the object store (stage 1's checks, one at a time)."),
+    "image": ("agentrl_cli.commands.image", "app", "group",
+              "Lock exact versions per role, render Dockerfiles, verify this environment, build images."),
+    "plan": ("agentrl_cli.commands.plan", "plan_command", "command",
+             "Resource planning from the config: training memory per rank, inference memory, environment "
+             "cores and hosts, and storage per day."),
+    "controlplane": ("agentrl_cli.commands.controlplane", "app", "group",
+                     "The control plane: leader-elected instances over the state store, and the cluster manifests."),
+    "job": ("agentrl_cli.commands.job", "app", "group",
+            "Submit jobs to a pool and follow them (executor: controlplane.executor)."),
 }
 
 
@@ -47,13 +85,44 @@ def _fail(message: str, hint: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-class AgentrlGroup(TyperGroup):
-    """Root group: turns known exceptions into one-screen messages with exit codes."""
+def load_command(name: str) -> typer_click.Command:
+    """Import command `name` and build its Click command exactly as `add_typer`/`command` would."""
+    module, attr, kind, _ = COMMANDS[name]
+    target = getattr(importlib.import_module(module), attr)
+    scratch = typer.Typer(rich_markup_mode="markdown", pretty_exceptions_enable=False)
+    scratch.callback()(lambda: None)  # a callback makes the scratch app a group, as the root is
+    if kind == "group":
+        scratch.add_typer(target, name=name)
+    else:
+        scratch.command(name)(target)
+    return typer.main.get_group(scratch).commands[name]
 
-    def invoke(self, ctx: click.Context):
+
+class AgentrlGroup(TyperGroup):
+    """Root group: loads command modules on first use, and turns known exceptions into one-screen
+    messages with exit codes."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lazy = {name: spec for name, spec in COMMANDS.items() if name not in self.commands}
+        for name in self.lazy:
+            self.commands[name] = TyperCommand(name, help=self.lazy[name][3])  # listed in help, loaded on use
+
+    def load(self, name: str) -> typer_click.Command | None:
+        if name in self.lazy:
+            self.commands[name] = load_command(name)
+            del self.lazy[name]
+        return self.commands.get(name)
+
+    def resolve_command(self, ctx, args):
+        if args and args[0] in self.lazy:
+            return args[0], self.load(args[0]), args[1:]
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: typer_click.Context):
         try:
             return super().invoke(ctx)
-        except (typer.Exit, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except PASSTHROUGH:
             raise
         except AgentrlError as exc:
             _fail(exc.message, exc.hint, exc.exit_code)
@@ -94,17 +163,7 @@ def root(version: bool = typer.Option(False, "--version", callback=_version, is_
     """agentrl: a runbook, an acceptance and a troubleshooter for agentic-RL training platforms."""
 
 
-app.command("init")(init)
-app.add_typer(config_cmd.app, name="config")
-app.add_typer(stage_cmd.app, name="stage")
-app.command("verify")(verify_command)
-app.command("troubleshoot")(troubleshoot)
-app.add_typer(runs_cmd.app, name="runs")
-app.add_typer(sandbox_cmd.app, name="sandbox")
-app.add_typer(serve_cmd.app, name="serve")
-app.add_typer(model_cmd.app, name="model")
-app.add_typer(data_cmd.app, name="data")
-app.command("replay")(replay_command)
+# Commands registered here directly (not through COMMANDS) load with the app.
 
 
 def main() -> None:

@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Callable
 
 
-from agentrl_cli.outcomes import Outcome, RewardStatus
+from agentrl_cli.outcomes import Outcome
 from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
 from agentrl_cli.rollout.resume import resync_stale_servers, stale_servers
 from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
 from agentrl_cli.training.grpo import Sample, group_advantages
 from agentrl_cli.observe.step_metrics import MetricsLog, step_row
+from agentrl_cli.reward.aggregate import RewardNormalizer
+from agentrl_cli.sandbox.provider import HarnessSandboxes
 from agentrl_cli.observe.watchdog import Watchdog
 from agentrl_cli.training.weight_sync import WeightSyncError
 
@@ -67,10 +69,12 @@ class TrainingRun:
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
         self.progress = progress
         self.metrics_path = self.run_dir / "metrics.jsonl"
-        self.metrics = MetricsLog(self.metrics_path)
+        self.metrics = MetricsLog(self.metrics_path, cfg.observe, run_id=run_id)
+        self.normalizer = RewardNormalizer(cfg.reward.normalization, cfg.reward.window_size)
         self._trained_tokens = 0  # tokens of trained episodes so far (goodput's numerator)
         self.servers: list = []
-        self.controller = self.backend = self.client = self.writer = self.sync = None
+        self.controller = self.backend = self.client = self.writer = self.sync = self.sandboxes = None
+        self.sandbox_leaks: dict = {}  # filled by close(): what outlived the run's sandbox pools
         self.watchdog = Watchdog(cfg.training.watchdog_seconds)
         self._weights_lock = asyncio.Lock()  # a re-sync never interleaves with the trainer's sync
         self._full_sync_due = False  # a server needs weights the transport cannot re-send alone
@@ -81,37 +85,40 @@ class TrainingRun:
         from transformers import AutoTokenizer
 
         from agentrl_cli.data.writer import open_writer
-        from agentrl_cli.inference.client import InferenceClient
+        from agentrl_cli.inference.client import client_from_config
         from agentrl_cli.inference.launcher import launch
         from agentrl_cli.reward.client import reward_client
         from agentrl_cli.rollout.buffer import TrajectoryBuffer
         from agentrl_cli.rollout.controller import RolloutController
         from agentrl_cli.rollout.sampler import TaskSampler
-        from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+        from agentrl_cli.training.backends import make_backend
         from agentrl_cli.training.weight_sync import make_weight_sync
-        from harnesses.tasks import load_tasks
+        from harnesses.registry import create
+        from harnesses.task_sources import task_set
 
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress("starting inference servers")
         # in this (the main) thread: servers get SIGTERM when the thread that started them dies
         self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs")
-        self.client = InferenceClient(urls, timeout_s=cfg.rollout.step_timeout_seconds * 4)
+        self.client = client_from_config(cfg, urls)
         self.client.watchdog = self.watchdog.start()
         self.progress("starting the trainer (DeepSpeed)")
-        self.backend = await asyncio.to_thread(DeepSpeedBackend, str(self.model_path), cfg.training)
+        self.backend = await asyncio.to_thread(make_backend, self.model_path, cfg, self.run_dir)
         self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.training.keep_last_checkpoints)
         self.sync = make_weight_sync(cfg.training.weight_sync, self.client, self.run_dir / "weights")
         train = [h for h in cfg.harnesses if not h.held_out]
-        self.sampler = TaskSampler({h.name: load_tasks(h.name, "train") for h in train}, {h.name: h.weight for h in train},
+        self.sampler = TaskSampler({h.name: task_set(h, cfg.data).select("train") for h in train}, {h.name: h.weight for h in train},
                                    group_size=cfg.rollout.group_size, seed=cfg.rollout.seed, curriculum=cfg.rollout.curriculum)
         self.buffer = TrajectoryBuffer(cfg.rollout.buffer_size, cfg.rollout.max_staleness, cfg.rollout.group_size)
         self.writer = open_writer(cfg.data)
         self.reward = reward_client(cfg)
         tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.sandboxes = HarnessSandboxes(cfg)  # warm pools with each harness's limits, or the sandbox service
         self.controller = RolloutController(cfg, self.client, tokenizer, self.reward, self.sampler, self.buffer,
                                             run_id=self.run_id, writer=self.writer, phase=self.phase,
-                                            temperature=cfg.inference.temperature)
+                                            temperature=cfg.inference.temperature,
+                                            make_harness=lambda name: create(name, cfg, sandboxes=self.sandboxes.for_harness(name)))
         self.controller.watchdog, self.controller.on_recovered = self.watchdog, self.resync_servers
         self.step, self.version, self.resumed_from = 0, 0, None
         latest = self.ckpt.latest() if cfg.training.resume_from_latest else None
@@ -138,9 +145,14 @@ class TrainingRun:
         await self.close()
 
     async def close(self) -> None:
+        self.metrics.close()
         self.watchdog.stop()
         if self.controller is not None:
             self.controller.close()
+        if self.sandboxes is not None:
+            self.sandbox_leaks = self.sandboxes.close()
+            if any(self.sandbox_leaks.values()):
+                log.error("sandboxes outlived the run: %s", self.sandbox_leaks)
         if self.writer is not None:
             try:
                 self.writer.close()
@@ -184,14 +196,14 @@ class TrainingRun:
             return set()
         records = await asyncio.to_thread(read_records, self.writer.store, pc.field("trajectory_id").isin(ids))
         for r in sorted(records, key=lambda r: ids.index(r.trajectory_id)):
-            masked = r.reward_status == RewardStatus.INFRA_ERROR
-            await self.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first), None if masked else r.reward,
-                                          tokens=r.completion_tokens))
+            await self.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first),
+                                          self.controller.reward_of_record(r)))  # generated before the resume
         return {r.trajectory_id for r in records}
 
     def _samples(self, groups) -> tuple[list[Sample], dict]:
         eps = [e for g in groups for e in g]
-        adv = group_advantages([e.reward for e in eps], [e.group_id for e in eps], scale=self.cfg.training.advantage_std_scale)
+        normalized = self.normalizer.apply([e.reward for e in eps], [e.group_id for e in eps])
+        adv = group_advantages(normalized, [e.group_id for e in eps], scale=self.cfg.training.advantage_std_scale)
         samples = [Sample(token_ids=e.record.token_ids, loss_mask=e.record.loss_mask, logprobs=e.record.logprobs, advantage=a)
                    for e, a in zip(eps, adv) if e.reward is not None]
         rewards = [e.reward for e in eps if e.reward is not None]
@@ -247,6 +259,10 @@ class TrainingRun:
                                train_s=t2 - t1, sync_s=sync_s, elapsed=time.perf_counter() - t_start,
                                controller=self.controller, buffer=self.buffer, watchdog=self.watchdog,
                                trained_tokens=self._trained_tokens)
+                row.update(self.controller.harness_stats.snapshot())
+                row.update(self.sandboxes.metrics())
+                row.update({f"rollout/{k}": v for k, v in self.controller.counters.items()
+                            if k.startswith(("truncated_", "env_create_"))})
                 self._log(row)
                 summary.metrics.append(row)
                 on_step(row)
@@ -260,7 +276,7 @@ class TrainingRun:
             summary.evals.append(await self._evaluate(eval_tasks))
         summary.steps, summary.version = self.step, self.version
         summary.counters = (dict(self.controller.counters) | {f"buffer/{k}": v for k, v in self.buffer.counters.items()}
-                            | self.watchdog.report())
+                            | self.watchdog.report() | self.sandboxes.metrics())
         summary.timers = {k: round(v, 3) for k, v in self.controller.timers.items()}
         return summary
 
@@ -288,10 +304,10 @@ class TrainingRun:
             last = self.sync.history[-1] if self.sync.history else {"version": 0, "path": str(self.model_path)}
             try:
                 if "path" not in last:  # no files to load (distributed): the next step syncs every server
-                    if await stale_servers(self.client.urls, str(last["version"])):
+                    if await stale_servers(self.client.urls, str(last["version"]), headers=self.client.headers):
                         self._full_sync_due = True
                     return
-                synced = await resync_stale_servers(self.client.urls, str(last["version"]), last["path"])
+                synced = await resync_stale_servers(self.client.urls, str(last["version"]), last["path"], headers=self.client.headers)
             except InferenceError as exc:
                 log.error("re-syncing weights failed: %s", exc.message)
                 self.controller.counters["weight_resync_failures"] += 1

@@ -72,6 +72,28 @@ class Evidence:
     protected: dict[str, str] = field(default_factory=dict)  # path -> sha256 it must still have (tamper check)
 
 
+@dataclass(frozen=True)
+class TaskSet:
+    """A harness's versioned tasks (train and eval splits). A harness that brings its own tasks
+    defines `task_set()` as a classmethod returning one (`TaskSource`); the version is recorded with
+    every trajectory trained or evaluated on them."""
+
+    version: str
+    tasks: tuple[TaskSpec, ...]
+
+    def select(self, split: str | None = None, family: str | None = None) -> list[TaskSpec]:
+        return [t for t in self.tasks if (split is None or t.split == split)
+                and (family is None or t.meta.get("family") == family)]
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """Optional part of the contract: a harness class that ships its own task set."""
+
+    @classmethod
+    def task_set(cls) -> TaskSet: ...
+
+
 @runtime_checkable
 class HarnessAdapter(Protocol):
     name: str

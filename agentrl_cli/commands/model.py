@@ -7,27 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, err, load, print_json
+from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, print_json
 from agentrl_cli.model.recipe import SFT_STEPS
 from agentrl_cli.model.resolve import build_tiny, builtin_dir, resolve_model_path
 from agentrl_cli.model.tiny import COMPLETE, is_complete
+from agentrl_cli.observe.progress import WorkProgress
 
 app = typer.Typer(help="Build the built-in tiny model and show what model.path resolves to.", no_args_is_help=True)
-
-
-def _progress_bar():
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                        TimeElapsedColumn(), console=err())
-    tasks: dict[str, int] = {}
-
-    def update(phase: str, done: int, total: int) -> None:
-        if phase not in tasks:
-            tasks[phase] = progress.add_task(phase, total=total)
-        progress.update(tasks[phase], completed=done)
-
-    return progress, update
 
 
 @app.command("build-tiny")
@@ -47,9 +34,8 @@ def build_tiny_command(
     """
     loaded = load(config, sets)
     dest = builtin_dir(loaded.config.model.cache_dir)
-    progress, update = _progress_bar()
-    with progress:
-        path = build_tiny(dest, steps=steps, force=force, progress=update)
+    with WorkProgress(f"building the built-in model ({steps} warm-start steps)") as progress:
+        path = build_tiny(dest, steps=steps, force=force, progress=progress.update)
     info = json.loads((path / COMPLETE).read_text())
     if json_out:
         print_json({"path": str(path), **info})

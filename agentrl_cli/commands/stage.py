@@ -8,16 +8,18 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from agentrl_cli.commands.common import ConfigOpt, JsonOpt, RunOpt, SetOpt, err, load, out, print_json
+from agentrl_cli.commands.common import ConfigOpt, JsonOpt, RunOpt, SetOpt, load, out, print_json
 from agentrl_cli.context import StageOptions
 from agentrl_cli.errors import UsageError
-from agentrl_cli.render import render_report, render_summary
+from agentrl_cli.observe.progress import stderr_console
+from agentrl_cli.render import StageProgress, print_table, render_report, render_summary
 from agentrl_cli.rundir import create_run, find_stage_report
 from agentrl_cli.runbook import STAGES, exit_code, parse_selection, run_stages
 
 app = typer.Typer(help="Run the stage runbook (0..8) and read its reports.", no_args_is_help=True)
 
 PHASES = ("smoke", "short", "full")
+MODEL_STAGES = (0, 4, 8)  # stages that load (and on first use build) the model
 
 
 @app.command("list")
@@ -37,7 +39,7 @@ def list_stages(json_out: JsonOpt = False, config: ConfigOpt = None) -> None:
     table = Table("stage", "title", "needs", "checks")
     for s in STAGES:
         table.add_row(str(s.number), s.title, ",".join(map(str, s.prerequisites)) or "-", s.checks)
-    out().print(table)
+    print_table(out(), table)
 
 
 @app.command("run")
@@ -66,37 +68,44 @@ def run(
     stages = parse_selection(selection)
     loaded = load(config, sets)
     run_dir = create_run(loaded, run_id)
-    console, progress_console = out(), err()
-    progress_console.print(f"run {run_dir.run_id}: stages {', '.join(map(str, stages))} -> {run_dir.path}")
-    status = progress_console.status("starting")
-    label = {"stage": ""}
-
-    def on_start(spec) -> None:
-        label["stage"] = f"stage {spec.number}: {spec.title}"
-        status.update(label["stage"])
-
-    def progress(message: str) -> None:
-        status.update(f"{label['stage']} — {message}")
+    console, progress_console = out(), stderr_console()
+    progress_console.print(f"run {run_dir.run_id}: stages {', '.join(map(str, stages))} -> {run_dir.path}", soft_wrap=True)
+    if loaded.config.model.path.startswith("builtin:") and any(n in MODEL_STAGES for n in stages):
+        progress_console.print(f"model {loaded.config.model.path}: built on first use into {loaded.config.model.cache_dir} "
+                               "(about 10 minutes on 2 cores, once; its progress follows), else loaded from there",
+                               soft_wrap=True)
+    show = StageProgress(progress_console)
 
     def on_done(spec, report) -> None:
         if not json_out:
-            status.stop()
-            render_report(console, report, verbose=verbose)
-            status.start()
+            with show.paused():
+                render_report(console, report, verbose=verbose)
 
-    status.start()
-    try:
-        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=phase), on_start=on_start,
-                             on_done=on_done, progress=progress)
-    finally:
-        status.stop()
+    with show:
+        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=phase), on_start=show.start_stage,
+                             on_done=on_done, progress=show.message)
     code = exit_code(reports)
+    report_path, report_error = _html_report(loaded, run_dir.path)
     if json_out:
         print_json({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "exit_code": code,
-                    "status": "fail" if code else "pass", "reports": [r.to_dict() for r in reports]})
+                    "status": "fail" if code else "pass", "report": report_path, "reports": [r.to_dict() for r in reports]})
     else:
         render_summary(console, reports, str(run_dir.path))
+    if report_path:
+        progress_console.print(f"Run report: {report_path}  (`agentrl report {run_dir.run_id} --open`)", soft_wrap=True)
+    else:
+        progress_console.print(f"Run report not written: {report_error}", soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _html_report(loaded, run_path: Path) -> tuple[str | None, str]:
+    """Write the run's HTML report; (its path, "") or (None, why not). A report that fails never changes the exit code."""
+    from agentrl_cli.observe.run_report import write_report
+
+    try:
+        return str(write_report(run_path, data_config=loaded.config.data)[0]), ""
+    except Exception as exc:  # noqa: BLE001 - the stages' results stand; the report is a view of them
+        return None, f"{type(exc).__name__}: {exc} (retry with `agentrl report`)"
 
 
 @app.command("show")

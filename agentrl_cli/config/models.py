@@ -8,9 +8,10 @@ Loading, merging and error formatting live in `load.py`; nothing here reads file
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -53,7 +54,7 @@ class InferenceConfig(Section):
 
 
 class RolloutConfig(Section):
-    concurrency: int = Field(64, ge=1, le=100_000, description="Episodes in flight at once (seed example: 256 on GPUs)")
+    concurrency: int = Field(64, ge=1, le=100_000, description="Episodes in flight at once (typical on GPUs: 256)")
     max_steps_per_trajectory: int = Field(8, ge=1, le=10_000, description="Turn limit per episode; hitting it records `truncated`")
     step_timeout_seconds: float = Field(60.0, gt=0, le=86_400, description="Deadline for one environment step")
     allow_partial_resume: bool = Field(True, description="Resume interrupted generations from their saved token prefix")
@@ -65,7 +66,10 @@ class RolloutConfig(Section):
     mode: Literal["async", "sync"] = Field("async", description="async: rollout runs ahead of training; sync: generate a batch, then train")
     group_size: int = Field(4, ge=1, le=1024, description="GRPO group: samples per task")
     buffer_size: int = Field(256, ge=1, description="Bounded trajectory buffer between rollout and trainer")
-    max_inference_queue: int = Field(512, ge=1, description="New episodes wait while the inference queue is longer than this")
+    max_inference_queue: int = Field(512, ge=1, description="New episodes wait while more generation requests than this are in flight to the inference servers")
+    truncation: Literal["mask", "score", "penalize"] = Field("score", description="Episodes cut at max_steps_per_trajectory or training.seq_len_limit: mask = never trained on; score = trained on with their reward; penalize = trained on with reward -1")
+    env_create_retries: int = Field(2, ge=0, le=20, description="Retries of a failed environment creation (reset) before the episode is masked as infra_error")
+    env_create_backoff_s: float = Field(0.5, ge=0, le=60, description="Wait before the first retry of an environment creation; doubled each retry")
     curriculum: bool = Field(False, description="Sample (family, difficulty) buckets by learnability p(1-p) of their recent success rate")
     eval_concurrency: int = Field(0, ge=0, description="Evaluation episodes in flight at once; 0 = all (fast, but greedy near-ties can flip with the batch's make-up); 1 = one at a time, so the same weights always score the same")
     seed: int = Field(1234, description="Seed for the task sampler")
@@ -74,14 +78,37 @@ class RolloutConfig(Section):
 class HarnessConfig(Section):
     name: str = Field(..., min_length=1, description="Registered harness name (entry point agentrl.harnesses) or module:Class")
     image_tag: str = Field("pinned-2026-08-01", description="Pinned environment image tag, recorded with every run")
-    cpu: float = Field(1.0, gt=0, le=256, description="CPU cores per environment instance")
-    memory_gb: float = Field(1.0, gt=0, le=4096, description="Memory per environment instance")
-    network: Literal["egress_deny_by_default", "allowlist"] = Field("egress_deny_by_default", description="Sandbox egress policy")
-    allowlist: list[str] = Field(default_factory=list, description="host:port pairs reachable when network is allowlist")
+    cpu: float | None = Field(None, gt=0, le=256, description="CPU cores per environment instance: a cgroup CPU quota on each of this harness's sandboxes (None = no quota)")
+    memory_gb: float | None = Field(None, gt=0, le=4096, description="Memory per environment instance: the memory limit of this harness's sandboxes (None = sandbox.memory_mb)")
+    network: Literal["egress_deny_by_default", "allowlist"] = Field(
+        "egress_deny_by_default", description="Sandbox egress policy: egress_deny_by_default = nothing outside the sandbox is reachable; allowlist = only the allowlist's endpoints")
+    allowlist: list[str] = Field(default_factory=list, description="host:port endpoints reachable from the harness's sandboxes when network is allowlist (loopback addresses, or host names mapped inside); everything else stays unreachable")
     weight: float = Field(1.0, ge=0, description="Share of training episodes drawn from this harness")
     held_out: bool = Field(False, description="Never trained on; evaluated to detect learning of interface conventions")
     max_concurrency: int | None = Field(None, ge=1, description="Cap on this harness's instances in flight (None = rollout.concurrency)")
     options: dict = Field(default_factory=dict, description="Harness-specific options passed to its constructor")
+    tasks: str | None = Field(None, description="Tasks of this harness: a JSONL or Parquet file (local path or s3://bucket/key) with task_id, prompt, answer, split and optional difficulty, meta (None = the harness's own task_set(), else the committed task set)")
+
+    @model_validator(mode="after")
+    def _allowlist_valid(self) -> "HarnessConfig":
+        if self.allowlist and self.network != "allowlist":
+            raise ValueError(f"harness {self.name!r}: allowlist is set but network is {self.network!r}; "
+                             "set network: allowlist for it to take effect, or remove the allowlist")
+        for entry in self.allowlist:
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"harness {self.name!r}: allowlist entry {entry!r} is not host:port (e.g. 127.0.0.1:8080)")
+            if int(port) < 1024:
+                raise ValueError(f"harness {self.name!r}: allowlist entry {entry!r}: ports below 1024 cannot be opened inside "
+                                 "the sandbox (its user holds no capabilities); serve it at a port >= 1024")
+            try:
+                ip = ipaddress.ip_address(host.strip("[]"))
+            except ValueError:
+                continue  # a host name: mapped to a loopback address inside the sandbox
+            if not (ip.is_loopback and ip.version == 4):
+                raise ValueError(f"harness {self.name!r}: allowlist entry {entry!r}: the sandbox has no route to "
+                                 "non-loopback addresses; name the host instead (it is mapped inside), or use 127.x")
+        return self
 
 
 def _default_harnesses() -> list[HarnessConfig]:
@@ -117,8 +144,8 @@ class RewardConfig(Section):
     service_url: str | None = Field(None, description="Reward service URL; None scores in-process")
     timeout_s: float = Field(30.0, gt=0, description="Deadline for scoring one trajectory")
     max_retries: int = Field(2, ge=0, le=10, description="Retries before a trajectory is marked infra_error")
-    normalization: Literal["none", "group", "window"] = Field("group", description="Reward normalisation: none, per task group, or running window")
-    window_size: int = Field(256, ge=1, description="Running-window size when normalization is window")
+    normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (GRPO's own per-group centring only), group (z-score within each task group), window (z-score against a running window of recent rewards, across steps)")
+    window_size: int = Field(256, ge=1, description="Running-window size (rewards) when reward.normalization is window")
     weights: dict[str, float] = Field(
         default_factory=lambda: {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1},
         description="Weights of the named reward components")
@@ -127,9 +154,8 @@ class RewardConfig(Section):
 
 class TrainingConfig(Section):
     backend: Literal["deepspeed"] = Field("deepspeed", description="Training backend implementation")
-    algorithm: Literal["grpo"] = Field("grpo", description="Policy optimisation algorithm")
-    seq_len_limit: int = Field(2048, ge=64, description="Longest training sequence in tokens (seed example: 32768 on GPUs)")
-    checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (seed example: 50)")
+    seq_len_limit: int = Field(2048, ge=64, description="Longest training sequence in tokens (typical on GPUs: 32768)")
+    checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (typical on GPUs: 50)")
     resume_from_latest: bool = Field(True, description="Resume from the newest complete checkpoint when one exists")
     keep_last_checkpoints: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted")
     total_steps: int = Field(100, ge=1, description="Trainer steps in a full run")
@@ -173,32 +199,90 @@ class DataConfig(Section):
 class ObserveConfig(Section):
     runs_dir: str = Field("runs", description="Where run directories (reports, metrics, checkpoints) are created")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level")
-    prometheus_port: int | None = Field(None, ge=1, le=65535, description="Serve Prometheus metrics on this port (None = off)")
-    tensorboard: bool = Field(False, description="Also write TensorBoard event files")
+    prometheus_port: int | None = Field(None, ge=1, le=65535, description="Serve a live run's metrics for Prometheus on this port (None = off)")
+    prometheus_addr: str = Field("127.0.0.1", description="Address the Prometheus endpoint binds (0.0.0.0 lets a Prometheus server on another host scrape it)")
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files (<run dir>/…/tensorboard/)")
+
+
+POOL_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 
 
 class PoolConfig(Section):
-    name: str = Field(..., min_length=1, description="Resource pool name")
-    capacity: int = Field(1, ge=1, description="Jobs the pool runs at once")
-    quota: int = Field(4, ge=1, description="Jobs a pool may hold (queued plus running) before new ones are refused")
+    """A resource pool: a Slurm partition, a Kueue ResourceFlavor with its ClusterQueue, or a slot count on this box."""
+
+    name: str = Field(..., pattern=POOL_NAME, description="Pool name (lower case, digits, '-'): the Slurm partition, and part of the Kueue object names")
+    capacity: int = Field(1, ge=1, description="CPUs the pool offers jobs at once (local: slots; Slurm: the partition's MaxCPUsPerNode; Kueue: cpu nominalQuota)")
+    quota: int = Field(2, ge=1, description="Jobs of this pool that may run at once; more wait with a reason (local: Quota; Slurm: the <pool>_jobs license; Kueue: pods nominalQuota)")
+    priority: int = Field(1, ge=0, le=65533, description="Pool priority tier: a higher tier goes first and requeues jobs of preemptible lower tiers (Slurm PriorityTier; local: dispatch order)")
+    preemptible: bool = Field(False, description="Jobs here may be requeued for a higher tier's job (Slurm PreemptMode=REQUEUE; Kueue ClusterQueue preemption of lower priorities)")
+    node_labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes node labels of this pool's nodes (the Job's nodeSelector and the ResourceFlavor's nodeLabels)")
+    accelerators: int = Field(0, ge=0, description="Accelerators each job of this pool asks for (Kubernetes resource cluster.accelerator_resource, with node affinity on cluster.accelerator_product)")
+
+
+class PriorityConfig(Section):
+    name: str = Field(..., pattern=POOL_NAME, description="Priority class name, as `agentrl job submit --priority NAME` takes it")
+    value: int = Field(..., ge=0, le=1_000_000, description="Higher runs first (local queue order; Slurm job priority; Kueue WorkloadPriorityClass value)")
 
 
 class ControlPlaneConfig(Section):
-    state_store: str = Field("sqlite:///runs/state.db", description="sqlite:///PATH or postgresql://... state store URL")
-    executor: Literal["local", "kubernetes"] = Field("local", description="Where jobs run")
-    lease_seconds: float = Field(10.0, gt=0, description="Leader lease duration")
+    state_store: str = Field("sqlite:///runs/state.db", description="sqlite:///PATH or postgresql://USER@HOST:PORT/DB state store URL (a password comes from PGPASSWORD or ~/.pgpass, never this file)")
+    executor: Literal["local", "slurm", "kubernetes"] = Field("local", description="Where jobs run: local subprocesses, Slurm (sbatch), or Kubernetes Jobs queued by Kueue")
+    lease_seconds: float = Field(10.0, gt=0, le=3600, description="Leader lease: a leader that has not renewed for this long is replaced by a follower")
+    jobs_dir: str = Field("runs/jobs", description="Job logs and the local executor's spool (on Slurm, a directory the compute nodes share)")
     pools: list[PoolConfig] = Field(
-        default_factory=lambda: [PoolConfig(name="cpu", capacity=2), PoolConfig(name="gpu", capacity=1)],
+        default_factory=lambda: [PoolConfig(name="rollout", capacity=2, quota=2, priority=1, preemptible=True),
+                                 PoolConfig(name="train", capacity=2, quota=1, priority=10)],
         description="Resource pools jobs are queued into")
+    priorities: list[PriorityConfig] = Field(
+        default_factory=lambda: [PriorityConfig(name="low", value=100), PriorityConfig(name="high", value=1000)],
+        description="Job priority classes; a job without --priority gets the lowest")
+
+    @field_validator("pools", "priorities")
+    @classmethod
+    def _names_unique(cls, items: list) -> list:
+        names = [i.name for i in items]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"names must be unique; repeated: {', '.join(dupes)}")
+        if not items:
+            raise ValueError("at least one is needed")
+        return items
 
 
 class ClusterConfig(Section):
-    nodes: int = Field(1, ge=1, description="Nodes in the training cluster")
-    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0 = CPU only)")
+    nodes: int = Field(1, ge=1, description="Nodes in the training cluster (trainer replicas of the rendered JobSet)")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0 = CPU only); the trainer asks for this many")
     namespace: str = Field("agentrl", description="Kubernetes namespace")
-    kueue_queue: str = Field("agentrl-queue", description="Kueue LocalQueue jobs are submitted to")
+    kueue_queue: str = Field("agentrl", description="Prefix of the Kueue LocalQueues, one per pool (<prefix>-<pool>)")
     image_registry: str = Field("registry.local/agentrl", description="Registry for the role images")
     base_image: str = Field("python:3.11-slim", description="Pinned base image the role images build on")
+    accelerator_resource: str = Field("nvidia.com/gpu", description="Kubernetes extended resource name of an accelerator")
+    accelerator_product: str = Field("", description="Node label value of nvidia.com/gpu.product that accelerator jobs require ('' = any)")
+    kubeconfig: str = Field("", description="Cluster to apply to: a kubeconfig path, or in-cluster ('' = none configured: render and validate only)")
+
+
+# permissive licences, MPL-2.0 (file-level copyleft) and LGPL (libraries used unmodified, loaded dynamically)
+LICENCES = ["Apache-2.0", "MIT", "MIT-0", "MIT-CMU", "BSD", "BSD-2-Clause", "BSD-3-Clause", "0BSD", "ISC", "PSF-2.0",
+            "Python-2.0", "HPND", "MPL-2.0", "Zlib", "CC0-1.0", "BSL-1.0", "CNRI-Python", "Unlicense", "AFL",
+            "LGPL-2.1-only", "LGPL-2.1-or-later", "LGPL-3.0-only", "LGPL-3.0-or-later"]
+
+
+class ImageConfig(Section):
+    lock_file: str = Field("agentrl.lock.json", description="Lock of exact versions per role: written by `agentrl image lock`, compared with the running environment by `image verify` and stage 2")
+    roles: dict[str, list[str]] = Field(
+        default_factory=lambda: {"base": ["torch"], "train": ["agentrl-cli", "deepspeed", "transformers", "safetensors"],
+                                 "inference": ["agentrl-cli", "transformers", "safetensors"], "env": ["agentrl-cli", "pyseccomp"]},
+        description="Packages each image role is built from (their dependencies are locked too); base is under every role; the inference role adds sglang and sglang-router when inference.engine is sglang")
+    allowed_licences: list[str] = Field(default_factory=lambda: list(LICENCES), description="Licences (SPDX ids; * wildcards) a locked package may carry; any other is a failing check naming the package")
+    licence_overrides: dict[str, str] = Field(default_factory=dict, description="package -> licence, for packages whose metadata states none (set after reading their terms)")
+    builder: Literal["auto", "docker", "podman", "buildah"] = Field("auto", description="Image builder for `image build` and stage 2; auto = the first of docker, podman, buildah that works here")
+
+    @field_validator("roles")
+    @classmethod
+    def _base_role(cls, roles: dict[str, list[str]]) -> dict[str, list[str]]:
+        if "base" not in roles:
+            raise ValueError("image.roles must have a base role (the packages under every role image)")
+        return roles
 
 
 # What the built-in tiny model needs to learn within minutes on a CPU: sync rollouts with fresh weights
@@ -217,6 +301,11 @@ class StageThresholds(Section):
     allreduce_min_gbps: float = Field(0.05, ge=0, description="Stage 1: minimum all-reduce bus bandwidth (GB/s)")
     checkpoint_write_min_mbps: float = Field(50.0, ge=0, description="Stage 1: minimum checkpoint-dir write bandwidth (MB/s)")
     small_files_min_per_s: float = Field(200.0, ge=0, description="Stage 1: minimum small-file creates per second")
+    allreduce_ranks: int = Field(0, ge=0, le=4096, description="Stage 1: all-reduce ranks on this host (0 = one per GPU, or 2 without GPUs)")
+    allreduce_max_mb: float = Field(4.0, gt=0, le=16384, description="Stage 1: largest all-reduce message (MiB); sizes go up from 4 KiB in steps of x16")
+    allreduce_timeout_s: float = Field(120.0, gt=0, description="Stage 1: deadline for the all-reduce run; ranks still running then are killed and named")
+    storage_probe_mb: int = Field(64, ge=1, description="Stage 1: bytes written (MiB) to measure checkpoint-dir write bandwidth")
+    small_files_count: int = Field(500, ge=10, description="Stage 1: files created to measure the small-file rate")
     inference_min_tokens_per_s: float = Field(50.0, ge=0, description="Stage 4: minimum generated tokens/s under load")
     inference_max_p99_ms: float = Field(30_000.0, gt=0, description="Stage 4: maximum p99 request latency (ms)")
     inference_load_concurrency: int = Field(32, ge=1, description="Stage 4: concurrent requests in the load test")
@@ -231,8 +320,16 @@ class StageThresholds(Section):
     short_recipe: dict[str, Any] | None = Field(
         default_factory=lambda: dict(SHORT_RECIPE),
         description="Stage 8 short: config overrides (dotted keys) for the run, the built-in tiny model's GRPO recipe; a mapping given replaces the whole recipe, null runs the config as it is")
-    baseline_max_drift: float = Field(0.5, gt=0, description="verify: largest relative deviation from the stage-0 baseline")
-    cross_harness_max_drop: float = Field(0.3, ge=0, le=1, description="verify: largest held-out vs training score drop")
+
+
+class VerifyConfig(Section):
+    """What `agentrl verify` compares its measurements with."""
+
+    minutes: float = Field(5.0, gt=0, description="Time budget of the verification run verify starts when no run has training to judge (the stage 8 short recipe); it trains at least 3 steps")
+    eval_tasks_per_family: int = Field(3, ge=1, description="Eval-split tasks of every task family the verification run evaluates before and after training")
+    max_reward_variance: float = Field(0.01, ge=0, description="Largest variance of one task's reward over repeated runs with the same seed")
+    baseline_max_drift: float = Field(0.5, gt=0, description="Largest relative deviation of a performance figure from the stage-0 baseline")
+    cross_harness_max_drop: float = Field(0.3, ge=0, le=1, description="Largest drop of the held-out harness's success rate below the training harnesses'")
 
 
 class PlatformConfig(Section):
@@ -249,7 +346,9 @@ class PlatformConfig(Section):
     observe: ObserveConfig = Field(default_factory=ObserveConfig, description="Metrics, logs, run directories")
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig, description="State store, queue, pools")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Cluster shape (production)")
+    image: ImageConfig = Field(default_factory=ImageConfig, description="Image lock, role images and licences")
     stages: StageThresholds = Field(default_factory=StageThresholds, description="Stage check thresholds")
+    verify: VerifyConfig = Field(default_factory=VerifyConfig, description="agentrl verify thresholds and budget")
 
     @field_validator("harnesses")
     @classmethod

@@ -38,7 +38,7 @@ from .store import TrajectoryStore
 
 log = logging.getLogger("agentrl.data.writer")
 
-_PARTITION_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_PARTITION_VALUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}")  # a registered name or a module:Class path
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -76,7 +76,7 @@ def _partition_errors(row: dict) -> list[str]:
     errors = []
     harness, date = row.get("harness"), row.get("date")
     if isinstance(harness, str) and not _PARTITION_VALUE.fullmatch(harness):
-        errors.append(f"harness: {harness!r} cannot name a partition directory (letters, digits, '_.-')")
+        errors.append(f"harness: {harness!r} cannot name a partition directory (letters, digits, '_.:-')")
     if isinstance(date, str) and not _DATE.fullmatch(date):
         errors.append(f"date: {date!r} is not YYYY-MM-DD")
     return errors

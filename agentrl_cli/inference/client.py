@@ -125,6 +125,11 @@ class InferenceClient:
         self.stats = {"requests": 0, "retries": 0, "failures": 0}
         self.watchdog = None  # optional observe.watchdog.Watchdog: per-server progress ("inference URL")
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries (the bearer token when the servers require one)."""
+        return dict(self._headers)
+
     def _http(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
@@ -289,3 +294,17 @@ class InferenceClient:
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
+
+
+# The SGLang router's policies that spread load by the servers' queues map to the client's least_loaded;
+# the rest (round_robin, random, cache_aware) to round_robin, the client's only other policy.
+CLIENT_POLICY = {"least_loaded": "least_loaded", "power_of_two": "least_loaded"}
+
+
+def client_from_config(config, urls: list[str]) -> InferenceClient:
+    """The client a run uses: `inference.api_key`, `request_timeout_s`, `max_retries` and, over
+    several servers with no router in front, `router_policy`."""
+    inf = config.inference
+    return InferenceClient(urls, api_key=inf.api_key.get_secret_value() if inf.api_key else None,
+                           timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
+                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"))

@@ -145,10 +145,33 @@ def wait_healthy(servers: list[ServerProcess], deadline_s: float, path: str = "/
                                    f"see {pending[0].log_path}; raise inference.startup_timeout_s for large models")
 
 
+def wait_reachable(urls: list[str], deadline_s: float) -> None:
+    """Servers started elsewhere (`inference.urls`): each answers /health within the deadline."""
+    end = time.monotonic() + deadline_s
+    pending = list(urls)
+    with httpx.Client(timeout=5) as client:
+        while pending and time.monotonic() < end:
+            for url in list(pending):
+                try:
+                    if client.get(url + "/health").status_code == 200:
+                        pending.remove(url)
+                except httpx.TransportError:
+                    pass
+            if pending:
+                time.sleep(0.2)
+    if pending:
+        raise InferenceUnavailable(f"inference.urls not healthy within {deadline_s:.0f} s: {', '.join(pending)}",
+                                   "start those servers (`agentrl serve inference`) or correct inference.urls")
+
+
 def launch(config, model_path: str, logs: Path) -> tuple[list[ServerProcess], list[str]]:
     """Start what the config asks for; returns (processes, the URLs clients should use: the router's
     when there is one, else every server's, for the client to spread requests over)."""
     cfg = config.inference
+    if cfg.urls:  # servers this run did not start: wait for them, start nothing
+        urls = [u.rstrip("/") for u in cfg.urls]
+        wait_reachable(urls, cfg.startup_timeout_s)
+        return [], urls
     servers: list[ServerProcess] = []
     try:
         if cfg.engine == "sglang":

@@ -1,7 +1,9 @@
 """Resolve `model.path` to a Hugging Face model directory, building the built-in tiny model on
 first use: scripted demonstrations of practice tasks of the training harnesses (never a task of
 the committed task sets, see `model/demos.py`), then a supervised warm start, saved under
-`model.cache_dir`. A file lock keeps two processes from building at once."""
+`model.cache_dir`. A file lock keeps two processes from building at once. A build shows its
+progress on stderr (`observe.progress.WorkProgress`: demonstrations, then warm-start steps, with
+ETA) unless the caller takes the progress itself."""
 
 from __future__ import annotations
 
@@ -11,27 +13,40 @@ from typing import Callable
 
 from agentrl_cli.errors import ConfigError, NotFoundError
 from agentrl_cli.model.recipe import PRACTICE_PER_FAMILY, SFT_STEPS, WARM_START_HARNESSES
-from agentrl_cli.model.tiny import ARCH, RECIPE_VERSION, init_model, is_complete, save_model_dir
 
 BUILTINS = ("tiny-agent",)
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
 def builtin_dir(cache_dir: str, name: str = "tiny-agent") -> Path:
+    from agentrl_cli.model.tiny import RECIPE_VERSION
+
     return Path(cache_dir).expanduser() / "models" / f"{name}-r{RECIPE_VERSION}"
 
 
-def resolve_model_path(path: str, cache_dir: str, build: bool = True,
-                       progress: Callable[[str, int, int], None] = lambda phase, done, total: None) -> Path:
+def resolve_model_path(path: str, cache_dir: str, build: bool = True, progress: Progress | None = None,
+                       builder: Callable[..., Path] | None = None) -> Path:
+    """The model directory `path` names. A built-in model not built yet is built here (`builder`,
+    default `build_tiny`), its progress shown on stderr from the first moment (looking in the cache
+    takes the model libraries' import), or reported to `progress` when given."""
     if path.startswith("builtin:"):
         name = path.removeprefix("builtin:")
         if name not in BUILTINS:
             raise ConfigError(f"unknown built-in model {path!r}", f"use one of: {', '.join('builtin:' + b for b in BUILTINS)}")
-        dest = builtin_dir(cache_dir, name)
-        if is_complete(dest):
-            return dest
-        if not build:
-            raise NotFoundError(f"the built-in model is not built yet ({dest})", "run `agentrl model build-tiny`")
-        return build_tiny(dest, progress=progress)
+        if not build or progress is not None:
+            return _builtin(name, cache_dir, build, builder or build_tiny, progress or (lambda phase, done, total: None))
+        from agentrl_cli.observe.progress import WorkProgress
+
+        with WorkProgress(f"model {path}", phase=f"looking in {cache_dir} (built there on first use: demonstrations, "
+                                                  "then warm-start steps, about 10 minutes on 2 cores)") as shown:
+            found = _builtin(name, cache_dir, build, None, shown.update)
+            if found is not None:
+                shown.outcome = f"found at {found}"
+                return found
+            shown.update("building", 0, 0)
+            built = (builder or build_tiny)(builtin_dir(cache_dir, name), progress=shown.update)
+            shown.outcome = f"built at {built}"
+            return built
     p = Path(path).expanduser()
     if not (p / "config.json").exists():
         raise ConfigError(f"model.path {str(p)!r} is not a Hugging Face model directory (no config.json there)",
@@ -40,21 +55,42 @@ def resolve_model_path(path: str, cache_dir: str, build: bool = True,
     return p
 
 
+def _builtin(name: str, cache_dir: str, build: bool, builder: Callable[..., Path] | None, progress: Progress) -> Path | None:
+    """The built-in model's directory when complete; else built with `builder` (None: return None)."""
+    from agentrl_cli.model.tiny import is_complete
+
+    dest = builtin_dir(cache_dir, name)
+    if is_complete(dest):
+        return dest
+    if not build:
+        raise NotFoundError(f"the built-in model is not built yet ({dest})", "run `agentrl model build-tiny`")
+    return None if builder is None else builder(dest, progress=progress)
+
+
 def build_tiny(dest: Path, steps: int = SFT_STEPS, seed: int = 0, force: bool = False,
-               progress: Callable[[str, int, int], None] = lambda phase, done, total: None) -> Path:
+               progress: Progress = lambda phase, done, total: None) -> Path:
     """Build the built-in model at `dest` (demonstrations, warm start, save); returns `dest`."""
     from agentrl_cli.model.demos import collect
     from agentrl_cli.model.sft import train_sft
+    from agentrl_cli.model.tiny import ARCH, init_model, is_complete, save_model_dir
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     with open(dest.parent / f".{dest.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the finished model
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress("waiting for another process's build to finish", 0, 0)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the finished model
         if is_complete(dest) and not force:
             return dest
+        progress("demonstrations", 0, 0)
         demos = collect(list(WARM_START_HARNESSES), split=None, practice_per_family=PRACTICE_PER_FAMILY,
                         progress=lambda d, t: progress("demonstrations", d, t))
+        progress("initialising the model", 0, 0)
         model, tokenizer = init_model(seed)
+        progress("warm start", 0, steps)
         stats = train_sft(model, tokenizer, demos, steps=steps, progress=lambda s, loss: progress("warm start", s, steps))
+        progress("saving", 0, 0)
         return save_model_dir(model, tokenizer, dest, {"kind": "sft", "seed": seed, "arch": ARCH,
                                                        "demonstrations": {"harnesses": list(WARM_START_HARNESSES), "count": len(demos),
                                                                           "practice_per_family": PRACTICE_PER_FAMILY},

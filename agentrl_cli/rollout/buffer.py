@@ -22,7 +22,7 @@ class Episode:
     record: Any  # agentrl_cli.data.schema.TrajectoryRecord
     version: int  # oldest policy version that produced any of its tokens
     reward: float | None  # None: masked (infra_error)
-    tokens: int = 0
+    tokens: int = 0  # tokens generated for it by this process (0 when reloaded from the store after a resume)
     meta: dict = field(default_factory=dict)
 
 

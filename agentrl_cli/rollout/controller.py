@@ -30,10 +30,12 @@ from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.run_episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
+from agentrl_cli.observe.harness_stats import HarnessStats
 from agentrl_cli.observe.watchdog import Watchdog
-from harnesses.tasks import TASK_SET_VERSION
+from harnesses.task_sources import task_set
 
 log = logging.getLogger(__name__)
+TRUNCATION_PENALTY = -1.0  # rollout.truncation: penalize — below any finished episode's reward
 
 
 def version_number(weight_version: str) -> int:
@@ -93,6 +95,7 @@ class RolloutController:
         self.resume = ResumePolicy.from_config(config)
         self.on_recovered = None  # async (): awaited when a lost server is back, before generating resumes
         self.watchdog = Watchdog(config.training.watchdog_seconds)  # the run replaces it with its started one
+        self.harness_stats = HarnessStats()
         self._tasks: set[asyncio.Task] = set()
 
     def _pool(self, name: str) -> HarnessPool:
@@ -116,7 +119,9 @@ class RolloutController:
                                        max_new_tokens=self.config.inference.max_new_tokens,
                                        temperature=self.temperature if temperature is None else temperature,
                                        seed=draw.seed, context_limit=self.config.training.seq_len_limit,
-                                       resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog)
+                                       resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
+                                       stats=self.harness_stats, create_retries=r.env_create_retries,
+                                       create_backoff_s=r.env_create_backoff_s)
         finally:
             pool.release(harness)
             self.watchdog.end("rollout")
@@ -124,7 +129,8 @@ class RolloutController:
         tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
         if result.termination == Termination.INFRA_ERROR:
-            scored = inference_lost(tid, result.error)
+            scored = infra_lost(tid, result.error, "environment_unavailable" if result.counters.get("env_create_failures")
+                                else "inference_unavailable")
         else:
             self.watchdog.begin("reward")
             scored = None
@@ -141,9 +147,28 @@ class RolloutController:
         self.counters["tokens_generated"] += result.completion_tokens
         self.counters["env_calls"] += len(result.trajectory.observations)  # reset + steps
         record = self.to_record(draw, result, scored, tid)
+        for step in record.steps:
+            for call in step.tool_calls:
+                self.harness_stats.record_tool(draw.task.harness, call.name, call.status, seconds=call.latency_ms / 1000)
         if store and self.writer is not None:
             self.writer.write(record)
         return result, scored, record
+
+    def train_reward(self, truncated: bool, masked: bool, reward: float) -> float | None:
+        """The reward the trainer sees (None = masked): `rollout.truncation` decides for an episode cut
+        at the step or sequence limit (mask, score, or penalize with -1); counted as `truncated_<mode>`."""
+        if masked:
+            return None
+        if not truncated:
+            return reward
+        mode = self.config.rollout.truncation
+        self.counters[f"truncated_{mode}"] += 1
+        return {"mask": None, "score": reward, "penalize": TRUNCATION_PENALTY}[mode]
+
+    def reward_of_record(self, record) -> float | None:
+        """`train_reward` for a stored trajectory (reloaded after a resume)."""
+        return self.train_reward(record.outcome == Outcome.TRUNCATED, record.reward_status == RewardStatus.INFRA_ERROR,
+                                 record.reward)
 
     def trajectory_id(self, draw: Draw) -> str:
         """Run, phase, group and sample: the same draw gets the same id after a resume, and the phases
@@ -154,9 +179,10 @@ class RolloutController:
         import numpy as np
 
         version = _harness_version(draw.task.harness)
+        tasks_version = self.task_set(draw.task.harness).version
         record = record_from_episode(result.trajectory, run_id=self.run_id, harness_version=version, reward=scored,
                                      evidence=result.evidence, termination=result.termination, seed=draw.seed,
-                                     phase=self.phase, group_id=draw.group_id, task_set_version=TASK_SET_VERSION,
+                                     phase=self.phase, group_id=draw.group_id, task_set_version=tasks_version,
                                      weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times)
         record.token_ids = np.asarray(result.token_ids, dtype=np.int32)
         record.loss_mask = np.asarray(result.loss_mask, dtype=np.int8)
@@ -174,15 +200,14 @@ class RolloutController:
                 if record is not None:  # drawn again after a resume: reuse it, never store it twice
                     self.counters["reused_after_resume"] += 1
                     await self.buffer.put(Episode(draw.group_id, record, version_number(record.policy_version_first),
-                                                  None if record.reward_status == RewardStatus.INFRA_ERROR else record.reward,
-                                                  tokens=record.completion_tokens))
+                                                  self.reward_of_record(record)))  # generated before the resume
                     return
             result, scored, record = await self.play(draw)
             versions = [version_number(v) for v in result.weight_versions] or [0]
             if not scored.masked:  # a masked episode says nothing about the task's difficulty
                 self.sampler.record(draw.task, scored.outcome == Outcome.SUCCESS)
-            await self.buffer.put(Episode(draw.group_id, record, min(versions), None if scored.masked else scored.reward,
-                                          tokens=result.completion_tokens))
+            reward = self.train_reward(result.termination == Termination.TRUNCATED, scored.masked, scored.reward)
+            await self.buffer.put(Episode(draw.group_id, record, min(versions), reward, tokens=result.completion_tokens))
             self.counters["tokens_buffered"] += result.completion_tokens
         except Exception as exc:  # noqa: BLE001 - one broken episode must not stop the rollout
             self.counters["episode_errors"] += 1
@@ -207,7 +232,8 @@ class RolloutController:
                     self.starting = self.sampler.next_group()
                 groups += 1
             # one episode at a time: a whole group may not fit (concurrency or buffer below the group size)
-            if self.in_flight >= self.concurrency or self.in_flight + len(self.buffer) >= self.buffer.capacity:
+            if (self.in_flight >= self.concurrency or self.in_flight + len(self.buffer) >= self.buffer.capacity
+                    or self._inference_queue() > self.config.rollout.max_inference_queue):
                 self.counters["backpressure_waits"] += 1
                 await asyncio.sleep(0.01)
                 continue
@@ -217,6 +243,10 @@ class RolloutController:
             task.add_done_callback(self._tasks.discard)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _inference_queue(self) -> int:
+        """Generation requests in flight to the inference servers."""
+        return sum(getattr(self.client, "in_flight", {}).values())
 
     async def evaluate(self, tasks, temperature: float = 0.0, limit: asyncio.Semaphore | None = None) -> dict:
         """Success rate of `tasks` (greedy by default); not stored, not buffered. `limit` bounds the
@@ -245,13 +275,16 @@ class RolloutController:
         return [{"task_id": d.task.task_id, "harness": d.task.harness, "group_id": d.group_id, "index": d.index,
                  "seed": d.seed} for _, d in sorted(draws.items())]
 
-    def restore(self, snapshot: list[dict]) -> None:
-        from harnesses.tasks import load_tasks
+    def task_set(self, harness: str):
+        """The configured harness's task set (its `tasks` file, its own, or the committed one)."""
+        hc = next((h for h in self.config.harnesses if h.name == harness), None)
+        return task_set(hc, self.config.data) if hc is not None else task_set(_Named(harness))
 
+    def restore(self, snapshot: list[dict]) -> None:
         by_id = {}
         for item in snapshot:
             if item["harness"] not in by_id:
-                by_id[item["harness"]] = {t.task_id: t for t in load_tasks(item["harness"])}
+                by_id[item["harness"]] = {t.task_id: t for t in self.task_set(item["harness"]).tasks}
         self.pending = [Draw(by_id[i["harness"]][i["task_id"]], i["group_id"], i["index"], i["seed"]) for i in snapshot]
 
     def close(self) -> None:
@@ -260,10 +293,18 @@ class RolloutController:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def inference_lost(tid: str, why: str) -> RewardResult:
-    """The result of an episode whose generation was lost: masked (infra_error), never a zero score."""
+def infra_lost(tid: str, why: str, flag: str = "inference_unavailable") -> RewardResult:
+    """The result of an episode the infrastructure could not finish (its generation lost, or its
+    environment never created): masked (infra_error), never a zero score."""
     return RewardResult(trajectory_id=tid, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
-                        verifier="none", verifier_versions={}, flags=["infra_error", "inference_unavailable"], detail=why)
+                        verifier="none", verifier_versions={}, flags=["infra_error", flag], detail=why)
+
+
+class _Named:
+    """A harness known only by name (no `harnesses[]` entry): its own or the committed tasks."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.tasks = name, None
 
 
 def _harness_version(name: str) -> str:

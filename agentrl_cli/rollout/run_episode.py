@@ -75,10 +75,13 @@ class ChatRenderer:
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
                       step_timeout_s: float, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
                       context_limit: int = 2048, resume: ResumePolicy | None = None, on_recovered=None,
-                      watchdog=None) -> EpisodeResult:
+                      watchdog=None, stats=None, create_retries: int = 0, create_backoff_s: float = 0.5) -> EpisodeResult:
     """`on_recovered`: awaited after a lost server answers again, before generating resumes (the
     run re-syncs weights there). `watchdog`: beats "rollout" per generation and per env step and
-    tracks the harness as "harness NAME"."""
+    tracks the harness as "harness NAME". `stats` (observe.harness_stats.HarnessStats) records the
+    environment's creation and step latencies and its creation failures by error. A creation
+    (`reset`) that raises is retried `create_retries` times with doubling backoff; when it still
+    fails the episode ends `infra_error` (masked: the environment failed, not the agent)."""
     loop = asyncio.get_running_loop()
     traj = Trajectory(task=task)
     result = EpisodeResult(trajectory=traj, evidence=None, termination=Termination.TRUNCATED)
@@ -101,11 +104,30 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
                 if ok:
                     watchdog.beat("rollout")
 
-    try:
-        obs = await env(harness.reset, task)
-    except asyncio.TimeoutError:
-        result.termination, result.error = Termination.TIMEOUT, f"reset took longer than {step_timeout_s:g} s"
-        return result
+    name = getattr(harness, "name", task.harness)
+    for attempt in range(create_retries + 1):
+        t0 = time.perf_counter()
+        try:
+            obs = await env(harness.reset, task)
+        except asyncio.TimeoutError:
+            if stats is not None:
+                stats.record_create(name, time.perf_counter() - t0, "timeout")
+            result.termination, result.error = Termination.TIMEOUT, f"reset took longer than {step_timeout_s:g} s"
+            return result
+        except Exception as exc:  # noqa: BLE001 - an environment that cannot be created is retried, then masked
+            if stats is not None:
+                stats.record_create(name, time.perf_counter() - t0, type(exc).__name__)
+            result.counters["env_create_failures"] += 1
+            if attempt < create_retries:
+                result.counters["env_create_retries"] += 1
+                await asyncio.sleep(create_backoff_s * 2 ** attempt)
+                continue
+            result.termination = Termination.INFRA_ERROR
+            result.error = f"environment creation failed {attempt + 1} times: {type(exc).__name__}: {exc}"
+            return result
+        if stats is not None:
+            stats.record_create(name, time.perf_counter() - t0)
+        break
     traj.observations.append(obs)
     chat = ChatRenderer(tokenizer, harness.system_prompt(), harness.tools())
     ids = chat.first_prompt(obs.text)
@@ -127,6 +149,8 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             result.termination, result.error = Termination.INFRA_ERROR, exc.message
             return result  # not scored, not the agent's doing: no evidence to collect
         result.generate_s += time.perf_counter() - t
+        if stats is not None:
+            stats.record_generation(name, time.perf_counter() - t)
         if watchdog is not None:
             watchdog.beat("rollout")
         out = list(gen.output_ids)
@@ -141,8 +165,11 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         text = tokenizer.decode([t for t in out if t != chat.eos], skip_special_tokens=False)
         action = Action(text=text)
         traj.actions.append(action)
+        t_step = time.perf_counter()
         try:
             obs = await env(harness.step, action)
+            if stats is not None:
+                stats.record_step(name, time.perf_counter() - t_step)
         except asyncio.TimeoutError:
             obs = Observation(text=f"step took longer than {step_timeout_s:g} s", status="timeout", done=True)
             traj.observations.append(obs)

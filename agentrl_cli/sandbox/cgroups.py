@@ -1,4 +1,5 @@
-"""Per-sandbox cgroups: a process limit and a memory limit, an OOM-kill counter, and kill-all.
+"""Per-sandbox cgroups: a process limit, a memory limit, an optional CPU quota (cores of bandwidth per
+100 ms period), an OOM-kill counter, and kill-all.
 
 Groups are created under this process's own cgroup (so the host's accounting still covers them):
 cgroup v1 `pids` and `memory` controllers, or the v2 unified hierarchy where its controllers are
@@ -15,6 +16,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "agentrl-sandbox"
+CPU_PERIOD_US = 100_000
 
 
 def _own_paths() -> dict[str, str]:
@@ -53,8 +55,11 @@ class CgroupSet:
         self.version = version
 
     @classmethod
-    def create(cls, name: str, max_processes: int, memory_bytes: int) -> "CgroupSet | None":
+    def create(cls, name: str, max_processes: int, memory_bytes: int, cpu_cores: float | None = None) -> "CgroupSet | None":
+        """The groups with their limits, or None when the host does not let us create them. A CPU quota
+        that cannot be set (no cpu controller) is an error too: the limit was asked for."""
         dirs: dict[str, Path] = {}
+        quota = None if cpu_cores is None else max(1000, int(cpu_cores * CPU_PERIOD_US))
         try:
             v2 = _v2_base()
             if v2 is not None:
@@ -64,8 +69,10 @@ class CgroupSet:
                 (d / "pids.max").write_text(str(max_processes))
                 (d / "memory.max").write_text(str(memory_bytes))
                 (d / "memory.swap.max").write_text("0") if (d / "memory.swap.max").exists() else None
+                if quota is not None:
+                    (d / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
                 return cls(dirs, 2)
-            for controller in ("pids", "memory"):
+            for controller in ("pids", "memory", *(("cpu",) if quota is not None else ())):
                 base = _v1_base(controller)
                 if base is None:
                     raise OSError(f"cgroup v1 controller {controller} not mounted")
@@ -74,6 +81,9 @@ class CgroupSet:
                 dirs[controller] = d
             (dirs["pids"] / "pids.max").write_text(str(max_processes))
             (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
+            if quota is not None:
+                (dirs["cpu"] / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(quota))
             memsw = dirs["memory"] / "memory.memsw.limit_in_bytes"
             if memsw.exists():
                 try:

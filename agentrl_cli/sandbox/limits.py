@@ -1,7 +1,7 @@
 """Resource limits of one sandbox and how they are applied from outside bubblewrap.
 
-bubblewrap sets no limits itself. Per-sandbox limits (processes, memory) go to cgroups when the
-host allows it (see `cgroups.py`), else to rlimits; per-command limits (CPU time, wall clock,
+bubblewrap sets no limits itself. Per-sandbox limits (processes, memory, CPU bandwidth) go to
+cgroups when the host allows it (see `cgroups.py`), else to rlimits; per-command limits (CPU time, wall clock,
 output) are applied by the supervisor to each command; file size, open files and core dumps are
 rlimits on the whole sandbox.
 """
@@ -24,6 +24,7 @@ class Limits:
     max_open_files: int = 256
     tmpfs_size_mb: int = 64
     output_limit_bytes: int = MB
+    cpu_cores: float | None = None  # CPU bandwidth of the whole sandbox (cgroup cpu quota); None = unlimited
 
     @classmethod
     def from_config(cls, sandbox_config) -> "Limits":

@@ -98,7 +98,7 @@ class SandboxPool:
             state = {"warm": len(self._warm), "in_use": len(self._leases), "pending": self._starting,
                      "waiting": len(self._waiters), "alive": self._live}
         return {**self.counters, **state, "open_fds": _count_fds(), "open_fds_delta": _count_fds() - self._baseline_fds,
-                "sandbox_dirs": _count_dirs(self.settings.root_dir)}
+                "sandbox_dirs": count_dirs(self.settings.root_dir)}
 
     def close(self) -> dict:
         """Destroy every sandbox; returns the final metrics (leaks included)."""
@@ -209,7 +209,7 @@ def _count_fds() -> int:
         return -1
 
 
-def _count_dirs(root) -> int:
+def count_dirs(root) -> int:
     try:
         return sum(1 for p in root.iterdir() if p.is_dir() and not p.name.startswith("support-"))
     except OSError:
