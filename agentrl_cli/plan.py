@@ -53,9 +53,9 @@ def model_shape(model_config) -> ModelShape:
         from agentrl_cli.model.resolve import resolve_model_path
 
         d = resolve_model_path(path, model_config.cache_dir, build=False)
-        hf, source = AutoConfig.from_pretrained(d, trust_remote_code=model_config.trust_remote_code), str(d)
+        hf, source = AutoConfig.from_pretrained(d), str(d)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(hf, trust_remote_code=model_config.trust_remote_code)
+        model = AutoModelForCausalLM.from_config(hf)
     params = sum(p.numel() for p in model.parameters())
     heads = getattr(hf, "num_attention_heads", 1)
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // heads

@@ -32,11 +32,14 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(0, "baseline", "baseline", "stages.s0_baseline", (),
               "smallest model, few tasks, the whole loop once: time shares, tokens/s, env step latency -> baseline.json"),
     StageSpec(1, "network", "network and storage", "stages.s1_network", (),
-              "all-reduce bandwidth, checkpoint-dir write bandwidth and small-file rate, object store ops, sandbox network isolation"),
+              "all-reduce bus bandwidth and a hung rank named, checkpoint-dir write MB/s, small-file rate and free space, "
+              "object store ops, sandbox network isolation and the egress allowlist"),
     StageSpec(2, "image", "image and runtime", "stages.s2_image", (),
-              "version lock, Dockerfiles rendered, environment matches the lock, per-role packages, probe build"),
+              "version and licence lock per role, Dockerfiles rendered, environment matches the lock, per-role packages, "
+              "build and verify inside with a builder"),
     StageSpec(3, "controlplane", "control plane", "stages.s3_controlplane", (),
-              "state store writable, one leader and failover, no-op job lands in its pool, priority and quota"),
+              "state store writable; one leader of two, failover within the lease, deposed leader's writes refused; "
+              "manifests validate; no-op job lands in its pool; preemption; quota wait with reason; priority order"),
     StageSpec(4, "inference", "inference", "stages.s4_inference", (2,),
               "server healthy, tokens/s and p99 under load, log-probs match a forward pass, weight update round trip"),
     StageSpec(5, "sandbox", "sandbox and harnesses", "stages.s5_sandbox", (1, 2),

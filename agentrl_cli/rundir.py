@@ -106,11 +106,21 @@ def create_run(loaded: LoadedConfig, run_id: str | None = None, command: list[st
         "harnesses": harness_records(loaded),
         "image_tags": {h.name: h.image_tag for h in cfg.harnesses} | {"base": cfg.cluster.base_image},
         "task_set_version": task_set_version(),
+        "image_lock": image_lock_record(cfg),
     }
     if previous and previous.get("config_hash") not in (None, loaded.hash):
         meta["config_history"] = previous.get("config_history", []) + [previous.get("config_hash")]
     atomic_write_text(run.meta_path, json.dumps(meta, indent=2, default=str) + "\n")
     return run
+
+
+def image_lock_record(cfg) -> dict:
+    from agentrl_cli.image.lock import run_record  # local: reads every installed package's metadata
+
+    try:
+        return run_record(cfg)
+    except Exception as exc:  # noqa: BLE001 - a run is never refused for its metadata; the reason is recorded
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def task_set_version() -> str:

@@ -55,8 +55,8 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
     """The one way to build a harness: an instance configured from the platform config.
 
     A sandboxed harness gets `sandboxes` when given (a pool or provider the caller owns), else the
-    sandbox service (`sandbox.service_url`) or local sandboxes with the configured `sandbox.*` limits,
-    and the rollout's step timeout; `harnesses[].options` become constructor arguments. `sandboxes`
+    sandbox service (`sandbox.service_url`) or local sandboxes with the configured `sandbox.*` limits
+    and the harness's own (`cpu`, `memory_gb`, network allowlist), and the rollout's step timeout; `harnesses[].options` become constructor arguments. `sandboxes`
     is ignored for harnesses that use none."""
     from harnesses.sandboxed import SandboxHarness
 
@@ -66,11 +66,18 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
         kwargs = {**options, **kwargs}
     if issubclass(cls, SandboxHarness):
         if sandboxes is None and platform_config is not None:
-            from agentrl_cli.sandbox.provider import provider_from_config
-
-            sandboxes = provider_from_config(platform_config.sandbox)
+            sandboxes = _sandboxes_for(name, platform_config)
         if sandboxes is not None:
             kwargs["sandboxes"] = sandboxes
         if platform_config is not None:
             kwargs.setdefault("step_timeout_s", platform_config.rollout.step_timeout_seconds)
     return cls(**kwargs)
+
+
+def _sandboxes_for(name: str, platform_config):
+    from agentrl_cli.sandbox.provider import DirectProvider, harness_settings, provider_from_config
+
+    hc = next((h for h in platform_config.harnesses if h.name == name), None)
+    if platform_config.sandbox.service_url or hc is None:
+        return provider_from_config(platform_config.sandbox)
+    return DirectProvider(harness_settings(platform_config.sandbox, hc))

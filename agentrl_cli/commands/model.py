@@ -10,8 +10,6 @@ import typer
 
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, print_json
 from agentrl_cli.model.recipe import SFT_STEPS
-from agentrl_cli.model.resolve import build_tiny, builtin_dir, resolve_model_path
-from agentrl_cli.model.tiny import COMPLETE, is_complete
 from agentrl_cli.observe.progress import WorkProgress
 
 app = typer.Typer(help="Build the built-in tiny model and show what model.path resolves to.", no_args_is_help=True)
@@ -32,6 +30,9 @@ def build_tiny_command(
 
     * `agentrl model build-tiny --force --steps 600`
     """
+    from agentrl_cli.model.resolve import build_tiny, builtin_dir
+    from agentrl_cli.model.tiny import COMPLETE
+
     loaded = load(config, sets)
     dest = builtin_dir(loaded.config.model.cache_dir)
     with WorkProgress(f"building the built-in model ({steps} warm-start steps)") as progress:
@@ -53,6 +54,9 @@ def info_command(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOp
 
     * `agentrl model info --set model.path=/models/Qwen2.5-0.5B-Instruct --json`
     """
+    from agentrl_cli.model.resolve import resolve_model_path
+    from agentrl_cli.model.tiny import COMPLETE, is_complete
+
     loaded = load(config, sets)
     m = loaded.config.model
     path = resolve_model_path(m.path, m.cache_dir, build=False)

@@ -85,7 +85,9 @@ def run(
         reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=phase), on_start=show.start_stage,
                              on_done=on_done, progress=show.message)
     code = exit_code(reports)
-    report_path, report_error = _html_report(loaded, run_dir.path)
+    from agentrl_cli.observe.run_report import report_or_reason
+
+    report_path, report_error = report_or_reason(run_dir.path, loaded.config.data)
     if json_out:
         print_json({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "exit_code": code,
                     "status": "fail" if code else "pass", "report": report_path, "reports": [r.to_dict() for r in reports]})
@@ -96,16 +98,6 @@ def run(
     else:
         progress_console.print(f"Run report not written: {report_error}", soft_wrap=True)
     raise typer.Exit(code)
-
-
-def _html_report(loaded, run_path: Path) -> tuple[str | None, str]:
-    """Write the run's HTML report; (its path, "") or (None, why not). A report that fails never changes the exit code."""
-    from agentrl_cli.observe.run_report import write_report
-
-    try:
-        return str(write_report(run_path, data_config=loaded.config.data)[0]), ""
-    except Exception as exc:  # noqa: BLE001 - the stages' results stand; the report is a view of them
-        return None, f"{type(exc).__name__}: {exc} (retry with `agentrl report`)"
 
 
 @app.command("show")

@@ -4,35 +4,51 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, RunOpt, SetOpt, err, load, out, print_json
-from agentrl_cli.errors import NotFoundError
+from agentrl_cli.errors import NotFoundError, UsageError
 from agentrl_cli.render import status_text
 from agentrl_cli.report import FAIL, atomic_write_text, format_measured
 from agentrl_cli.rundir import create_run, get_run
 from agentrl_cli.verify import LAYERS, verify
+from agentrl_cli.verify.core import LAYER_KEYS
 
 
 def verify_command(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     run: RunOpt = None,
+    layer: Annotated[Optional[list[str]], typer.Option(
+        "--layer", help=f"Only this layer (repeatable): {', '.join(LAYER_KEYS)}.", show_default=False)] = None,
+    record_only: Annotated[bool, typer.Option(
+        "--record-only", help="Judge only what the run recorded; start no verification run and no baseline loop "
+                              "(connectivity still probes).")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="Treat skipped checks as failures.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Four-layer acceptance: connectivity, correctness, performance vs the stage-0 baseline,
-    small-sample convergence, and cross-harness. Writes reports/verify.{json,md}; exit 0 pass, 1 fail.
+    small-sample convergence, and cross-harness. Reads what the run recorded and measures what is
+    missing: with no training to judge it runs a short verification run itself (the stage 8 short
+    recipe, bounded by verify.minutes) and says so. Writes reports/verify.{json,md}; exit 0 pass,
+    1 a check failed, 2 bad usage.
 
     Examples:
 
     * `agentrl verify` (the newest run, or a new one)
 
     * `agentrl verify --run 20261129-101500-ab12cd --json`
+
+    * `agentrl verify --layer connectivity --layer performance`
+
+    * `agentrl verify --record-only --strict`
     """
+    bad = [x for x in layer or [] if x not in LAYER_KEYS]
+    if bad:
+        raise UsageError(f"unknown --layer {', '.join(bad)}", f"use one of: {', '.join(LAYER_KEYS)}")
     loaded = load(config, sets)
     try:
         run_dir = get_run(Path(loaded.config.observe.runs_dir), run)
@@ -41,20 +57,32 @@ def verify_command(
             raise
         run_dir = create_run(loaded)
     with err().status("verify") as status:
-        report = verify(loaded, run_dir, strict=strict, progress=lambda m: status.update(f"verify: {m}"))
+        report = verify(loaded, run_dir, layers=layer or None, strict=strict, measure=not record_only,
+                        progress=lambda m: status.update(f"verify: {m}"))
     atomic_write_text(run_dir.reports / "verify.json", json.dumps(report.to_dict(), indent=2, default=str) + "\n")
     atomic_write_text(run_dir.reports / "verify.md", report.to_markdown())
+    from agentrl_cli.observe.run_report import report_or_reason
+
+    html, html_error = report_or_reason(run_dir.path, loaded.config.data)
     if json_out:
-        print_json({**report.to_dict(), "run_dir": str(run_dir.path)})
+        print_json({**report.to_dict(), "run_dir": str(run_dir.path), "report": html})
     else:
         console = out()
         table = Table("layer", "check", "status", "measured", "expected", title=f"agentrl verify (run {run_dir.run_id})")
-        for layer in LAYERS:
-            for c in report.layers[layer.key]:
-                table.add_row(layer.title, c.name, status_text(c.status), format_measured(c.measured), c.expected)
+        for lay in LAYERS:
+            for c in report.layers.get(lay.key, []):
+                table.add_row(lay.key, c.name, status_text(c.status), format_measured(c.measured), c.expected)
         console.print(table)
+        console.print(f"judged: {report.judged}")
+        for note in report.notes:
+            console.print(f"  note: {note}", style="yellow")
         for c in report.checks():
             if c.status == FAIL:
-                console.print(f"  ✗ {c.name}: what to do: {c.hint}", style="red")
+                console.print(f"  ✗ {c.name}: {c.detail.splitlines()[0] if c.detail else format_measured(c.measured)}", style="red")
+                console.print(f"    what to do: {c.hint}", style="dim")
         console.print(f"Report: {run_dir.reports / 'verify.md'}")
+        if report.status == FAIL:
+            console.print(f"Diagnose: agentrl troubleshoot --run {run_dir.run_id}")
+    err().print(f"Run report: {html}  (`agentrl report {run_dir.run_id} --open`)" if html else f"Run report not written: {html_error}",
+                soft_wrap=True)
     raise typer.Exit(1 if report.status == FAIL else 0)

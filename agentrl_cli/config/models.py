@@ -25,7 +25,6 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Parameter dtype for inference and training (float32 on CPU)")
     cache_dir: str = Field("~/.cache/agentrl", description="Where the built-in model and other artefacts are cached")
     context_length: int = Field(2048, ge=64, le=1_048_576, description="Maximum tokens of prompt plus completion")
-    trust_remote_code: bool = Field(False, description="Allow model code from the model directory (off unless you trust it)")
 
 
 class InferenceConfig(Section):
@@ -227,7 +226,7 @@ class PriorityConfig(Section):
 class ControlPlaneConfig(Section):
     state_store: str = Field("sqlite:///runs/state.db", description="sqlite:///PATH or postgresql://USER@HOST:PORT/DB state store URL (a password comes from PGPASSWORD or ~/.pgpass, never this file)")
     executor: Literal["local", "slurm", "kubernetes"] = Field("local", description="Where jobs run: local subprocesses, Slurm (sbatch), or Kubernetes Jobs queued by Kueue")
-    lease_seconds: float = Field(10.0, gt=0, le=3600, description="Leader lease: a leader that has not renewed for this long is replaced by a follower")
+    lease_seconds: float = Field(5.0, gt=0, le=3600, description="Leader lease: a leader that has not renewed for this long is replaced by a follower")
     jobs_dir: str = Field("runs/jobs", description="Job logs and the local executor's spool (on Slurm, a directory the compute nodes share)")
     pools: list[PoolConfig] = Field(
         default_factory=lambda: [PoolConfig(name="rollout", capacity=2, quota=2, priority=1, preemptible=True),

@@ -180,3 +180,12 @@ def write_report(run_path: Path, *, data_config=None, store=None, out: Path | No
     tmp.write_text(render_html(data), encoding="utf-8")
     tmp.replace(out)
     return out, data
+
+
+def report_or_reason(run_path: Path, data_config=None) -> tuple[str | None, str]:
+    """Write the run's HTML report: (its path, "") or (None, why not). A command that ends by naming
+    the report never fails because of it: the report is a view of results already written."""
+    try:
+        return str(write_report(run_path, data_config=data_config)[0]), ""
+    except Exception as exc:  # noqa: BLE001 - the results stand; the report is a view of them
+        return None, f"{type(exc).__name__}: {exc} (retry with `agentrl report`)"

@@ -157,13 +157,9 @@ class RolloutController:
     def train_reward(self, truncated: bool, masked: bool, reward: float) -> float | None:
         """The reward the trainer sees (None = masked): `rollout.truncation` decides for an episode cut
         at the step or sequence limit (mask, score, or penalize with -1); counted as `truncated_<mode>`."""
-        if masked:
-            return None
-        if not truncated:
-            return reward
-        mode = self.config.rollout.truncation
-        self.counters[f"truncated_{mode}"] += 1
-        return {"mask": None, "score": reward, "penalize": TRUNCATION_PENALTY}[mode]
+        if truncated and not masked:
+            self.counters[f"truncated_{self.config.rollout.truncation}"] += 1
+        return trained_reward(self.config.rollout.truncation, truncated, masked, reward)
 
     def reward_of_record(self, record) -> float | None:
         """`train_reward` for a stored trajectory (reloaded after a resume)."""
@@ -298,6 +294,15 @@ def infra_lost(tid: str, why: str, flag: str = "inference_unavailable") -> Rewar
     environment never created): masked (infra_error), never a zero score."""
     return RewardResult(trajectory_id=tid, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                         verifier="none", verifier_versions={}, flags=["infra_error", flag], detail=why)
+
+
+def trained_reward(truncation: str, truncated: bool, masked: bool, reward: float) -> float | None:
+    """What the trainer sees of an episode's reward; None = masked (never trained on)."""
+    if masked:
+        return None
+    if not truncated:
+        return reward
+    return {"mask": None, "score": reward, "penalize": TRUNCATION_PENALTY}[truncation]
 
 
 class _Named:

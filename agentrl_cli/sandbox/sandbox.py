@@ -24,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from agentrl_cli.sandbox import files
 from agentrl_cli.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, SUPERVISOR_PATH, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
 from agentrl_cli.sandbox.cgroups import CgroupSet
 from agentrl_cli.sandbox.limits import MB, Limits, apply_rlimits
+from agentrl_cli.sandbox.network import NET_DIR, SCRIPT_PATH, HostRelay, hosts_file, parse_allowlist
 from agentrl_cli.sandbox.result import ExecResult
 from agentrl_cli.sandbox.seccomp import bpf_program, program_fd
 
@@ -54,11 +55,17 @@ class SandboxSettings:
     workdir_size_mb: int = 64
     root_dir: Path = Path(tempfile.gettempdir()) / "agentrl-sandboxes"
     python: str = "/usr/bin/python3"
+    allowlist: tuple[str, ...] = ()  # host:port endpoints reachable from inside (see network.py); empty = none
 
     @classmethod
     def from_config(cls, c) -> "SandboxSettings":
         return cls(backend=c.backend, bwrap=c.bwrap, limits=Limits.from_config(c), seccomp=c.seccomp,
                    workdir_size_mb=c.workdir_size_mb, root_dir=Path(c.root_dir).expanduser(), python=c.python)
+
+    def for_harness(self, harness_config) -> "SandboxSettings":
+        """These settings with the harness's egress policy: its allowlist when `network: allowlist`."""
+        allow = tuple(harness_config.allowlist) if harness_config.network == "allowlist" else ()
+        return replace(self, allowlist=allow)
 
     @property
     def privileged(self) -> bool:
@@ -67,14 +74,17 @@ class SandboxSettings:
 
 def _support_dir(root: Path) -> Path:
     """A read-only directory with the supervisor and passwd/group files, shared by all sandboxes."""
-    source = resources.files("agentrl_cli.sandbox").joinpath("supervisor.py").read_bytes()
-    d = root / f"support-{hashlib.sha256(source).hexdigest()[:12]}"
+    package = resources.files("agentrl_cli.sandbox")
+    source = package.joinpath("supervisor.py").read_bytes()
+    network = package.joinpath("network.py").read_bytes()
+    d = root / f"support-{hashlib.sha256(source + network).hexdigest()[:12]}"
     if (d / "supervisor.py").exists():
         return d
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o711)
     tmp = Path(tempfile.mkdtemp(prefix=".support-", dir=root))
     (tmp / "supervisor.py").write_bytes(source)
+    (tmp / "network.py").write_bytes(network)
     (tmp / "passwd").write_text(f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORK}:/bin/bash\n")
     (tmp / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n")
     for p in tmp.iterdir():
@@ -108,6 +118,11 @@ class Sandbox:
         self._buf = b""
         self.cgroup: CgroupSet | None = None
         self.workdir_mounted = False
+        self.relay: HostRelay | None = None
+        try:
+            endpoints = parse_allowlist(s.allowlist) if self.isolated else []
+        except ValueError as exc:
+            raise SandboxUnavailable(str(exc), "fix harnesses[].allowlist: host:port entries") from None
         bwrap = check_bwrap(s.bwrap) if self.isolated else None
         self.base = s.root_dir / self.id
         self.workdir = self.base / "work"
@@ -121,12 +136,15 @@ class Sandbox:
                 if not self.workdir_mounted:
                     os.chown(self.workdir, as_uid, as_uid)
             if s.cgroups:
-                self.cgroup = CgroupSet.create(f"{self.id}", s.limits.max_processes, s.limits.memory_mb * MB)
+                self.cgroup = CgroupSet.create(f"{self.id}", s.limits.max_processes, s.limits.memory_mb * MB, s.limits.cpu_cores)
             seccomp_fd = program_fd() if (self.isolated and s.seccomp) else None
             if self.isolated:
                 profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support,
                                        tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd)
-                argv = profile.argv([s.python, "-I", "-S", SUPERVISOR_PATH])
+                command = [s.python, "-I", "-S", SUPERVISOR_PATH]
+                if endpoints:
+                    command = self._egress(endpoints, profile, support, command)
+                argv = profile.argv(command)
             else:
                 argv = [s.python if Path(s.python).exists() else sys.executable, "-I", "-S", str(support / "supervisor.py")]
             self.seccomp_loaded = seccomp_fd is not None
@@ -157,6 +175,17 @@ class Sandbox:
         except BaseException:
             self.close()
             raise
+
+    def _egress(self, endpoints, profile: BwrapProfile, support: Path, command: list[str]) -> list[str]:
+        """Start the host relays for the allow-listed endpoints and wrap `command` in the in-sandbox forwarder."""
+        self.relay = HostRelay(endpoints, self.base / "net")
+        profile.extra_ro_binds += [(str(self.base / "net"), NET_DIR), (str(support / "network.py"), SCRIPT_PATH)]
+        hosts = hosts_file(endpoints)
+        if hosts is not None:
+            (self.base / "hosts").write_text(hosts)
+            os.chmod(self.base / "hosts", 0o644)
+            profile.extra_ro_binds.append((str(self.base / "hosts"), "/etc/hosts"))
+        return [self.settings.python, "-I", "-S", SCRIPT_PATH, *self.relay.forwarder_args(), "--", *command]
 
     # -- commands ---------------------------------------------------------------------------------
     def exec(self, command: str | list[str], timeout: float | None = None, stdin: str | None = None,
@@ -304,6 +333,8 @@ class Sandbox:
             self._log.close()
         if self.cgroup:
             self.cgroup.destroy()
+        if self.relay is not None:
+            self.relay.close()
         if self.workdir_mounted:
             _umount(self.workdir)
         shutil.rmtree(self.base, ignore_errors=True)
@@ -324,4 +355,5 @@ class Sandbox:
         return {"id": self.id, "backend": self.settings.backend, "isolated": self.isolated,
                 "seccomp": "loaded" if self.seccomp_loaded else bpf_program()[1] if self.isolated else "not used",
                 "cgroups": f"v{self.cgroup.version}" if self.cgroup else "none (rlimits)",
-                "workdir": "tmpfs" if self.workdir_mounted else "directory"}
+                "workdir": "tmpfs" if self.workdir_mounted else "directory",
+                "egress": [f"{e.host}:{e.port}" for e in self.relay.endpoints] if self.relay else "none"}

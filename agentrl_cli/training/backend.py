@@ -25,8 +25,9 @@ class TrainingBackend(Protocol):
     world_size: int  # data-parallel ranks
 
     def train_step(self, samples: list[Sample]) -> dict:
-        """One optimizer step on this rank's samples (gradients are averaged over ranks). Returns
-        the metrics named in STEP_METRICS for this rank: loss, grad_norm (before clipping),
+        """One optimizer step on this rank's samples (gradients are averaged over ranks; each rank's
+        loss is normalised by the token count over all ranks, so the mean over ranks is the step's
+        loss, as one rank on the whole batch). Returns the metrics named in STEP_METRICS for this rank: loss, grad_norm (before clipping),
         clip_fraction, approx_kl, entropy, mismatch_kl (trainer vs inference log-probs before the
         update), lr, tokens (masked tokens), samples."""
         ...

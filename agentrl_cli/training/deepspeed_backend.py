@@ -10,8 +10,11 @@ Choices worth knowing:
 - One `train_step` is one optimizer step. Its samples are split into micro-batches of
   `training.micro_batch_size`; the accumulation boundary is set on the last one, whatever their
   number (`training.gradient_accumulation_steps` only tells callers how many samples to pass:
-  `samples_per_step`). Each micro-batch loss is divided by the step's masked-token count, so the
-  step's loss is a token mean over all its samples (per rank; DeepSpeed averages over ranks).
+  `samples_per_step`). Each micro-batch loss is divided by the step's masked-token count over ALL
+  ranks and multiplied by the world size (DeepSpeed divides the summed gradients by it), so the
+  update is the token mean over every rank's samples however unevenly the tokens fall, and the
+  mean of the ranks' reported losses is the loss one rank would report on all the samples
+  (`seq_mean` likewise counts the sequences of all ranks).
 - A client `torch.optim.AdamW` (lr = training.learning_rate, no weight decay) is passed, so
   DeepSpeed JIT-compiles no optimizer op. On CPU, DeepSpeed's communication backend would also
   compile its shared-memory all-reduce op (`deepspeed_shm_comm`, measured 212 s on 2 cores the
@@ -214,6 +217,7 @@ class DeepSpeedBackend:
         self._check_same_micro_batches(len(batches))
         total = sum(b.num_tokens for b in batches)
         sequences = sum(int((b.loss_mask.sum(dim=1) > 0).sum()) for b in batches)
+        global_total, global_sequences = self._global_counts(total, sequences)
         per_sequence = getattr(self.config, "loss_aggregation", "token_mean") == "seq_mean"
         sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
         loss_sum, grad_norm = 0.0, None
@@ -228,8 +232,9 @@ class DeepSpeedBackend:
                     ref_lp, _ = token_logprobs(self.reference, batch, self.temperature)
             loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
                                     kl_coef=self.config.kl_coef, ref_lp=ref_lp, entropy=entropy,
-                                    entropy_coef=self.config.entropy_coef, num_tokens=total,
-                                    token_weights=sequence_weights(batch.loss_mask, sequences) if per_sequence else None)
+                                    entropy_coef=self.config.entropy_coef, num_tokens=global_total,
+                                    token_weights=sequence_weights(batch.loss_mask, global_sequences) if per_sequence else None)
+            loss = loss * self.world_size  # DeepSpeed divides the summed gradients by the world size
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
             for key, value in m.items():
                 sums[key] += value * batch.num_tokens
@@ -247,6 +252,14 @@ class DeepSpeedBackend:
                        lr=float(self.engine.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
                        step=self.step)
         return metrics
+
+    def _global_counts(self, tokens: int, sequences: int) -> tuple[int, int]:
+        """Masked tokens and trained sequences of the step over all ranks."""
+        if self.world_size == 1:
+            return tokens, sequences
+        t = torch.tensor([tokens, sequences], dtype=torch.long, device=self.engine.device)
+        torch.distributed.all_reduce(t)
+        return int(t[0]), int(t[1])
 
     def _check_same_micro_batches(self, count: int) -> None:
         """ZeRO 2/3 reduce inside backward: ranks with different micro-batch counts would hang."""

@@ -1,9 +1,10 @@
-"""Look symptoms up in the knowledge base, in English or Chinese, by fuzzy match.
+"""The knowledge base and symptom lookup, in English or Chinese.
 
 The knowledge base is data (`knowledge_base.yaml`): every symptom from the seed documents'
 troubleshooting tables and the verification failures of the runbook, each with causes, how to
-check and what to do, in both languages. Matching scores a query against every entry's symptom,
-aliases and id with rapidfuzz and keeps the best string per entry.
+check and what to do, in both languages, the signals that show it and the detectors that look for
+it in a run. Lookup ranks entries by BM25 over their whole text and a fuzzy match of their symptom
+and aliases (`search.py`); a match is confident when its score clears MATCH_CUTOFF.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from importlib import resources
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
-from rapidfuzz import fuzz
-from rapidfuzz.utils import default_process
+from agentrl_cli.troubleshoot.search import Index, fuzzy
 
-MATCH_CUTOFF = 72.0  # below this a query "does not match" and the closest entries are listed
+MATCH_CUTOFF = 50.0  # below this a query "does not match" and the closest entries are listed
+COVERAGE_SCALE = 175.0  # coverage (0..1) to points: an entry covering 30% of a query's weight scores about 50
+FUZZY_MIN = 75.0  # a fuzzy match of a phrase counts only when this close: looser ones are noise
 
 
 class Text(BaseModel):
@@ -44,6 +46,7 @@ class Entry(BaseModel):
     actions: list[Text] = Field(min_length=1)
     config_keys: list[str] = Field(default_factory=list)
     signals: list[str] = Field(default_factory=list)
+    detectors: list[dict] = Field(default_factory=list)  # {kind: ..., thresholds...}: see detectors.py
 
     def phrases(self) -> list[str]:
         return [self.symptom.en, self.symptom.zh, *self.aliases.en, *self.aliases.zh, self.id.replace("-", " ")]
@@ -64,28 +67,32 @@ def load_knowledge_base() -> KnowledgeBase:
     return KnowledgeBase.model_validate(yaml.safe_load(text))
 
 
-def _score(query: str, phrase: str) -> float:
-    """0..100. Word order is ignored; spaces are ignored for CJK-style comparison; a partial match
-    counts only when the shorter string is at least half the longer, so short phrases inside long
-    unrelated queries do not score high."""
-    q, p = default_process(query), default_process(phrase)
-    if not q or not p:
-        return 0.0
-    cq, cp = q.replace(" ", ""), p.replace(" ", "")
-    score = max(fuzz.token_sort_ratio(q, p), fuzz.ratio(cq, cp))
-    short, long_ = sorted((cq, cp), key=len)
-    if len(short) >= 3 and len(short) >= 0.5 * len(long_):
-        score = max(score, 0.95 * fuzz.partial_ratio(cq, cp))
-    return float(score)
+_INDEXES: dict[int, tuple[KnowledgeBase, Index]] = {}
+
+
+def _index(kb: KnowledgeBase) -> Index:
+    if id(kb) not in _INDEXES:
+        _INDEXES[id(kb)] = (kb, Index(kb.entries))  # the kb is kept so its id is not reused
+    return _INDEXES[id(kb)][1]
+
+
+def score_entries(query: str, kb: KnowledgeBase) -> list[float]:
+    """0..100 per entry: the better of the fuzzy match of its phrases and its BM25 coverage."""
+    cover = _index(kb).coverage(query)
+    out = []
+    for e, c in zip(kb.entries, cover):
+        near = max(fuzzy(query, p) for p in e.phrases())
+        out.append(max(COVERAGE_SCALE * c, near if near >= FUZZY_MIN else 0.0))
+    return out
 
 
 def search(query: str, limit: int = 5, kb: KnowledgeBase | None = None) -> list[tuple[Entry, float]]:
-    """Entries ranked by their best-matching phrase, best first."""
+    """Entries ranked by score, best first."""
     kb = kb or load_knowledge_base()
     exact = kb.get(query.strip())
-    scored = [(e, 100.0 if e is exact else max(_score(query, p) for p in e.phrases())) for e in kb.entries]
-    scored.sort(key=lambda pair: -pair[1])
-    return scored[:limit]
+    scores = score_entries(query, kb)
+    ranked = sorted(zip(kb.entries, scores), key=lambda pair: (pair[0] is not exact, -pair[1]))
+    return [(e, 100.0 if e is exact else min(100.0, s)) for e, s in ranked[:limit]]
 
 
 def lookup(query: str, kb: KnowledgeBase | None = None) -> tuple[list[tuple[Entry, float]], list[tuple[Entry, float]]]:

@@ -22,6 +22,15 @@ def test_stage_0_runs_the_loop_once_and_writes_the_baseline(cli, quick_sets, iso
     baseline = json.loads((run / "baseline.json").read_text())
     assert baseline["steps"] == 2 and baseline["tokens_generated"] > 0 and baseline["env_step_latency_s"] > 0
     assert abs(sum(baseline["time_shares"].values()) - 1) < 1e-6
+    # what verify compares later runs with: throughput and per-stream rate, samples/min, server load
+    assert baseline["tokens_per_s"] > 0 and baseline["tokens_per_s_per_stream"] > 0 and baseline["samples_per_min"] > 0
+    assert 0 < baseline["server_busy_fraction"] <= 1 and baseline["inference_queue_len_mean"] is not None
+    assert 0 <= baseline["env_failure_rate"] <= 1 and 0 < baseline["timed_fraction"] <= 1
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["phase timers cover the loop"]["status"] == "pass"
+    assert by_name["time shares (sampling / training / sync)"]["status"] == "info"
+    assert by_name["tokens/s: throughput and per stream"]["status"] == "info"
+    assert report["counts"]["info"] == 2
 
 
 def test_stage_8_smoke_trains_checkpoints_and_resumes(cli, quick_sets):

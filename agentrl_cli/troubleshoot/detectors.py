@@ -1,0 +1,390 @@
+"""Detectors: one function per kind named in the knowledge base's `detectors`, each looking at a
+run's records for one known problem.
+
+A detector gets the run's data and its thresholds from the knowledge base and returns None (not
+seen) or a Hit: `strength` (1 at the threshold, more the further past it; a failing check that names
+the component is 2) and the figures that triggered it, under the signal names of `signals.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from agentrl_cli.verify.judge import achievable_max_reward, entropy_trend, grad_norm_stable, reward_rises
+from agentrl_cli.verify.performance import get
+from agentrl_cli.verify.record import RunRecord
+
+
+@dataclass
+class Hit:
+    strength: float
+    evidence: dict
+    summary: str
+
+
+@dataclass
+class RunData:
+    record: RunRecord
+    config: object  # PlatformConfig the run ran with
+    _trajectories: list | None = field(default=None, repr=False)
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.record.rows
+
+    def trajectories(self) -> list:
+        if self._trajectories is None:
+            try:
+                self._trajectories = self.record.trajectories(self.config.data)
+            except Exception:  # noqa: BLE001 - no readable store: the trajectory detectors see nothing
+                self._trajectories = []
+        return self._trajectories
+
+    def training_trajectories(self) -> list:
+        return [t for t in self.trajectories() if t.phase not in ("baseline", "verify-resume")]
+
+    def episodes(self) -> int:
+        return int(sum((r.get("train/samples") or 0) + (r.get("reward/masked") or 0) for r in self.rows))
+
+    def shares(self) -> dict[str, float]:
+        s = {k: sum(r.get(f"time/{k}") or 0 for r in self.rows) for k in ("sampling_wait_s", "train_s", "sync_s")}
+        total = sum(s.values()) or 1.0
+        return {"sampling": s["sampling_wait_s"] / total, "training": s["train_s"] / total, "sync": s["sync_s"] / total}
+
+
+def _r(x, d: int = 4):
+    return round(x, d) if isinstance(x, float) and math.isfinite(x) else x
+
+
+def reward_masked(d: RunData, t: dict) -> Hit | None:
+    masked = sum(r.get("reward/masked") or 0 for r in d.rows)
+    unreachable = sum("reward_service_unreachable" in t_.flags for t_ in d.trajectories())
+    episodes = d.episodes()
+    frac = masked / episodes if episodes else 0.0
+    if frac < t["min_fraction"]:
+        return None
+    return Hit(frac / t["min_fraction"], {"reward/masked": masked, "masked_fraction": _r(frac), "flag_reward_service_unreachable": unreachable},
+               f"{masked} of {episodes} episodes were not scored (masked, infra_error); {unreachable} flagged reward_service_unreachable")
+
+
+def failed_check(d: RunData, t: dict) -> Hit | None:
+    rec = d.record
+    found = []
+    for layer, checks in ((rec.verify_report or {}).get("layers") or {}).items():
+        found += [(f"verify {layer}", c) for c in checks if c.get("status") == "fail" and t["match"] in c.get("name", "")]
+    for stage, report in rec.reports.items():
+        found += [(f"stage {stage}", c.__dict__) for c in report.checks if c.status == "fail" and t["match"] in c.name]
+    if not found:
+        return None
+    where, c = found[0]
+    first = (c.get("detail") or "").splitlines()[0] if c.get("detail") else ""
+    return Hit(2.0, {"failed_check": f"{where}: {c['name']}", "measured": c.get("measured"), "detail": first[:200]},
+               f"{where} check failed: {c['name']} ({first[:160]})")
+
+
+def reward_at_max(d: RunData, t: dict) -> Hit | None:
+    top = achievable_max_reward(d.config.reward.weights)
+    rewards = [x.reward for x in d.training_trajectories() if x.reward_status != "infra_error"]
+    source = "trajectories"
+    if not rewards:
+        rewards, source = d.record.column("reward/mean"), "step means"
+    if not rewards or top <= 0:
+        return None
+    frac = sum(r >= 0.999 * top for r in rewards) / len(rewards)
+    if frac < t["max_fraction"]:
+        return None
+    return Hit(1.5 * frac / t["max_fraction"], {"reward/max_fraction": _r(frac), "achievable_max": _r(top),
+                                                "reward/mean": _r(statistics.fmean(rewards)), "from": f"{len(rewards)} {source}"},
+               f"{frac:.0%} of {len(rewards)} {source} at the achievable maximum {top:g} (from reward.weights)")
+
+
+def canary_positive(d: RunData, t: dict) -> Hit | None:
+    positive = [c for c in d.record.extra.get("canaries", []) if (c.get("outcome_score") or 0) > 0]
+    if not positive:
+        return None
+    return Hit(2.0, {"canary/positive": len(positive), "first": positive[:3]},
+               f"{len(positive)} canary task(s) with no correct answer scored positive: {positive[0]['task']}")
+
+
+def _perf(d: RunData):
+    rec = d.record
+    return (rec.probe, rec.baseline) if rec.probe and rec.baseline else (None, None)
+
+
+def env_latency_vs_baseline(d: RunData, t: dict) -> Hit | None:
+    probe, base = _perf(d)
+    now, then = get(probe, ("env_step_latency_s",)), get(base, ("env_step_latency_s",))
+    if not now or not then or now / then < t["max_ratio"]:
+        return None
+    ratio = now / then
+    return Hit(ratio / t["max_ratio"], {"perf/env_step_latency_s": {"now": _r(now), "baseline": _r(then), "ratio": _r(ratio, 2)},
+                                        "perf/time_share_sampling": {"now": _r(get(probe, ("time_shares", "sampling"))),
+                                                                     "baseline": _r(get(base, ("time_shares", "sampling")))}},
+               f"environment step latency {now:.3g} s vs baseline {then:.3g} s ({ratio:.1f}x)")
+
+
+def share_drift(d: RunData, t: dict) -> Hit | None:
+    probe, base = _perf(d)
+    if probe is None:
+        return None
+    worst = None
+    for seg in ("sampling", "training", "sync"):
+        now, then = get(probe, ("time_shares", seg)), get(base, ("time_shares", seg))
+        if now is None or then is None:
+            continue
+        drift = (now - then) / max(then, 0.05)
+        if worst is None or drift > worst[1]:
+            worst = (seg, drift, now, then)
+    if worst is None or worst[1] <= t["max_drift"]:
+        return None
+    seg, drift, now, then = worst
+    return Hit(drift / t["max_drift"], {f"perf/time_share_{seg}": {"now": _r(now), "baseline": _r(then)}},
+               f"{seg} share {now:.2f} vs baseline {then:.2f}: {seg} is the bottleneck")
+
+
+def sync_share(d: RunData, t: dict) -> Hit | None:
+    if not d.rows:
+        return None
+    share = d.shares()["sync"]
+    if share < t["max_share"]:
+        return None
+    return Hit(share / t["max_share"], {"perf/time_share_sync": _r(share)}, f"weight sync takes {share:.0%} of each step")
+
+
+def reward_flat(d: RunData, t: dict) -> Hit | None:
+    rewards = d.record.column("reward/mean")
+    if len(rewards) < t["min_steps"]:
+        return None
+    ok, measured = reward_rises(rewards)
+    if ok:
+        return None
+    lrs = d.record.column("train/lr")
+    lr = statistics.median(lrs) if lrs else None
+    strength = 1.0 + (0.5 if (measured["upper_95"] or 0) <= 0.001 else 0.0) + (1.0 if lr is not None and lr <= 1e-9 else 0.0)
+    trajs = d.training_trajectories()
+    truncated = sum(t_.outcome == "truncated" for t_ in trajs) / len(trajs) if trajs else None
+    return Hit(strength, {"reward/mean": measured, "train/lr": lr, "train/kl_ref": _r(d.rows[-1].get("train/kl_ref")),
+                          "traj/truncated_fraction": _r(truncated)},
+               f"reward slope {measured['slope_per_step']} per step (95% bounds {measured['lower_95']}..{measured['upper_95']}) "
+               f"over {len(rewards)} steps; learning rate {lr}")
+
+
+def held_out_drop(d: RunData, t: dict) -> Hit | None:
+    rates = d.record.eval_rates()
+    held = [h.name for h in d.config.harnesses if h.held_out and h.name in rates]
+    train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
+    if not held or not train:
+        return None
+    train_after = statistics.fmean(rates[n][-1][1] for n in train)
+    worst = max(held, key=lambda n: train_after - rates[n][-1][1])
+    drop = train_after - rates[worst][-1][1]
+    if drop <= t["max_drop"]:
+        return None
+    stored = [x for x in d.trajectories() if x.harness == worst and x.turns]
+    invalid = sum(x.invalid_actions for x in stored) / sum(x.turns for x in stored) if stored else None
+    return Hit(drop / t["max_drop"], {"eval/<harness>/success_rate": {n: [_r(v) for _, v in rates[n]] for n in train + held},
+                                      "drop": _r(drop), "traj/invalid_action_rate": _r(invalid)},
+               f"held-out {worst} {rates[worst][-1][1]:.2f} vs training harnesses {train_after:.2f} after training")
+
+
+def server_idle_queue(d: RunData, t: dict) -> Hit | None:
+    figures = d.record.probe or d.record.baseline or {}
+    busy, queue = get(figures, ("server_busy_fraction",)), get(figures, ("inference_queue_len_mean",))
+    if busy is None or queue is None or busy >= t["max_busy"] or queue < t["min_queue"]:
+        return None
+    return Hit(t["max_busy"] / max(busy, 0.01) * 0.5 + queue / t["min_queue"] * 0.5,
+               {"perf/server_busy_fraction": _r(busy), "perf/inference_queue_len": _r(queue)},
+               f"requests queue ({queue:.1f} waiting on average) while the server is busy only {busy:.0%} of the time")
+
+
+def long_tail_idle_trainer(d: RunData, t: dict) -> Hit | None:
+    turns = sorted(x.turns for x in d.training_trajectories())
+    if len(turns) < 10 or not d.rows:
+        return None
+    med = max(statistics.median(turns), 1)
+    p99 = turns[min(len(turns) - 1, int(0.99 * len(turns)))]
+    share = d.shares()["sampling"]
+    if p99 / med < t["min_tail_ratio"] or share < t["min_sampling_share"]:
+        return None
+    return Hit(0.5 * p99 / med / t["min_tail_ratio"] + 0.5 * share / t["min_sampling_share"],
+               {"traj/turns_p99_over_median": _r(p99 / med, 2), "perf/time_share_sampling": _r(share)},
+               f"p99 episode length {p99} turns vs median {med:g}; the trainer waits {share:.0%} of each step")
+
+
+TOOL_KEY = re.compile(r"^env/([^/]+)/tool/(.+)/([^/]+)$")
+CREATE_KEY = re.compile(r"^env/([^/]+)/create_failures/(.+)$")
+
+
+def _counts(row: dict, pattern: re.Pattern) -> Counter:
+    return Counter({m.groups(): v for k, v in row.items() if (m := pattern.match(k)) and isinstance(v, (int, float))})
+
+
+def tool_failures(d: RunData, t: dict) -> Hit | None:
+    """Tool calls by tool and status: from the run's rows (`env/<harness>/tool/<tool>/<status>`,
+    cumulative), else from the stored trajectories."""
+    if d.rows and _counts(d.rows[-1], TOOL_KEY):
+        mid = d.rows[len(d.rows) // 2]
+        last, half = _counts(d.rows[-1], TOOL_KEY), _counts(mid, TOOL_KEY)
+        calls = [(("rows", 0 if n <= half.get(key, 0) else 1), key) for key, total in last.items() for n in range(1, int(total) + 1)]
+        statuses = [(part, f"{key[1]}:{key[2]}", key[2]) for part, key in calls]
+    else:
+        traj = sorted(d.training_trajectories(), key=lambda x: x.started_at)
+        statuses = [(("traj", i * 2 // max(1, len(traj))), f"{c.name}:{c.status}", c.status)
+                    for i, x in enumerate(traj) for s_ in x.steps for c in s_.tool_calls]
+    if len(statuses) < 10:
+        return None
+    failed = [(p, name) for p, name, status in statuses if status != "ok"]
+    rate = len(failed) / len(statuses)
+    if rate < t["max_rate"]:
+        return None
+    halves = [[st for p, _, st in statuses if p[1] == h] for h in (0, 1)]
+    first, second = (sum(st != "ok" for st in part) / max(1, len(part)) for part in halves)
+    by = Counter(name for _, name in failed).most_common(5)
+    return Hit(rate / t["max_rate"] * (1.2 if second > first else 1.0),
+               {"tool/failure_rate": _r(rate), "tool/failures_by_status": dict(by), "first_half": _r(first), "second_half": _r(second),
+                "env/<harness>/tool/<tool>/<status>": "from the run's rows" if statuses[0][0][0] == "rows" else None},
+               f"{rate:.0%} of {len(statuses)} tool calls failed ({'rising' if second > first else 'not rising'}); most: {by[0][0]}")
+
+
+def reset_mismatch(d: RunData, t: dict) -> Hit | None:
+    seen: dict[str, set] = {}
+    for x in d.trajectories():
+        seen.setdefault(x.task_id, set()).add(x.initial_observation)
+    repeated = {k: v for k, v in seen.items() if len(v) > 0}
+    leaky = {k: len(v) for k, v in repeated.items() if len(v) > t["max_variants"]}
+    if not leaky:
+        return None
+    frac = len(leaky) / len(repeated)
+    return Hit(1.0 + 2 * frac, {"env/initial_observation_variants": dict(list(leaky.items())[:5]), "tasks_affected": len(leaky)},
+               f"{len(leaky)} task(s) started from different initial observations (e.g. {next(iter(leaky))})")
+
+
+def eval_below_training(d: RunData, t: dict) -> Hit | None:
+    rates = d.record.eval_rates()
+    train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
+    success = d.record.column("reward/success_rate")
+    if not train or len(success) < 3:
+        return None
+    train_rate = statistics.fmean(success[-5:])
+    eval_rate = statistics.fmean(rates[n][-1][1] for n in train)
+    gap = train_rate - eval_rate
+    if gap < t["max_gap"]:
+        return None
+    return Hit(gap / t["max_gap"], {"reward/success_rate": _r(train_rate), "eval/<harness>/success_rate": _r(eval_rate)},
+               f"training success {train_rate:.2f} vs evaluation {eval_rate:.2f} on the same harnesses")
+
+
+def mismatch_kl(d: RunData, t: dict) -> Hit | None:
+    kl = d.record.column("train/mismatch_kl")
+    if not kl or statistics.median(kl) < t["max_median"]:
+        return None
+    med = statistics.median(kl)
+    return Hit(med / t["max_median"], {"train/mismatch_kl": {"median": _r(med, 6), "max": _r(max(kl), 6)}},
+               f"median mismatch_kl {med:.3g}: the server samples from other weights than the trainer's")
+
+
+def episode_errors(d: RunData, t: dict) -> Hit | None:
+    """Episodes that failed to start or run, with environment creation failures by error
+    (`env/<harness>/create_failures/<error>` in the run's rows)."""
+    errors = max((r.get("rollout/episode_errors") or 0 for r in d.rows), default=0)
+    kinds = _counts(d.rows[-1], CREATE_KEY) if d.rows else Counter()
+    created_failed = int(sum(kinds.values()))
+    episodes = d.episodes() + errors
+    failures = max(errors, created_failed)
+    if not episodes or failures / episodes < t["max_rate"]:
+        return None
+    by = {f"{h}: {e}": n for (h, e), n in kinds.most_common(3)}
+    return Hit(failures / episodes / t["max_rate"], {"rollout/episode_errors": errors, "env/creation_errors": by},
+               f"{failures} of {episodes} episodes failed to create or run an environment" + (f"; most: {next(iter(by))}" if by else ""))
+
+
+def store_growth(d: RunData, t: dict) -> Hit | None:
+    from agentrl_cli.data.stores import open_store
+
+    if d.config.data.store != "local" or not d.rows:
+        return None
+    created = d.record.run.meta().get("created_at")
+    try:
+        start = datetime.fromisoformat(created) if created else None
+        objects = open_store(d.config.data).list()
+    except Exception:  # noqa: BLE001 - an unreadable store says nothing about growth
+        return None
+    if start is None:
+        return None
+    written = sum(o.size for o in objects if o.modified >= start)
+    hours = max((datetime.now(timezone.utc) - start).total_seconds(), 60.0) / 3600
+    hours = min(hours, max(d.rows[-1].get("elapsed_s") or 60.0, 60.0) / 3600)
+    rate = written / hours
+    free = shutil.disk_usage(Path(d.config.data.root)).free
+    to_full = free / rate if rate else math.inf
+    if to_full >= t["min_hours_to_full"]:
+        return None
+    return Hit(t["min_hours_to_full"] / max(to_full, 0.1),
+               {"data/store_bytes": written, "data/store_growth_mb_per_hour": _r(rate / 1e6, 2), "data/hours_to_disk_full": _r(to_full, 1)},
+               f"the store grew {rate / 1e6:.1f} MB/h: the disk is full in {to_full:.1f} h")
+
+
+def loss_not_finite(d: RunData, t: dict) -> Hit | None:
+    losses = [r.get("train/loss") for r in d.rows]
+    bad = [(r["step"], r.get("train/loss")) for r in d.rows
+           if not isinstance(r.get("train/loss"), (int, float)) or not math.isfinite(r["train/loss"]) or abs(r["train/loss"]) > t["max_abs"]]
+    if not losses or not bad:
+        return None
+    return Hit(3.0, {"train/loss": bad[:5], "train/grad_norm": [_r(r.get("train/grad_norm")) for r in d.rows if r["step"] == bad[0][0]]},
+               f"loss {bad[0][1]} at step {bad[0][0]} ({len(bad)} bad steps)")
+
+
+def entropy_check(d: RunData, t: dict) -> Hit | None:
+    entropy = d.record.column("train/entropy")
+    if len(entropy) < 10:
+        return None
+    ok, measured = entropy_trend(entropy)
+    return None if ok else Hit(1.5, {"train/entropy": measured}, f"entropy median went from {measured['first']} to {measured['last']}")
+
+
+def grad_norm(d: RunData, t: dict) -> Hit | None:
+    norms = d.record.column("train/grad_norm")
+    if len(norms) < 5:
+        return None
+    ok, measured = grad_norm_stable(norms)
+    return None if ok else Hit(1.5, {"train/grad_norm": measured}, f"gradient norm max {measured['max']} vs median {measured['median']}")
+
+
+def env_failure_rate(d: RunData, t: dict) -> Hit | None:
+    failures = max((r.get("rollout/env_failures") or 0 for r in d.rows), default=0)
+    episodes = d.episodes()
+    if not episodes or failures / episodes < t["max_rate"]:
+        return None
+    return Hit(failures / episodes / t["max_rate"], {"rollout/env_failures": failures, "episodes": episodes},
+               f"{failures} of {episodes} episodes ended in environment errors or timeouts")
+
+
+def repeat_variance(d: RunData, t: dict) -> Hit | None:
+    repeats = d.record.extra.get("repeats") or []
+    if not repeats:
+        return None
+    var = max(statistics.pvariance(r["rewards"]) for r in repeats)
+    if var <= t["max_variance"]:
+        return None
+    return Hit(min(5.0, var / max(t["max_variance"], 1e-9)), {"verify/repeat_reward_variance": _r(var, 6)},
+               f"the same task with the same seed scored with variance {var:.3g}")
+
+
+DETECTORS: dict[str, Callable[[RunData, dict], Hit | None]] = {
+    "reward_masked": reward_masked, "failed_check": failed_check, "reward_at_max": reward_at_max,
+    "canary_positive": canary_positive, "env_latency_vs_baseline": env_latency_vs_baseline, "share_drift": share_drift,
+    "sync_share": sync_share, "reward_flat": reward_flat, "held_out_drop": held_out_drop,
+    "server_idle_queue": server_idle_queue, "long_tail_idle_trainer": long_tail_idle_trainer, "tool_failures": tool_failures,
+    "reset_mismatch": reset_mismatch, "eval_below_training": eval_below_training, "mismatch_kl": mismatch_kl,
+    "episode_errors": episode_errors, "store_growth": store_growth, "loss_not_finite": loss_not_finite,
+    "entropy_trend": entropy_check, "grad_norm": grad_norm, "env_failure_rate": env_failure_rate,
+    "repeat_variance": repeat_variance,
+}

@@ -1,0 +1,154 @@
+"""What verify measures when the run did not record it.
+
+- The verification run (`runs/<id>/verify/`): with no training to judge, verify trains itself with
+  the stage 8 short recipe for part of `verify.minutes`, evaluates every harness (held-out included)
+  greedily before and after, plays every canary with the trained policy, plays a few tasks twice
+  with the same seed, and resumes from its checkpoint in a copy of the directory to take one more
+  step. The extras go to `verify/extra.json`.
+- The baseline loop again (`verify/probe.json`), or the baseline itself (`baseline.json`) when no
+  run on this machine has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+from agentrl_cli.report import atomic_write_text
+
+REPEAT_TASKS = 3
+MIN_STEPS = 3  # the fewest steps a verification run trains, whatever the budget (a checkpoint is written there)
+TRAIN_SHARE = 0.6  # of verify.minutes; evaluation, canaries, repeats and the resume take the rest
+
+
+def eval_tasks(cfg, per_family: int) -> dict:
+    from harnesses.tasks import load_tasks
+
+    out = {}
+    for h in cfg.harnesses:
+        by_family: dict[str, list] = {}
+        for t in load_tasks(h.name, "eval"):
+            by_family.setdefault(t.meta.get("family", ""), []).append(t)
+        out[h.name] = [t for tasks in by_family.values() for t in tasks[::max(1, len(tasks) // per_family)][:per_family]]
+    return out
+
+
+def run_config(cfg):
+    from agentrl_cli.config.load import with_overrides
+
+    recipe = cfg.stages.short_recipe
+    cfg = with_overrides(cfg, recipe, "stages.short_recipe") if recipe else cfg
+    return cfg.model_copy(update={"training": cfg.training.model_copy(update={
+        "checkpoint_interval_steps": min(cfg.training.checkpoint_interval_steps, 5), "resume_from_latest": False})})
+
+
+def verification_run(cfg, run, progress) -> str:
+    from agentrl_cli.model.resolve import resolve_model_path
+
+    recipe = "the stage 8 short recipe" if cfg.stages.short_recipe else "the config as it is (stages.short_recipe is null)"
+    cfg = run_config(cfg)
+    path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
+    workdir = run.path / "verify"
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    minutes = cfg.verify.minutes
+    extra = asyncio.run(_train_and_probe(cfg, path, workdir, run.run_id, minutes * 60 * TRAIN_SHARE, progress))
+    extra["resume"] = _resume(cfg, path, workdir, run.run_id, progress)
+    atomic_write_text(workdir / "extra.json", json.dumps(extra, indent=2, default=str) + "\n")
+    return (f"no run had training to judge: verify trained {extra['steps']} steps (at least {MIN_STEPS}, then up to "
+            f"{minutes * TRAIN_SHARE:g} of verify.minutes = {minutes:g}) with {recipe} in {workdir} and judged that")
+
+
+async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline_s: float, progress) -> dict:
+    import time
+
+    from agentrl_cli.rollout.sampler import Draw
+    from agentrl_cli.run import TrainingRun
+    from harnesses.canaries import canary_tasks
+
+    t0 = time.perf_counter()
+    training = TrainingRun(cfg, workdir, path, run_id=run_id, phase="verify", progress=progress)
+    try:
+        await training.start()
+        tasks = eval_tasks(cfg, cfg.verify.eval_tasks_per_family)
+        progress("evaluating before training")
+        await _evaluate(training, tasks)
+        report = lambda row: progress(f"verify run step {row['step']}: reward {row.get('reward/mean')}")  # noqa: E731
+        await training.run(MIN_STEPS, on_step=report)
+        left = deadline_s - (time.perf_counter() - t0)
+        if left > 0:
+            await training.run(10 ** 6, deadline_s=left, on_step=report)
+        progress("evaluating after training")
+        await _evaluate(training, tasks)
+        progress("playing the canaries")
+        canaries = []
+        for i, task in enumerate(t for h in cfg.harnesses for t in canary_tasks(h.name)):
+            _, scored, _ = await training.controller.play(Draw(task, f"canary-{i}", 0, i), temperature=0.0, store=False)
+            canaries.append({"task": task.task_id, "reward": scored.reward, "outcome_score": scored.components.get("outcome"),
+                             "outcome": scored.outcome, "status": scored.status})
+        progress("playing tasks twice with the same seed")
+        repeats = []
+        picks = [t for ts in tasks.values() for t in ts[:1]][:REPEAT_TASKS]
+        for i, task in enumerate(picks):
+            rewards = []
+            for _ in range(2):
+                _, scored, _ = await training.controller.play(Draw(task, f"repeat-{i}", 0, 7), temperature=0.0, store=False)
+                rewards.append(scored.reward)
+            repeats.append({"task_id": task.task_id, "rewards": rewards})
+        return {"steps": training.step, "canaries": canaries, "repeats": repeats}
+    finally:
+        await training.close()
+
+
+async def _evaluate(training, tasks: dict) -> None:
+    """Greedy success per harness, appended to the run's metrics.jsonl as the training run's own
+    evaluations are (`eval/<harness>/success_rate`)."""
+    n = training.cfg.rollout.eval_concurrency
+    limit = asyncio.Semaphore(n) if n > 0 else None
+    names = list(tasks)
+    results = await asyncio.gather(*(training.controller.evaluate(tasks[h], temperature=0.0, limit=limit) for h in names))
+    row = {"step": training.step, "version": training.version,
+           **{f"eval/{h}/success_rate": r["success_rate"] for h, r in zip(names, results)}}
+    with training.metrics_path.open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
+    """Copy the newest checkpoint into a fresh directory, start a run there that resumes from it,
+    and take one step."""
+    from agentrl_cli.run import TrainingRun
+    from agentrl_cli.training.checkpoint import CheckpointManager
+
+    latest = CheckpointManager(workdir / "checkpoints").latest()
+    if latest is None:
+        return {"ok": False, "why": "the verification run wrote no checkpoint"}
+    step = int(latest.name.split("-")[1])
+    resume_dir = workdir / "resume"
+    shutil.copytree(workdir / "checkpoints", resume_dir / "checkpoints")
+    cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"resume_from_latest": True})})
+
+    async def go():
+        training = TrainingRun(cfg, resume_dir, path, run_id=run_id, phase="verify-resume", progress=progress)
+        try:
+            await training.start()
+            return await training.run(step + 1)
+        finally:
+            await training.close()
+    s = asyncio.run(go())
+    ok = s.resumed_from == latest.name and s.start_step == step and s.steps == step + 1
+    return {"ok": ok, "checkpoint": latest.name, "resumed_from": s.resumed_from, "start_step": s.start_step, "end_step": s.steps}
+
+
+def baseline_loop(cfg, run, progress, *, as_baseline: bool) -> str:
+    """Measure the stage-0 loop: as the run's baseline.json (none existed) or as verify/probe.json."""
+    from stages.s0_baseline import measure
+
+    where = run.path / ("stage0" if as_baseline else "verify/probe")
+    _, figures = measure(cfg, where, run.run_id, progress)
+    target = run.path / ("baseline.json" if as_baseline else "verify/probe.json")
+    atomic_write_text(target, json.dumps(figures, indent=2) + "\n")
+    if as_baseline:
+        return (f"no stage-0 baseline on this machine: verify measured one ({target}); later verify runs compare with it")
+    return f"measured the stage-0 loop again ({target}) to compare with the baseline"

@@ -1,0 +1,80 @@
+"""The knowledge base names only what exists: every signal is one the runtime emits (and the code
+that emits it says so), every config key is a key of the config, every detector kind is built."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from agentrl_cli.troubleshoot import signals
+from agentrl_cli.troubleshoot.detectors import DETECTORS
+from agentrl_cli.troubleshoot.knowledge import load_knowledge_base
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNAL_IN_TEXT = re.compile(r"\b(?:train|reward|rollout|perf|tool|env|data|sync|inference|eval|ckpt|comm|sandbox|storage|"
+                            r"controlplane|cluster|observe|replay|time|traj|canary|verify|watchdog)/[a-z_<>]*[a-z_>]")
+
+
+def _source(*parts: str) -> str:
+    return (ROOT.joinpath(*parts)).read_text(encoding="utf-8")
+
+
+def test_every_signal_named_by_an_entry_is_emitted():
+    kb = load_knowledge_base()
+    unknown = [(e.id, s) for e in kb.entries for s in e.signals if s not in signals.ALL]
+    assert not unknown, f"signals no code emits: {unknown}"
+    in_text = [(e.id, m) for e in kb.entries for item in (*e.causes, *e.checks, *e.actions)
+               for m in SIGNAL_IN_TEXT.findall(item.en + " " + item.zh) if m not in signals.ALL]
+    assert not in_text, f"signals named in entry texts that no code emits: {in_text}"
+
+
+def test_the_signal_registry_matches_the_code_that_writes_each_signal():
+    run_py = _source("agentrl_cli", "run.py") + "".join(p.read_text(encoding="utf-8")
+                                                        for p in sorted((ROOT / "agentrl_cli" / "observe").glob("*.py")))
+    learner = _source("agentrl_cli", "training", "deepspeed_backend.py")
+    for name in signals.METRICS:
+        group, key = name.split("/", 1)
+        if group == "train":  # the learner's train_step returns the key; the run prefixes it with train/
+            assert f'"{key}"' in learner or f"{key}=" in learner, name
+        elif "<" in name:  # one key per harness (and error, tool, status): the f-string that writes it
+            template = re.sub(r"<(\w+)>", r"{\1}", name.replace("<harness>", "{h}"))
+            assert f'f"{template}"' in run_py or f'f"{template.replace("{h}", "{n}")}"' in run_py, name
+        else:
+            assert f'"{name}"' in run_py or f'"{key}"' in run_py, name
+    stage0 = _source("stages", "s0_baseline.py") + _source("agentrl_cli", "verify", "server_load.py")
+    for name, path in signals.BASELINE.items():
+        assert f'"{path[0]}"' in stage0, name
+    detectors = _source("agentrl_cli", "troubleshoot", "detectors.py")
+    for name in signals.DERIVED:
+        assert f'"{name}"' in detectors, name
+
+
+def test_every_config_key_named_by_an_entry_exists():
+    from agentrl_cli.config.explain import describe_keys
+
+    known = {row[0] for row in describe_keys()}
+    known |= {k.rsplit(".", 1)[0].removesuffix("[]") for k in known}  # a section or list names its keys
+    bad = [(e.id, key) for e in load_knowledge_base().entries for key in e.config_keys if key not in known]
+    assert not bad, f"config keys that do not exist: {bad}"
+    in_text = re.compile(r"\b(?:model|inference|rollout|harnesses\[\]|sandbox|reward|training|data|observe|controlplane|cluster|"
+                         r"stages|verify)\.[a-z_]+(?:\.[a-z_]+)?\b")
+    bad = [(e.id, m) for e in load_knowledge_base().entries for item in (*e.causes, *e.checks, *e.actions)
+           for m in in_text.findall(item.en) if m not in known]
+    assert not bad, f"config keys named in entry texts that do not exist: {bad}"
+
+
+def test_every_detector_kind_is_built_and_every_threshold_is_a_number():
+    for e in load_knowledge_base().entries:
+        for spec in e.detectors:
+            assert spec["kind"] in DETECTORS, (e.id, spec)
+            assert all(isinstance(v, (int, float)) or k in ("kind", "match") for k, v in spec.items()), (e.id, spec)
+
+
+def test_troubleshoot_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys; import agentrl_cli.commands.troubleshoot, agentrl_cli.troubleshoot.diagnose; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]

@@ -1,0 +1,133 @@
+"""Kubernetes and Kueue manifests: rendered for two pools and two priorities, they validate against the
+Kubernetes, Kueue v1beta2 and JobSet schemas; broken ones fail; no cluster means the checks say what would run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from agentrl_cli.config.models import PlatformConfig
+from agentrl_cli.controlplane.executor import ExecutorUnavailable
+from agentrl_cli.controlplane.kubernetes import KubernetesExecutor
+from agentrl_cli.controlplane.manifests import render_all
+from agentrl_cli.controlplane.slurm_conf import pool_lines, single_node_conf
+from agentrl_cli.controlplane.validate import validate_documents
+
+
+@pytest.fixture
+def cfg() -> PlatformConfig:
+    return PlatformConfig.model_validate({
+        "controlplane": {
+            "pools": [{"name": "rollout", "capacity": 8, "quota": 4, "priority": 1, "preemptible": True,
+                       "node_labels": {"agentrl/pool": "rollout"}},
+                      {"name": "train", "capacity": 64, "quota": 2, "priority": 10, "accelerators": 8,
+                       "node_labels": {"agentrl/pool": "train"}}],
+            "priorities": [{"name": "low", "value": 100}, {"name": "high", "value": 1000}]},
+        "cluster": {"nodes": 2, "gpus_per_node": 8, "accelerator_product": "NVIDIA-H100-80GB-HBM3", "namespace": "rl"}})
+
+
+def by(docs, kind, name=None):
+    return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def test_two_pools_and_two_priorities_render_and_validate(cfg):
+    docs = render_all(cfg)
+    assert validate_documents(docs) == []
+    assert {d["metadata"]["name"] for d in by(docs, "ResourceFlavor")} == {"agentrl-rollout", "agentrl-train"}
+    assert [d["value"] for d in by(docs, "WorkloadPriorityClass")] == [100, 1000]
+    train_cq = by(docs, "ClusterQueue", "agentrl-train")[0]["spec"]
+    quotas = {r["name"]: r["nominalQuota"] for r in train_cq["resourceGroups"][0]["flavors"][0]["resources"]}
+    assert quotas == {"cpu": 64, "pods": 2, "nvidia.com/gpu": 16}
+    assert train_cq["preemption"]["withinClusterQueue"] == "Never"
+    assert by(docs, "ClusterQueue", "agentrl-rollout")[0]["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
+    job = by(docs, "Job", "agentrl-noop-train")[0]
+    pod = job["spec"]["template"]["spec"]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "agentrl-train" and job["spec"]["suspend"] is True
+    assert pod["nodeSelector"] == {"agentrl/pool": "train"}
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][0]["values"] == ["NVIDIA-H100-80GB-HBM3"]
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    trainer = by(docs, "JobSet")[0]["spec"]["replicatedJobs"][0]
+    assert trainer["replicas"] == 2
+
+
+def test_each_role_has_its_own_account_and_only_the_control_plane_has_api_rights(cfg):
+    docs = render_all(cfg)
+    accounts = {d["metadata"]["name"]: d["automountServiceAccountToken"] for d in by(docs, "ServiceAccount")}
+    assert accounts == {"agentrl-controlplane": True, "agentrl-trainer": False, "agentrl-inference": False,
+                        "agentrl-environment": False}
+    (role,) = by(docs, "Role")
+    (binding,) = by(docs, "RoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "agentrl-controlplane", "namespace": "rl"}]
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert "*" not in verbs and not any("secrets" in rule["resources"] for rule in role["rules"])
+    assert not by(docs, "ClusterRole") and not by(docs, "Secret")
+
+
+def test_credentials_come_from_secrets_by_reference_only(cfg):
+    cfg.controlplane.state_store = "postgresql://agentrl@db:5432/agentrl"
+    cfg.data.store = "s3"
+    docs = render_all(cfg)
+    deploy = by(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "agentrl-state-store", "key": "password",
+                                                                 "optional": True}}} in deploy["env"]
+    trainer = by(docs, "Job")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert all("valueFrom" in e and "value" not in e for e in trainer["env"])
+    assert validate_documents(docs) == []
+
+
+@pytest.mark.parametrize("break_it, words", [
+    (lambda d: by(d, "ClusterQueue")[0]["spec"].__setitem__("cohort", "x"), "'cohort' was unexpected"),
+    (lambda d: by(d, "Job")[0]["spec"]["template"]["spec"]["containers"][0].__setitem__("gpu", 1), "'gpu' was unexpected"),
+    (lambda d: by(d, "LocalQueue")[0].__setitem__("apiVersion", "kueue.x-k8s.io/v1beta1"), "no schema for apiVersion"),
+    (lambda d: by(d, "WorkloadPriorityClass")[0].__setitem__("value", "high"), "is not of type 'integer'"),
+    (lambda d: by(d, "LocalQueue")[0]["spec"].__setitem__("clusterQueue", "nosuch"), "is not a rendered ClusterQueue"),
+    (lambda d: by(d, "Role")[0]["rules"][0].pop("verbs"), "'verbs' is a required property"),
+])
+def test_a_broken_manifest_fails_naming_the_field(cfg, break_it, words):
+    docs = copy.deepcopy(render_all(cfg))
+    break_it(docs)
+    errors = validate_documents(docs)
+    assert errors and any(words in e for e in errors), errors
+
+
+def test_without_a_cluster_the_kubernetes_executor_says_what_would_run(cfg):
+    with pytest.raises(ExecutorUnavailable) as info:
+        KubernetesExecutor(cfg).check()
+    assert "would apply" in info.value.message and "LocalQueue agentrl-train" in info.value.message
+    assert "cluster.kubeconfig" in info.value.hint
+
+
+def test_slurm_conf_maps_pools_to_partitions_tiers_preemption_and_quota_licenses(cfg):
+    lines = pool_lines(cfg.controlplane)
+    assert "Licenses=rollout_jobs:4,train_jobs:2" in lines
+    train = next(line for line in lines if line.startswith("PartitionName=train"))
+    rollout = next(line for line in lines if line.startswith("PartitionName=rollout"))
+    assert "PriorityTier=10" in train and "PreemptMode=OFF" in train and "MaxCPUsPerNode=64" in train
+    assert "PriorityTier=1 " in rollout and "PreemptMode=REQUEUE" in rollout
+    assert "NodeName=localhost NodeAddr=127.0.0.1 CPUs=64" in single_node_conf(cfg.controlplane)
+
+
+@pytest.mark.e2e
+def test_render_writes_one_file_per_object_and_validate_checks_them(cli, cfg, tmp_path, write_yaml):
+    path = write_yaml(yaml.safe_dump({"controlplane": cfg.controlplane.model_dump(mode="json"),
+                                      "cluster": cfg.cluster.model_dump(mode="json")}))
+    result, data = cli.json("controlplane", "render", "--config", str(path), "--out", str(tmp_path / "m"))
+    assert result.exit_code == 0 and data["valid"] and len(data["files"]) == len(data["objects"])
+    result, data = cli.json("controlplane", "validate", *data["files"])
+    assert result.exit_code == 0 and data["valid"]
+    broken = tmp_path / "m" / "broken.yaml"
+    broken.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: q}\nspec: {clusterqueue: x}\n")
+    result, data = cli.json("controlplane", "validate", str(broken))
+    assert result.exit_code == 1 and "'clusterqueue' was unexpected" in data["errors"][0]
+    (tmp_path / "bad.yaml").write_text("kind: Job\n  spec: [\n")
+    result = cli("controlplane", "validate", str(tmp_path / "bad.yaml"))
+    assert result.exit_code == 2 and "is not valid YAML at line" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.e2e
+def test_render_for_slurm_prints_the_partition_lines(cli):
+    result = cli("controlplane", "render", "--executor", "slurm")
+    assert result.exit_code == 0 and "PartitionName=rollout" in result.stdout and "Licenses=rollout_jobs:2,train_jobs:1" in result.stdout

@@ -1,0 +1,63 @@
+"""Run diagnosis beyond the verify faults: tool failures rising by tool and status, environment
+creation failures by error, state leaking through reset, evaluation far below training, and the
+weight sync's mismatch, each ranked first on a run that shows it."""
+
+from __future__ import annotations
+
+from agentrl_cli.troubleshoot.diagnose import diagnose
+from tests.unit.test_verify_faults import loaded_config, make_run, rows, trajectory
+
+
+def _top(run, loaded):
+    findings = diagnose(run, loaded.config)
+    assert findings
+    return findings[0]
+
+
+def test_rising_tool_failures_are_named_by_tool_and_status(tmp_path):
+    loaded = loaded_config(tmp_path)
+    metrics = rows()
+    for i, r in enumerate(metrics, 1):
+        r["env/terminal_like/tool/bash/ok"] = 10 * i
+        r["env/terminal_like/tool/bash/timeout"] = (i * i) // 2  # grows faster every step
+    top = _top(make_run(loaded, metrics=metrics), loaded)
+    assert top.entry.id == "tool-failure-rate-high"
+    figures = top.hits[0][1].evidence
+    assert "bash:timeout" in figures["tool/failures_by_status"] and figures["second_half"] > figures["first_half"]
+
+
+def test_environment_creation_failures_are_grouped_by_error(tmp_path):
+    loaded = loaded_config(tmp_path)
+    metrics = rows()
+    metrics[-1]["env/code_sandbox_like/create_failures/SandboxError"] = 30
+    top = _top(make_run(loaded, metrics=metrics), loaded)
+    assert top.entry.id == "env-creation-failures"
+    assert top.hits[0][1].evidence["env/creation_errors"] == {"code_sandbox_like: SandboxError": 30}
+
+
+def test_initial_observations_that_differ_for_one_task_are_a_state_leak(tmp_path):
+    loaded = loaded_config(tmp_path)
+
+    def leaky(run_id):
+        out = []
+        for i in range(12):
+            t = trajectory(run_id, i, [0.0, 1.2][i % 2])
+            t.initial_observation = f"Compute task {i % 6} (leftover file from episode {i})"
+            out.append(t)
+        return out
+    top = _top(make_run(loaded, trajectories=leaky), loaded)
+    assert top.entry.id == "env-state-leak" and top.hits[0][1].evidence["tasks_affected"] == 6
+
+
+def test_evaluation_far_below_training_and_a_high_mismatch_kl_are_found(tmp_path):
+    loaded = loaded_config(tmp_path)
+    metrics = rows(reward=lambda i: 0.9)
+    for r in metrics:
+        r["reward/mean"] = 0.2 + 0.03 * r["step"]
+    top = _top(make_run(loaded, metrics=metrics), loaded)
+    assert top.entry.id == "eval-train-gap"
+    metrics = rows()
+    for r in metrics:
+        r["train/mismatch_kl"] = 0.4
+    top = _top(make_run(loaded, metrics=metrics), loaded)
+    assert top.entry.id == "bad-after-weight-sync" and "mismatch_kl" in top.hits[0][1].summary
