@@ -70,12 +70,16 @@ def _train(ctx, cfg, path, steps: int, **kw):
     async def go():
         training = TrainingRun(cfg, ctx.run.path / "stage8", path, run_id=ctx.run.run_id, phase=ctx.options.phase,
                                progress=ctx.progress)
+        summary = None
         try:
             await training.start()
-            return await training.run(steps, on_step=lambda row: ctx.progress(
+            summary = await training.run(steps, on_step=lambda row: ctx.progress(
                 f"step {row['step']}: loss {row.get('train/loss')}, reward {row.get('reward/mean')}"), **kw)
+            return summary
         finally:
             await training.close()
+            if summary is not None:  # what outlived the run's sandbox pools, known once they are closed
+                summary.counters.update(training.sandbox_leaks)
     return asyncio.run(go())
 
 
@@ -104,7 +108,19 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
                               "see training.checkpoint_interval_steps and the checkpoints directory"))
     checks.append(ctx.check("reloaded and resumed", lambda: _resume(ctx, cfg, path, steps, a)))
     checks.append(ctx.check("no trajectory stored twice", lambda: _unique_ids(ctx)))
+    checks.append(_pools_clean(a))
     return checks
+
+
+def _pools_clean(a: RunSummary) -> Check:
+    leaks = {k: v for k, v in a.counters.items() if k in ("sandbox/leaked_processes", "sandbox/leftover_dirs")}
+    if not leaks:
+        return Check.skipped("sandbox pools left nothing", "no harness of this run took sandboxes from a local pool "
+                             "(sandbox.service_url, or harnesses without sandboxes)", "0 leaked processes, 0 leftover dirs")
+    acquired = sum(v for k, v in a.counters.items() if k.startswith("sandbox/") and k.endswith("/acquired"))
+    return Check.judge("sandbox pools left nothing", not any(leaks.values()), {**leaks, "sandboxes_acquired": acquired},
+                       "0 leaked processes, 0 leftover dirs", "a sandbox outlived its pool: run `agentrl sandbox check` "
+                       "and see docs/security.md row 4")
 
 
 def _first_smoke_run(ctx, path, steps: int, out: Trained) -> Check:

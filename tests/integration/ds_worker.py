@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -103,4 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # the report is written and every rank passed the barrier: skip the interpreter's teardown, where a
+    # collective library's background thread can abort the process under heavy load
+    os._exit(code)
