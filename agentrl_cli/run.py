@@ -93,7 +93,6 @@ class TrainingRun:
         from agentrl_cli.rollout.sampler import TaskSampler
         from agentrl_cli.training.backends import make_backend
         from agentrl_cli.training.weight_sync import make_weight_sync
-        from harnesses.registry import create
         from harnesses.task_sources import task_set
 
         cfg = self.cfg
@@ -118,7 +117,7 @@ class TrainingRun:
         self.controller = RolloutController(cfg, self.client, tokenizer, self.reward, self.sampler, self.buffer,
                                             run_id=self.run_id, writer=self.writer, phase=self.phase,
                                             temperature=cfg.inference.temperature,
-                                            make_harness=lambda name: create(name, cfg, sandboxes=self.sandboxes.for_harness(name)))
+                                            make_harness=self._make_harness)
         self.controller.watchdog, self.controller.on_recovered = self.watchdog, self.resync_servers
         self.step, self.version, self.resumed_from = 0, 0, None
         latest = self.ckpt.latest() if cfg.training.resume_from_latest else None
@@ -136,6 +135,12 @@ class TrainingRun:
             self.controller.fetch = self._fetch
             self.resumed_from = latest.name
             await self._sync_weights()
+
+    def _make_harness(self, name: str):
+        """A harness for the rollout: one acting through sandboxes gets its harness's warm pool."""
+        from harnesses.registry import create, uses_sandboxes
+
+        return create(name, self.cfg, sandboxes=self.sandboxes.for_harness(name) if uses_sandboxes(name) else None)
 
     async def __aenter__(self) -> "TrainingRun":
         await self.start()

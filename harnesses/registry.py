@@ -51,6 +51,13 @@ def harness_version(name: str) -> str:
     return str(getattr(cls, "version", "unknown"))
 
 
+def uses_sandboxes(name: str) -> bool:
+    """Whether the harness acts through sandboxes (so a run gives it a sandbox pool)."""
+    from harnesses.sandboxed import SandboxHarness
+
+    return issubclass(resolve(name), SandboxHarness)
+
+
 def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
     """The one way to build a harness: an instance configured from the platform config.
 

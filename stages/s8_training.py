@@ -73,14 +73,32 @@ def _train(ctx, cfg, path, steps: int, **kw):
         summary = None
         try:
             await training.start()
-            summary = await training.run(steps, on_step=lambda row: ctx.progress(
-                f"step {row['step']}: loss {row.get('train/loss')}, reward {row.get('reward/mean')}"), **kw)
+            summary = await training.run(steps, on_step=lambda row: ctx.progress(_step_line(row, steps, kw.get("deadline_s"))), **kw)
             return summary
         finally:
             await training.close()
             if summary is not None:  # what outlived the run's sandbox pools, known once they are closed
                 summary.counters.update(training.sandbox_leaks)
     return asyncio.run(go())
+
+
+def _step_line(row: dict, steps: int, deadline_s: float | None) -> str:
+    """One progress line per trainer step: step, loss, reward, the latest evaluation and time left
+    (to `steps` at the pace so far, or to the deadline when that comes first)."""
+    elapsed, step = row.get("elapsed_s") or 0.0, row["step"]
+    left = elapsed / max(1, step) * max(0, steps - step) if steps < 10 ** 6 else float("inf")
+    if deadline_s is not None:
+        left = min(left, max(0.0, deadline_s - elapsed))
+    evals = {k.split("/")[1]: v for k, v in row.items() if k.startswith("eval/") and k.endswith("/success_rate")}
+    loss, reward = row.get("train/loss"), row.get("reward/mean")
+    parts = [f"step {step}/{steps}" if steps < 10 ** 6 else f"step {step}",
+             f"loss {loss:.4f}" if isinstance(loss, float) else "loss n/a",
+             f"reward {reward:.3f}" if isinstance(reward, float) else "reward n/a"]
+    if evals:
+        parts.append("eval " + ", ".join(f"{h} {v:.2f}" for h, v in evals.items()))
+    if left != float("inf"):
+        parts.append(f"about {left / 60:.1f} min left")
+    return ", ".join(parts)
 
 
 def _smoke(ctx: StageContext, path) -> list[Check]:

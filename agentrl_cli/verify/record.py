@@ -75,7 +75,9 @@ class RunRecord:
 
     @property
     def has_training(self) -> bool:
-        return len(self.rows) >= MIN_TRAINING_STEPS
+        """Training that can be judged: enough steps, evaluated before and after (stage 8 short or
+        full, or verify's own run). A smoke run evaluates nothing, so verify trains for itself."""
+        return len(self.rows) >= MIN_TRAINING_STEPS and len(self.evals) >= 2
 
     @property
     def training_source(self) -> str:
