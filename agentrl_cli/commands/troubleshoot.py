@@ -30,7 +30,7 @@ def _pick(text, lang: str) -> str:
 
 
 def _render_entry(entry: Entry, score: float, lang: str) -> Panel:
-    lines = [f"[dim]id {entry.id} · match {score:.0f} · source {', '.join(entry.source)}"
+    lines = [f"[dim]id {entry.id} · match {score:.0f}"
              + (f" · stages {', '.join(map(str, entry.stages))}" if entry.stages else "") + "[/dim]"]
     for title, items in (("Causes", entry.causes), ("How to check", entry.checks), ("What to do", entry.actions)):
         lines.append(f"\n[bold]{title}[/bold]")
@@ -84,9 +84,9 @@ def troubleshoot(
         if json_out:
             print_json([_entry_json(e) for e in kb.entries])
             return
-        table = Table("id", "symptom", "stages", "source")
+        table = Table("id", "symptom", "stages")
         for e in kb.entries:
-            table.add_row(e.id, _pick(e.symptom, lang), ",".join(map(str, e.stages)) or "-", ", ".join(e.source))
+            table.add_row(e.id, _pick(e.symptom, lang), ",".join(map(str, e.stages)) or "-")
         out().print(table)
         return
     if not symptom or not symptom.strip():
