@@ -42,12 +42,20 @@ def write_fixture(root: Path | None = None) -> Path:
     backend = DeepSpeedBackend(str(model), TrainingConfig(**TRAINING))
     try:
         backend.train_step(_samples())
-        CheckpointManager(root / "checkpoints").save(1, lambda d: backend.save_checkpoint(d / "engine", {"step": 1, "version": 1}),
+        CheckpointManager(root / "checkpoints").save(1, lambda d: _save_weights_only(backend, d / "engine"),
                                                      {"version": 1, "run_id": "fixture"})
     finally:
         backend.close()
     (root / "fixture.json").write_text(json.dumps({"format_version": SCHEMA_VERSION, "training": TRAINING, "arch": ARCH}, indent=2) + "\n")
     return root
+
+
+def _save_weights_only(backend, engine_dir: Path) -> None:
+    """The checkpoint without the conversion scripts DeepSpeed copies beside it (zero_to_fp32.py):
+    loading never runs them, and the fixture keeps only what a load reads."""
+    backend.save_checkpoint(engine_dir, {"step": 1, "version": 1})
+    for script in engine_dir.glob("zero_to_*.py"):
+        script.unlink()
 
 
 @lru_cache(maxsize=None)
