@@ -124,22 +124,32 @@ def _start(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = N
     return ServerProcess(name, url, proc, log_path)
 
 
-def wait_healthy(servers: list[ServerProcess], deadline_s: float, path: str = "/health_generate") -> None:
+def _poll_ready(items: list, url_of, path: str, deadline_s: float, before=lambda item: None) -> list:
+    """Poll `url_of(item) + path` until each answers 200 or the deadline passes; returns those that
+    never did. `before(item)` runs ahead of each probe (it may raise to stop waiting)."""
     end = time.monotonic() + deadline_s
-    pending = list(servers)
+    pending = list(items)
     with httpx.Client(timeout=5) as client:
         while pending and time.monotonic() < end:
-            for s in list(pending):
-                if not s.alive():
-                    raise InferenceUnavailable(f"{s.name} exited during start-up (code {s.proc.returncode}):\n{s.log_tail(1500)}",
-                                               f"see {s.log_path}")
+            for item in list(pending):
+                before(item)
                 try:
-                    if client.get(s.url + path).status_code == 200:
-                        pending.remove(s)
+                    if client.get(url_of(item) + path).status_code == 200:
+                        pending.remove(item)
                 except httpx.TransportError:
                     pass
             if pending:
                 time.sleep(0.2)
+    return pending
+
+
+def wait_healthy(servers: list[ServerProcess], deadline_s: float, path: str = "/health_generate") -> None:
+    def still_alive(s: ServerProcess) -> None:
+        if not s.alive():
+            raise InferenceUnavailable(f"{s.name} exited during start-up (code {s.proc.returncode}):\n{s.log_tail(1500)}",
+                                       f"see {s.log_path}")
+
+    pending = _poll_ready(servers, lambda s: s.url, path, deadline_s, still_alive)
     if pending:
         raise InferenceUnavailable(f"not healthy within {deadline_s:.0f} s: {', '.join(s.name for s in pending)}",
                                    f"see {pending[0].log_path}; raise inference.startup_timeout_s for large models")
@@ -147,18 +157,7 @@ def wait_healthy(servers: list[ServerProcess], deadline_s: float, path: str = "/
 
 def wait_reachable(urls: list[str], deadline_s: float) -> None:
     """Servers started elsewhere (`inference.urls`): each answers /health within the deadline."""
-    end = time.monotonic() + deadline_s
-    pending = list(urls)
-    with httpx.Client(timeout=5) as client:
-        while pending and time.monotonic() < end:
-            for url in list(pending):
-                try:
-                    if client.get(url + "/health").status_code == 200:
-                        pending.remove(url)
-                except httpx.TransportError:
-                    pass
-            if pending:
-                time.sleep(0.2)
+    pending = _poll_ready(urls, lambda u: u, "/health", deadline_s)
     if pending:
         raise InferenceUnavailable(f"inference.urls not healthy within {deadline_s:.0f} s: {', '.join(pending)}",
                                    "start those servers (`agentrl serve inference`) or correct inference.urls")
