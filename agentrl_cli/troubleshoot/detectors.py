@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from agentrl_cli.verify.judge import achievable_max_reward, entropy_trend, grad_norm_stable, reward_rises
+from agentrl_cli.verify.convergence import learning_progress
+from agentrl_cli.verify.judge import achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
 from agentrl_cli.verify.performance import get
 from agentrl_cli.verify.record import RunRecord
 
@@ -163,18 +164,25 @@ def reward_flat(d: RunData, t: dict) -> Hit | None:
     rewards = d.record.column("reward/mean")
     if len(rewards) < t["min_steps"]:
         return None
-    ok, measured = reward_rises(rewards)
+    ok, name, measured, _ = learning_progress(d.record, [h.name for h in d.config.harnesses if not h.held_out])
     if ok:
         return None
     lrs = d.record.column("train/lr")
     lr = statistics.median(lrs) if lrs else None
-    strength = 1.0 + (0.5 if (measured["upper_95"] or 0) <= 0.001 else 0.0) + (1.0 if lr is not None and lr <= 1e-9 else 0.0)
+    strength = 1.0 + (0.5 if (measured.get("upper_95") or 0) <= 0.001 else 0.0) + (1.0 if lr is not None and lr <= 1e-9 else 0.0)
     trajs = d.training_trajectories()
     truncated = sum(t_.outcome == "truncated" for t_ in trajs) / len(trajs) if trajs else None
-    return Hit(strength, {"reward/mean": measured, "train/lr": lr, "train/kl_ref": _r(d.rows[-1].get("train/kl_ref")),
-                          "traj/truncated_fraction": _r(truncated)},
-               f"reward slope {measured['slope_per_step']} per step (95% bounds {measured['lower_95']}..{measured['upper_95']}) "
-               f"over {len(rewards)} steps; learning rate {lr}")
+    if "slope_per_step" in measured:
+        summary = (f"reward slope {measured['slope_per_step']} per step (95% bounds {measured['lower_95']}..{measured['upper_95']}) "
+                   f"over {len(rewards)} steps; learning rate {lr}")
+        figures = {"reward/mean": measured}
+    else:
+        curve = " -> ".join(f"{e['success_rate']}" for e in measured["evaluations"])
+        summary = (f"evaluation success {curve} (slope per 100 steps {measured['slope_per_100_steps']}, 95% lower bound "
+                   f"{measured['lower_95']}); learning rate {lr}")
+        figures = {"eval/<harness>/success_rate": measured}
+    return Hit(strength, {**figures, "train/lr": lr, "train/kl_ref": _r(d.rows[-1].get("train/kl_ref")),
+                          "traj/truncated_fraction": _r(truncated)}, summary)
 
 
 def held_out_drop(d: RunData, t: dict) -> Hit | None:
@@ -183,16 +191,18 @@ def held_out_drop(d: RunData, t: dict) -> Hit | None:
     train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
     if not held or not train:
         return None
-    train_after = statistics.fmean(rates[n][-1][1] for n in train)
-    worst = max(held, key=lambda n: train_after - rates[n][-1][1])
-    drop = train_after - rates[worst][-1][1]
-    if drop <= t["max_drop"]:
+    pairs = [(rates[n][0][1], rates[n][-1][1]) for n in train]
+    gaps = {n: gap_widening(pairs, (rates[n][0][1], rates[n][-1][1])) for n in held}
+    worst = max(held, key=lambda n: gaps[n]["drop"])
+    g = gaps[worst]
+    if g["drop"] <= t["max_drop"]:
         return None
     stored = [x for x in d.trajectories() if x.harness == worst and x.turns]
     invalid = sum(x.invalid_actions for x in stored) / sum(x.turns for x in stored) if stored else None
-    return Hit(drop / t["max_drop"], {"eval/<harness>/success_rate": {n: [_r(v) for _, v in rates[n]] for n in train + held},
-                                      "drop": _r(drop), "traj/invalid_action_rate": _r(invalid)},
-               f"held-out {worst} {rates[worst][-1][1]:.2f} vs training harnesses {train_after:.2f} after training")
+    return Hit(g["drop"] / t["max_drop"], {"eval/<harness>/success_rate": {n: [_r(v) for _, v in rates[n]] for n in train + held},
+                                           "drop": g["drop"], "traj/invalid_action_rate": _r(invalid)},
+               f"held-out {worst} {g['held_out_before']:.2f} -> {g['held_out_after']:.2f} vs training harnesses "
+               f"{g['training_before']:.2f} -> {g['training_after']:.2f} (fell behind by {g['drop']:.2f})")
 
 
 def server_idle_queue(d: RunData, t: dict) -> Hit | None:
@@ -268,18 +278,26 @@ def reset_mismatch(d: RunData, t: dict) -> Hit | None:
 
 
 def eval_below_training(d: RunData, t: dict) -> Hit | None:
+    """Evaluation falling behind training: the gap between the training success rate (first and last
+    few steps) and the evaluation of the same harnesses (first and last) widened by more than
+    `max_gap`. A gap present from the start is the sampling difference (curriculum-drawn tasks at
+    temperature 1 vs every evaluation task greedily), not a mismatch."""
     rates = d.record.eval_rates()
     train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
     success = d.record.column("reward/success_rate")
-    if not train or len(success) < 3:
+    if not train or len(success) < 10:
         return None
-    train_rate = statistics.fmean(success[-5:])
-    eval_rate = statistics.fmean(rates[n][-1][1] for n in train)
-    gap = train_rate - eval_rate
-    if gap < t["max_gap"]:
+    window = max(3, len(success) // 10)
+    train_first, train_last = statistics.fmean(success[:window]), statistics.fmean(success[-window:])
+    eval_first = statistics.fmean(rates[n][0][1] for n in train)
+    eval_last = statistics.fmean(rates[n][-1][1] for n in train)
+    widened = (train_last - eval_last) - (train_first - eval_first)
+    if widened < t["max_gap"]:
         return None
-    return Hit(gap / t["max_gap"], {"reward/success_rate": _r(train_rate), "eval/<harness>/success_rate": _r(eval_rate)},
-               f"training success {train_rate:.2f} vs evaluation {eval_rate:.2f} on the same harnesses")
+    return Hit(widened / t["max_gap"], {"reward/success_rate": [_r(train_first), _r(train_last)],
+                                        "eval/<harness>/success_rate": [_r(eval_first), _r(eval_last)], "gap_widened": _r(widened)},
+               f"training success {train_first:.2f} -> {train_last:.2f} vs evaluation {eval_first:.2f} -> {eval_last:.2f} "
+               f"on the same harnesses (gap widened by {widened:.2f})")
 
 
 def mismatch_kl(d: RunData, t: dict) -> Hit | None:

@@ -1,7 +1,12 @@
-"""Verify layer 4, small-sample convergence, from the trainer-step rows of the run: the reward's
-slope positive with 95% confidence (a fit over every step, not a two-point difference), entropy
-neither collapsed nor exploding, gradient norm stable, and `mismatch_kl` (sampler vs trainer
-log-probs) small.
+"""Verify layer 4, small-sample convergence: the policy improves with 95% confidence (a fit, not a
+two-point difference), entropy neither collapsed nor exploding, gradient norm stable, and
+`mismatch_kl` (sampler vs trainer log-probs) small.
+
+Improvement is judged on the greedy evaluation of the training harnesses when the run evaluated
+them with episode counts (a line through every evaluated episode against its step): a curriculum
+that keeps drawing tasks the policy solves about half the time holds the per-step training reward
+flat by design, so that reward's slope says little. Without such evaluations, the per-step reward
+is fitted instead.
 """
 
 from __future__ import annotations
@@ -9,19 +14,30 @@ from __future__ import annotations
 import statistics
 
 from agentrl_cli.report import Check
-from agentrl_cli.verify.judge import entropy_trend, grad_norm_stable, reward_rises
+from agentrl_cli.verify.judge import entropy_trend, eval_rises, grad_norm_stable, reward_rises
 
 MISMATCH_KL_MAX = 0.05  # median KL between the server's and the trainer's log-probs of the same tokens
+
+
+def learning_progress(rec, training_harnesses: list[str]) -> tuple[bool, str, dict, str]:
+    """(ok, check name, measured, target): the evaluation curve of the training harnesses when the
+    run recorded one with episode counts (at least two evaluations), else the per-step reward."""
+    curve = rec.eval_curve(training_harnesses)
+    if len(curve) >= 2:
+        ok, measured = eval_rises(curve)
+        return (ok, "evaluation success rises (95% lower bound > 0)", {"harnesses": training_harnesses, **measured},
+                "lower bound of the slope of greedy success per evaluated episode > 0")
+    ok, measured = reward_rises(rec.column("reward/mean"))
+    return ok, "reward slope positive (95% lower bound > 0)", measured, "lower bound of the slope per step > 0"
 
 
 def checks(ctx) -> list[Check]:
     rec = ctx.record
     if not rec.has_training:
         return [Check.skipped("convergence", "the run has too few trainer steps to judge")]
-    rewards = rec.column("reward/mean")
-    ok, measured = reward_rises(rewards)
-    out = [Check.judge("reward slope positive (95% lower bound > 0)", ok, measured, "lower bound of the slope per step > 0",
-                       "reward does not rise: check training.learning_rate (not ~0), the reward sign and staleness; "
+    ok, name, measured, target = learning_progress(rec, [h.name for h in ctx.config.harnesses if not h.held_out])
+    out = [Check.judge(name, ok, measured, target,
+                       "the policy does not improve: check training.learning_rate (not ~0), the reward sign and staleness; "
                        "`agentrl troubleshoot training-not-converging`")]
     ok, measured = entropy_trend(rec.column("train/entropy"))
     out.append(Check.judge("entropy neither collapses nor explodes", ok, measured,

@@ -15,7 +15,9 @@ from agentrl_cli.report import Check
 from agentrl_cli.verify.judge import achievable_max_reward
 
 LOSS_MAX_ABS = 100.0  # a GRPO loss is an advantage-weighted ratio: of order 1, never hundreds
-MAX_FRACTION_LIMIT = 0.5  # more than half the trajectories at the top: the reward pays for something else
+# nearly every trajectory at the top: the reward pays for something other than the task. A policy that
+# has learned its tasks legitimately sits well above half; the canaries are the test for cheating.
+MAX_FRACTION_LIMIT = 0.9
 
 
 def loss_check(rec) -> Check:

@@ -1,9 +1,9 @@
 """Judgements shared by `agentrl verify`, stage 8 and the run diagnosis: small pure functions over
 lists of numbers, each returning (ok, measured) so the caller names the check.
 
-Belongs here: trend and stability tests (reward slope with a confidence bound, entropy trend,
-gradient-norm stability), the achievable maximum reward from the reward weights, and drift against
-a baseline. Not here: reading runs (`record.py`) or building checks (the layer modules).
+Belongs here: trend and stability tests (reward slope and evaluation curve with a confidence
+bound, entropy trend, gradient-norm stability, a held-out harness falling behind), the achievable
+maximum reward from the reward weights, and drift against a baseline. Not here: reading runs (`record.py`) or building checks (the layer modules).
 """
 
 from __future__ import annotations
@@ -51,6 +51,32 @@ def reward_rises(rewards: list[float]) -> tuple[bool, dict]:
     ok = fit["lower"] is not None and fit["lower"] > 0
     return ok, {"slope_per_step": _r(fit["slope"], 6), "lower_95": _r(fit["lower"], 6), "upper_95": _r(fit["upper"], 6),
                 "steps": fit["n"], "first": _r(rewards[0]) if rewards else None, "last": _r(rewards[-1]) if rewards else None}
+
+
+def eval_rises(curve: list[tuple[int, int, int]]) -> tuple[bool, dict]:
+    """Greedy evaluation success rises with 95% confidence: a least-squares line through every
+    evaluated episode (1 solved, 0 not) against the step it was evaluated at, its slope's lower bound
+    above 0. `curve`: [(step, solved, episodes)] per evaluation, oldest first."""
+    xs = [step for step, _, n in curve for _ in range(n)]
+    ys = [1.0 if i < solved else 0.0 for _, solved, n in curve for i in range(n)]
+    fit = slope_with_bound(ys, xs)
+    ok = fit["lower"] is not None and fit["lower"] > 0
+    rate = [round(solved / n, 3) if n else None for _, solved, n in curve]
+    return ok, {"slope_per_100_steps": _r(fit["slope"] * 100 if fit["slope"] is not None else None),
+                "lower_95": _r(fit["lower"] * 100 if fit["lower"] is not None else None),
+                "evaluations": [{"step": s, "success_rate": r} for (s, _, _), r in zip(curve, rate)], "episodes": len(ys)}
+
+
+def gap_widening(train: list[tuple[float, float]], held: tuple[float, float]) -> dict:
+    """How far a held-out harness fell behind the training harnesses during training: the training
+    harnesses' mean gain minus the held-out harness's gain (before, after pairs). A gap that existed
+    before training (a harness the model never learned) is not counted; a held-out harness that
+    declines while the others hold counts in full."""
+    train_before = statistics.fmean(b for b, _ in train)
+    train_after = statistics.fmean(a for _, a in train)
+    drop = (train_after - train_before) - (held[1] - held[0])
+    return {"training_before": round(train_before, 3), "training_after": round(train_after, 3),
+            "held_out_before": round(held[0], 3), "held_out_after": round(held[1], 3), "drop": round(drop, 3)}
 
 
 def entropy_trend(entropy: list[float]) -> tuple[bool, dict]:

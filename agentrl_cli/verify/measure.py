@@ -110,7 +110,8 @@ async def _evaluate(training, tasks: dict) -> None:
     names = list(tasks)
     results = await asyncio.gather(*(training.controller.evaluate(tasks[h], temperature=0.0, limit=limit) for h in names))
     row = {"step": training.step, "version": training.version,
-           **{f"eval/{h}/success_rate": r["success_rate"] for h, r in zip(names, results)}}
+           **{f"eval/{h}/success_rate": r["success_rate"] for h, r in zip(names, results)},
+           **{f"eval/{h}/episodes": r["n"] for h, r in zip(names, results)}}
     with training.metrics_path.open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
 

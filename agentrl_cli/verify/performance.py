@@ -3,8 +3,10 @@
 The stage-0 loop (its small, fixed shape) is measured again now (`verify/probe.json`) and compared
 with `baseline.json` figure by figure: tokens/s, samples/min, inference busy fraction, sampling
 queue length, the time shares of sampling / training / weight sync, environment step latency and
-failure rate. Each figure beyond `verify.baseline_max_drift` (relative) is its own failing check
-naming the segment and the direction. The training run's own figures are shown as `info`: its
+failure rate. Each figure worse than the baseline by more than `verify.baseline_max_drift`
+(relative) is its own failing check naming the segment and the direction; a figure that moved the
+good way (more throughput, a shorter queue, a smaller share of one segment) passes and says so, and
+a share that fell shows up as another share that rose. The training run's own figures are shown as `info`: its
 shape (group size, batch, concurrency) differs from the baseline's, so they are not judged.
 """
 
@@ -23,28 +25,29 @@ class Figure:
     floor: float  # relative drift is taken against max(baseline, floor)
     up: str  # what a rise means
     down: str  # what a fall means
+    worse: int  # +1: a rise is a regression; -1: a fall is
     fmt: str = "{:.3g}"
 
 
 FIGURES = (
     Figure("tokens/s (generation throughput)", ("tokens_per_s",), 1.0,
-           "generation is faster than at the baseline", "generation is the bottleneck: fewer tokens per second"),
+           "generation is faster than at the baseline", "generation is the bottleneck: fewer tokens per second", -1),
     Figure("samples/min", ("samples_per_min",), 0.1,
-           "more trajectories per minute", "fewer trajectories per minute: sampling or training slowed down"),
+           "more trajectories per minute", "fewer trajectories per minute: sampling or training slowed down", -1),
     Figure("inference busy fraction", ("server_busy_fraction",), 0.05,
-           "the inference server is busier", "the inference server idles: the rollout does not feed it"),
+           "the inference server is busier", "the inference server idles: the rollout does not feed it", -1),
     Figure("sampling queue length", ("inference_queue_len_mean",), 1.0,
-           "requests queue at the inference server: generation is the bottleneck", "shorter queue"),
+           "requests queue at the inference server: generation is the bottleneck", "shorter queue", +1),
     Figure("sampling share", ("time_shares", "sampling"), 0.05,
-           "sampling (generation and environment) is the bottleneck", "sampling takes a smaller share"),
+           "sampling (generation and environment) is the bottleneck", "sampling takes a smaller share", +1),
     Figure("training share", ("time_shares", "training"), 0.05,
-           "the trainer is the bottleneck", "training takes a smaller share"),
+           "the trainer is the bottleneck", "training takes a smaller share", +1),
     Figure("weight-sync share", ("time_shares", "sync"), 0.05,
-           "weight sync is the bottleneck", "weight sync takes a smaller share"),
+           "weight sync is the bottleneck", "weight sync takes a smaller share", +1),
     Figure("environment step latency", ("env_step_latency_s",), 0.001,
-           "environment steps are slower: the environment is the bottleneck", "environment steps are faster", "{:.4g} s"),
+           "environment steps are slower: the environment is the bottleneck", "environment steps are faster", +1, "{:.4g} s"),
     Figure("environment failure rate", ("env_failure_rate",), 0.1,
-           "more episodes end in environment errors or timeouts", "fewer environment failures"),
+           "more episodes end in environment errors or timeouts", "fewer environment failures", +1),
 )
 HINT = ("attribute the deviation before adding hardware: `agentrl troubleshoot --run RUN` ranks the causes; "
         "the baseline is `agentrl stage run 0` on the same machine")
@@ -68,11 +71,16 @@ def compare(probe: dict, baseline: dict, max_drift: float) -> list[Check]:
             out.append(Check.skipped(name, f"{missing} has no {f.name} (an older stage 0 wrote it): rerun `agentrl stage run 0`"))
             continue
         drift = relative_drift(now, base, f.floor)
-        ok = abs(drift) <= max_drift
+        ok = drift * f.worse <= max_drift
         direction = f.up if drift > 0 else f.down
-        detail = f"{f.name} {f.fmt.format(now)} vs baseline {f.fmt.format(base)} ({drift:+.0%})" + ("" if ok else f": {direction}")
+        detail = f"{f.name} {f.fmt.format(now)} vs baseline {f.fmt.format(base)} ({drift:+.0%})"
+        if not ok:
+            detail += f": {direction}"
+        elif abs(drift) > max_drift:  # better than the baseline by a wide margin
+            detail += f": {direction}; a baseline this far behind catches fewer regressions, rerun `agentrl stage run 0`"
+        worse = "below" if f.worse < 0 else "above"
         out.append(Check.judge(name, ok, {"now": round(now, 4), "baseline": round(base, 4), "drift": round(drift, 3)},
-                               f"within ±{max_drift:.0%} of the baseline", f"{detail}. {HINT}", detail=detail))
+                               f"at most {max_drift:.0%} {worse} the baseline", f"{detail}. {HINT}", detail=detail))
     return out
 
 

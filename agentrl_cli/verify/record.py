@@ -98,6 +98,17 @@ class RunRecord:
                     out.setdefault(k[len("eval/"):-len("/success_rate")], []).append((row.get("step", 0), float(v)))
         return out
 
+    def eval_curve(self, harnesses: list[str]) -> list[tuple[int, int, int]]:
+        """[(step, solved, episodes)] per evaluation, pooled over `harnesses`; empty unless every
+        evaluation recorded each harness's episode count (`eval/<harness>/episodes`)."""
+        curve = []
+        for row in self.evals:
+            counts = [(row.get(f"eval/{h}/success_rate"), row.get(f"eval/{h}/episodes")) for h in harnesses]
+            if not harnesses or any(not isinstance(r, (int, float)) or not isinstance(n, int) for r, n in counts):
+                return []
+            curve.append((row.get("step", 0), sum(round(r * n) for r, n in counts), sum(n for _, n in counts)))
+        return curve
+
     def trajectories(self, data_config, phase: str | None = None) -> list:
         """This run's stored trajectories (optionally one phase), read from the trajectory store."""
         import pyarrow.compute as pc

@@ -65,7 +65,7 @@ def test_troubleshoot_run_on_a_healthy_run_finds_nothing_and_on_a_faulty_one_ran
     assert result.exit_code == 1 and data["findings"][0]["id"] == "held-out-harness-drop"
     assert data["findings"][0]["evidence"][0]["figures"]["drop"] == 0.55
     text = cli("troubleshoot", "--run", faulty.run_id, "--lang", "en", *sets).stdout
-    assert "Held-out harness scores far below training harnesses" in text and "held-out tool_api_like 0.00" in text
+    assert "Held-out harness scores far below training harnesses" in text and "held-out tool_api_like 0.30 -> 0.00" in text
     assert "Adjust the harness mix" in text
 
 
@@ -92,8 +92,9 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
                  "canaries score 0: answers a cheating agent tries (scored now)", "canaries score 0: the policy's own attempts",
                  "held-out harness tool_api_like vs training harnesses"):
         assert by[name]["status"] == "pass", (name, by[name])
-    assert by["reward slope positive (95% lower bound > 0)"]["status"] in ("pass", "fail")
-    assert by["reward slope positive (95% lower bound > 0)"]["measured"]["steps"] >= 3
+    progress = by["evaluation success rises (95% lower bound > 0)"]  # verify's run evaluates with episode counts
+    assert progress["status"] in ("pass", "fail")
+    assert len(progress["measured"]["evaluations"]) >= 2 and progress["measured"]["episodes"] >= 4
     run = Path(data["run_dir"])
     assert (run / "reports" / "verify.json").exists() and "## cross-harness" in (run / "reports" / "verify.md").read_text()
     rows = [json.loads(line) for line in (run / "verify" / "metrics.jsonl").read_text().splitlines()]

@@ -5,7 +5,7 @@ weight sync's mismatch, each ranked first on a run that shows it."""
 from __future__ import annotations
 
 from agentrl_cli.troubleshoot.diagnose import diagnose
-from tests.unit.test_verify_faults import loaded_config, make_run, rows, trajectory
+from tests.unit.test_verify_faults import evals, loaded_config, make_run, rows, trajectory
 
 
 def _top(run, loaded):
@@ -51,11 +51,12 @@ def test_initial_observations_that_differ_for_one_task_are_a_state_leak(tmp_path
 
 def test_evaluation_far_below_training_and_a_high_mismatch_kl_are_found(tmp_path):
     loaded = loaded_config(tmp_path)
-    metrics = rows(reward=lambda i: 0.9)
-    for r in metrics:
-        r["reward/mean"] = 0.2 + 0.03 * r["step"]
-    top = _top(make_run(loaded, metrics=metrics), loaded)
-    assert top.entry.id == "eval-train-gap"
+    metrics = rows(reward=lambda i: 0.3 + 0.035 * i)  # training success climbs 0.34 -> 1.0 ...
+    flat = {"terminal_like": 0.3, "code_sandbox_like": 0.3, "tool_api_like": 0.3}  # ... evaluation stays where it was
+    top = _top(make_run(loaded, metrics=metrics, eval_rows=evals(flat, flat)), loaded)
+    assert top.entry.id == "eval-train-gap" and top.hits[0][1].evidence["gap_widened"] > 0.5
+    steady = rows(reward=lambda i: 0.9)  # a gap there from the start is the sampling difference, not a mismatch
+    assert "eval-train-gap" not in {f.entry.id for f in diagnose(make_run(loaded, metrics=steady), loaded.config)}
     metrics = rows()
     for r in metrics:
         r["train/mismatch_kl"] = 0.4

@@ -210,6 +210,18 @@ def test_an_environment_slowed_five_times_fails_performance_naming_the_segment(t
     assert "(5.0x)" in top.hits[0][1].summary
 
 
+def test_a_machine_faster_than_its_baseline_passes_and_is_told_to_rebaseline(tmp_path):
+    loaded = loaded_config(tmp_path)
+    fast = {**BASELINE, "tokens_per_s": 225.0, "samples_per_min": 45.0, "env_step_latency_s": 0.02,
+            "time_shares": {"sampling": 0.45, "training": 0.42, "sync": 0.13}}
+    run = make_run(loaded, probe=fast)
+    report = verify(loaded, run, layers=["performance"], measure=False)
+    assert failing(report, "performance") == []
+    tokens = next(c for c in report.layers["performance"] if c.name == "tokens/s (generation throughput) vs baseline")
+    assert tokens.status == "pass" and tokens.measured["drift"] == 0.875
+    assert "generation is faster than at the baseline" in tokens.detail and "rerun `agentrl stage run 0`" in tokens.detail
+
+
 def test_learning_rate_zero_fails_convergence_and_is_diagnosed(tmp_path):
     loaded = loaded_config(tmp_path)
     run = make_run(loaded, metrics=rows(reward=lambda i: 0.3, lr=0.0), eval_rows=evals(HEALTHY_EVALS[0], HEALTHY_EVALS[0]))
@@ -231,7 +243,48 @@ def test_a_held_out_harness_with_a_changed_tool_call_format_fails_cross_harness(
     assert "unify prompt and tool-description style" in drop.hint
     top, _ = first_finding(run, loaded)
     assert top.entry.id == "held-out-harness-drop"
-    assert f"held-out {HELD_OUT} 0.05 vs training harnesses 0.55" in top.hits[0][1].summary
+    assert f"held-out {HELD_OUT} 0.30 -> 0.05 vs training harnesses 0.30 -> 0.55 (fell behind by 0.50)" in top.hits[0][1].summary
+
+
+def test_a_held_out_harness_the_model_never_solved_is_not_a_drop_caused_by_training(tmp_path):
+    """The held-out harness at 0 before and after while the training harnesses rise by 0.25: the
+    gap was there before training, so nothing fell behind beyond the training's own gain."""
+    loaded = loaded_config(tmp_path)
+    before = {"terminal_like": 0.1, "code_sandbox_like": 0.0, HELD_OUT: 0.0}
+    after = {"terminal_like": 0.4, "code_sandbox_like": 0.2, HELD_OUT: 0.0}
+    run = make_run(loaded, eval_rows=evals(before, after))
+    [check] = verify(loaded, run, layers=["cross_harness"], measure=False).layers["cross_harness"]
+    assert check.status == "pass" and check.measured["drop"] == 0.25
+    assert "held-out-harness-drop" not in {f.entry.id for f in diagnose(run, loaded.config)}
+
+
+def counted(curve: list[float], episodes: int = 24, steps: int = 60) -> list[dict]:
+    """Evaluation rows with episode counts, as the training run writes them, every 20 steps."""
+    return [{"step": i * 20, "version": i * 20, **{f"eval/{h}/success_rate": r for h in (*TRAIN, HELD_OUT)},
+             **{f"eval/{h}/episodes": episodes for h in (*TRAIN, HELD_OUT)}} for i, r in enumerate(curve)]
+
+
+def test_convergence_judges_the_evaluation_curve_when_the_curriculum_holds_the_training_reward_flat(tmp_path):
+    loaded = loaded_config(tmp_path)
+    flat = rows(steps=60, reward=lambda i: 0.6)  # the curriculum keeps drawing tasks solved about half the time
+    run = make_run(loaded, metrics=flat, eval_rows=counted([0.083, 0.208, 0.25, 0.375]))
+    [progress] = [c for c in verify(loaded, run, layers=["convergence"], measure=False).layers["convergence"]
+                  if "rises" in c.name or "slope" in c.name]
+    assert progress.name == "evaluation success rises (95% lower bound > 0)" and progress.status == "pass", progress.measured
+    assert progress.measured["episodes"] == 4 * 48 and progress.measured["lower_95"] > 0
+    run = make_run(loaded, metrics=flat, eval_rows=counted([0.25, 0.208, 0.25, 0.25]))
+    [progress] = failing(verify(loaded, run, layers=["convergence"], measure=False), "convergence")
+    assert progress.name == "evaluation success rises (95% lower bound > 0)" and progress.measured["lower_95"] <= 0
+    assert first_finding(run, loaded)[0].entry.id == "training-not-converging"
+
+
+def test_most_trajectories_at_the_maximum_is_a_policy_that_learned_nearly_all_is_pinned(tmp_path):
+    loaded = loaded_config(tmp_path)
+    for share, status in ((0.6, "pass"), (0.95, "fail")):
+        run = make_run(loaded, trajectories=lambda rid: trajectory_set(rid, lambda i: 1.2 if (i % 20) < share * 20 else 0.2))
+        [pinned] = [c for c in verify(loaded, run, layers=["correctness"], measure=False).layers["correctness"]
+                    if c.name == "reward not pinned at the achievable maximum"]
+        assert pinned.status == status and pinned.measured["fraction_at_max"] == share
 
 
 def test_a_canary_scored_positive_fails_correctness_and_is_diagnosed(tmp_path):
