@@ -79,7 +79,9 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
         await training.run(MIN_STEPS, on_step=report)
         left = deadline_s - (time.perf_counter() - t0)
         if left > 0:
-            await training.run(10 ** 6, deadline_s=left, on_step=report)
+            # evaluated along the way too: the convergence layer fits a line through the whole curve
+            await training.run(10 ** 6, deadline_s=left, on_step=report, eval_tasks=tasks,
+                               eval_every=cfg.stages.short_eval_every_steps)
         progress("evaluating after training")
         await _evaluate(training, tasks)
         progress("playing the canaries")
