@@ -193,6 +193,9 @@ def held_out_drop(d: RunData, t: dict) -> Hit | None:
         return None
     pairs = [(rates[n][0][1], rates[n][-1][1]) for n in train]
     gaps = {n: gap_widening(pairs, (rates[n][0][1], rates[n][-1][1])) for n in held}
+    held = [n for n in held if gaps[n]["measurable"]]  # never solved: nothing to say about transfer
+    if not held:
+        return None
     worst = max(held, key=lambda n: gaps[n]["drop"])
     g = gaps[worst]
     if g["drop"] <= t["max_drop"]:

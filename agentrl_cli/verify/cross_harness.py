@@ -3,13 +3,14 @@ before and after training. The drop is how far the held-out harness fell behind 
 the training harnesses' gain minus its own gain. A held-out harness left behind means the policy
 learned one harness's interface conventions (prompt template, return format, tool descriptions)
 rather than the task; a gap that was there before training (a harness the model never learned) is
-not the training's doing and is not counted.
+not the training's doing and is not counted, and a held-out harness scored 0 before and after
+(never solved) cannot show transfer either way: that check is skipped with the reason.
 """
 
 from __future__ import annotations
 
-from agentrl_cli.report import Check
-from agentrl_cli.verify.judge import gap_widening
+from agentrl_cli.report import SKIP, Check
+from agentrl_cli.verify.judge import UNMEASURABLE, gap_widening
 
 ADVICE = ("adjust the harness mix (harnesses[].weight), unify prompt and tool-description style across harnesses, "
           "add environment variety; `agentrl troubleshoot held-out-harness-drop`")
@@ -30,7 +31,11 @@ def checks(ctx) -> list[Check]:
     for name in held:
         measured = gap_widening([(rates[n][0][1], rates[n][-1][1]) for n in train], (rates[name][0][1], rates[name][-1][1]))
         measured["by_harness"] = {n: {"before": round(rates[n][0][1], 3), "after": round(rates[n][-1][1], 3)} for n in train}
-        drop = measured["drop"]
+        drop = measured.pop("measurable") and measured["drop"]
+        if drop is False:
+            reason = UNMEASURABLE.format(name=name)
+            out.append(Check(f"held-out harness {name} vs training harnesses", SKIP, measured, "", reason, reason))
+            continue
         out.append(Check.judge(f"held-out harness {name} vs training harnesses", drop <= cfg.verify.cross_harness_max_drop,
                                measured, f"drop <= {cfg.verify.cross_harness_max_drop:g} (training gain minus held-out gain)",
                                f"{name} went {measured['held_out_before']:.2f} -> {measured['held_out_after']:.2f} while the "

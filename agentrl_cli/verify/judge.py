@@ -71,12 +71,19 @@ def gap_widening(train: list[tuple[float, float]], held: tuple[float, float]) ->
     """How far a held-out harness fell behind the training harnesses during training: the training
     harnesses' mean gain minus the held-out harness's gain (before, after pairs). A gap that existed
     before training (a harness the model never learned) is not counted; a held-out harness that
-    declines while the others hold counts in full."""
+    declines while the others hold counts in full. `measurable` is False when the held-out harness
+    scored 0 before and after: a model that never solves it shows nothing about transfer."""
     train_before = statistics.fmean(b for b, _ in train)
     train_after = statistics.fmean(a for _, a in train)
     drop = (train_after - train_before) - (held[1] - held[0])
     return {"training_before": round(train_before, 3), "training_after": round(train_after, 3),
-            "held_out_before": round(held[0], 3), "held_out_after": round(held[1], 3), "drop": round(drop, 3)}
+            "held_out_before": round(held[0], 3), "held_out_after": round(held[1], 3), "drop": round(drop, 3),
+            "measurable": held[0] > 0 or held[1] > 0}
+
+
+UNMEASURABLE = ("{name} scored 0 before and after training: a model that never solves it shows nothing about "
+                "transfer; hold out a harness the model solves sometimes (harnesses[].held_out), or warm-start "
+                "the model on its interface")
 
 
 def entropy_trend(entropy: list[float]) -> tuple[bool, dict]:

@@ -246,16 +246,19 @@ def test_a_held_out_harness_with_a_changed_tool_call_format_fails_cross_harness(
     assert f"held-out {HELD_OUT} 0.30 -> 0.05 vs training harnesses 0.30 -> 0.55 (fell behind by 0.50)" in top.hits[0][1].summary
 
 
-def test_a_held_out_harness_the_model_never_solved_is_not_a_drop_caused_by_training(tmp_path):
-    """The held-out harness at 0 before and after while the training harnesses rise by 0.25: the
-    gap was there before training, so nothing fell behind beyond the training's own gain."""
+def test_a_gap_that_was_there_before_training_is_not_counted_and_a_never_solved_harness_is_not_judged(tmp_path):
+    """The training harnesses rise by 0.25 while the held-out one holds at 0.1: only the 0.25 the
+    training added counts. Held at 0 before and after, the harness shows nothing about transfer."""
     loaded = loaded_config(tmp_path)
-    before = {"terminal_like": 0.1, "code_sandbox_like": 0.0, HELD_OUT: 0.0}
-    after = {"terminal_like": 0.4, "code_sandbox_like": 0.2, HELD_OUT: 0.0}
+    before = {"terminal_like": 0.1, "code_sandbox_like": 0.0, HELD_OUT: 0.1}
+    after = {"terminal_like": 0.4, "code_sandbox_like": 0.2, HELD_OUT: 0.1}
     run = make_run(loaded, eval_rows=evals(before, after))
     [check] = verify(loaded, run, layers=["cross_harness"], measure=False).layers["cross_harness"]
     assert check.status == "pass" and check.measured["drop"] == 0.25
-    assert "held-out-harness-drop" not in {f.entry.id for f in diagnose(run, loaded.config)}
+    never = make_run(loaded, eval_rows=evals({**before, HELD_OUT: 0.0}, {**after, "terminal_like": 0.8, HELD_OUT: 0.0}))
+    [check] = verify(loaded, never, layers=["cross_harness"], measure=False).layers["cross_harness"]
+    assert check.status == "skip" and check.measured["drop"] == 0.45 and "scored 0 before and after" in check.detail
+    assert "held-out-harness-drop" not in {f.entry.id for f in diagnose(never, loaded.config)}
 
 
 def counted(curve: list[float], episodes: int = 24, steps: int = 60) -> list[dict]:
