@@ -120,7 +120,9 @@ def reward_check(cfg) -> Check:
             result = client.score(ScoreRequest.model_validate(req))
         finally:
             client.close()
-        return Check.judge(name, result.status != "infra_error", {"status": result.status}, "scores a probe",
+        return Check.judge(name, result.status != "infra_error", {"probe": f"a canary task answered {req['final_answer']!r}",
+                                                                  "scored_status": result.status, "reward": result.reward},
+                           "scores the probe (any status but infra_error)",
                            "see `agentrl stage run 6`", detail=result.detail)
     return _deadlined(name, PROBE_DEADLINE_S, probe, "in-process", "see `agentrl stage run 6`")
 
