@@ -52,6 +52,7 @@ STAGES: tuple[StageSpec, ...] = (
               "smoke -> short -> full: finite loss, non-degenerate reward, checkpoint and resume, reward trend"),
 )
 BY_NUMBER = {s.number: s for s in STAGES}
+MODEL_STAGES = (0, 4, 8)  # stages that run the configured model: their reports record its card
 
 
 def parse_selection(text: str) -> list[int]:
@@ -89,7 +90,25 @@ def run_stage(spec: StageSpec, ctx: StageContext) -> StageReport:
     if ctx.options.strict:
         report.checks = apply_strict(report.checks)
     report.status = stage_status(report.checks)
+    if spec.number in MODEL_STAGES:
+        report.environment.setdefault("model_card", model_card(ctx))
     return report
+
+
+def model_card(ctx: StageContext) -> dict | None:
+    """The card of the model `model.path` names (source and checksum of an imported model, or the
+    built-in model's build record); None when it does not resolve without building."""
+    from agentrl_cli.errors import AgentrlError
+    from agentrl_cli.model.describe import card
+    from agentrl_cli.model.resolve import resolve_model_path
+
+    m = ctx.config.model
+    try:
+        path = resolve_model_path(m.path, m.cache_dir, build=False)
+    except AgentrlError:
+        return None
+    found = card(path)
+    return {"model.path": m.path, "directory": str(path), **(found or {})}
 
 
 def prerequisite_notes(spec: StageSpec, this_run: dict[int, StageReport], run: RunDir) -> list[str]:

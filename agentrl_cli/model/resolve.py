@@ -1,4 +1,5 @@
-"""Resolve `model.path` to a Hugging Face model directory, building the built-in tiny model on
+"""Resolve `model.path` to a Hugging Face model directory: a directory, the name of a model imported
+with `agentrl model import` (`model/importer.py`), or a built-in model, building the built-in tiny model on
 first use: scripted demonstrations of practice tasks of the training harnesses (never a task of
 the committed task sets, see `model/demos.py`), then a supervised warm start, saved under
 `model.cache_dir`. A file lock keeps two processes from building at once. A build shows its
@@ -48,6 +49,10 @@ def resolve_model_path(path: str, cache_dir: str, build: bool = True, progress: 
             shown.outcome = f"built at {built}"
             return built
     p = Path(path).expanduser()
+    if not p.exists() and "/" not in path:  # a bare name: a model imported with `agentrl model import`
+        from agentrl_cli.model.importer import imported_dir
+
+        return imported_dir(path, cache_dir)
     if not (p / "config.json").exists():
         raise ConfigError(f"model.path {str(p)!r} is not a Hugging Face model directory (no config.json there)",
                           "point model.path at a directory holding config.json, tokenizer files and weights, "

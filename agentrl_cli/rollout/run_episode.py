@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from agentrl_cli.outcomes import Termination
 from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
 from harnesses.base import Action, Observation, Trajectory
 
@@ -41,35 +42,7 @@ class EpisodeResult:
     generate_s: float = 0.0
     env_s: float = 0.0
     error: str = ""
-    counters: Counter = field(default_factory=Counter)  # resume.COUNTERS
-
-
-class ChatRenderer:
-    """Token deltas of a growing conversation under the model's chat template."""
-
-    def __init__(self, tokenizer, system: str, tools: list[dict] | None) -> None:
-        self.tok, self.tools = tokenizer, tools or None
-        self.messages = [{"role": "system", "content": system}]
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else tokenizer.eos_token_id
-
-    def _text(self, messages, gen: bool) -> str:
-        return self.tok.apply_chat_template(messages, tools=self.tools, tokenize=False, add_generation_prompt=gen)
-
-    def first_prompt(self, user: str) -> list[int]:
-        self.messages.append({"role": "user", "content": user})
-        return self.tok.encode(self._text(self.messages, True), add_special_tokens=False)
-
-    def reply(self, assistant_text: str, tool_text: str) -> list[int]:
-        """Tokens that follow the assistant's end token: the end of its turn, the environment's
-        message, and the next generation prompt."""
-        before = self._text(self.messages + [{"role": "assistant", "content": assistant_text}], False)
-        self.messages += [{"role": "assistant", "content": assistant_text}, {"role": "tool", "content": tool_text}]
-        after = self._text(self.messages, True)
-        if not after.startswith(before):  # a template that rewrites history: fall back to the tail
-            return self.tok.encode(after[len(before):], add_special_tokens=False)
-        end = before.rfind("<|im_end|>")
-        tail = before[end + len("<|im_end|>"):] if end >= 0 else ""
-        return self.tok.encode(tail + after[len(before):], add_special_tokens=False)
+    counters: Counter = field(default_factory=Counter)  # resume.COUNTERS, token_exact_*
 
 
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
@@ -140,7 +113,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         started = utcnow()
         t = time.perf_counter()
         sampling = SamplingParams(max_new_tokens=min(max_new_tokens, room), temperature=temperature,
-                                  seed=None if seed is None else seed * 1000 + step, stop_token_ids=[chat.eos])
+                                  seed=None if seed is None else seed * 1000 + step, stop_token_ids=chat.stop_ids)
         try:
             gen = await generate_resumable(client, result.token_ids, sampling, resume, result.counters,
                                            on_recovered=on_recovered)
@@ -162,7 +135,8 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         result.pieces.append(list(gen.meta.get("pieces", [])))
         if len({p["weight_version"] for p in result.pieces[-1]}) > 1:
             result.counters["mixed_version_generations"] += 1
-        text = tokenizer.decode([t for t in out if t != chat.eos], skip_special_tokens=False)
+        text = tokenizer.decode(strip_stops(out, chat.format), skip_special_tokens=False)
+        closed = not out or out[-1] not in chat.stop_ids  # cut by length: closed below unless the episode ends here
         action = Action(text=text)
         traj.actions.append(action)
         t_step = time.perf_counter()
@@ -186,8 +160,11 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         result.step_times.append((started, utcnow()))
         if obs.done:
             result.termination = Termination.DONE
+            chat.generated(out, text, closed=False)
+            chat.finish(text)
             break
-        if not out or out[-1] != chat.eos:  # cut by length: close the turn so the template stays valid
+        chat.generated(out, text, closed)
+        if closed:  # cut by length: close the turn so the template stays valid
             result.token_ids.append(chat.eos)
             result.loss_mask.append(0)
             result.logprobs.append(0.0)
@@ -195,8 +172,26 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         result.token_ids += reply
         result.loss_mask += [0] * len(reply)
         result.logprobs += [0.0] * len(reply)
+    if len(traj.actions) > sum(m["role"] == "assistant" for m in chat.messages):  # ended by a timeout or error
+        chat.generated(out, text, closed=False)
+        chat.finish(text)
+    count_mismatches(result, chat)
     try:
         result.evidence = await env(harness.evidence, traj)
     except asyncio.TimeoutError:
         result.error = "collecting evidence timed out"
     return result
+
+
+def count_mismatches(result: EpisodeResult, chat: ChatRenderer) -> None:
+    """The token-exact check (`model.chat.check_episode`) as counters: `token_exact_episodes` checked,
+    `token_exact_mismatches` (the template does not reproduce the episode), `token_exact_retokenized`
+    (generated tokens the tokenizer would split differently; kept as sampled)."""
+    try:
+        found = check_episode(result.token_ids, chat)
+    except Exception:  # noqa: BLE001 - a template that cannot render its own conversation is counted, not fatal
+        result.counters["token_exact_render_errors"] += 1
+        return
+    result.counters["token_exact_episodes"] += 1
+    result.counters["token_exact_mismatches"] += found.mismatches
+    result.counters["token_exact_retokenized"] += found.retokenized

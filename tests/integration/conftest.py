@@ -33,3 +33,18 @@ def make_sandbox(sandbox_root):
     yield make
     for sb in made:
         sb.close()
+
+
+@pytest.fixture(scope="module")
+def server(random_model_dir):
+    """The embedded inference server on a random tiny model, in a thread (a module's own `server`
+    fixture overrides this one)."""
+    from agentrl_cli.inference.engine import HFEngine
+    from agentrl_cli.inference.hf_server import create_app
+    from agentrl_cli.serving import ServerThread
+
+    engine = HFEngine(random_model_dir, batch_window_ms=5, weight_version="3")
+    srv = ServerThread(create_app(engine), name="hf").start()
+    yield srv
+    srv.stop()
+    engine.close()

@@ -15,27 +15,15 @@ from agentrl_cli.config import load_config
 from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
 from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.inference.engine import HFEngine
-from agentrl_cli.inference.hf_server import create_app
 from agentrl_cli.reward.client import LocalRewardClient
 from agentrl_cli.reward.scorer import Scorer
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.controller import RolloutController
 from agentrl_cli.rollout.sampler import TaskSampler
-from agentrl_cli.serving import ServerThread
 from harnesses.tasks import load_tasks
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
-
-
-@pytest.fixture(scope="module")
-def server(random_model_dir):
-    engine = HFEngine(random_model_dir, batch_window_ms=5, weight_version="3")
-    srv = ServerThread(create_app(engine), name="hf").start()
-    yield srv
-    srv.stop()
-    engine.close()
 
 
 def run_closing(ctl, coro):

