@@ -78,6 +78,9 @@ class TrainingRun:
         self.watchdog = Watchdog(cfg.training.watchdog_seconds)
         self._weights_lock = asyncio.Lock()  # a re-sync never interleaves with the trainer's sync
         self._full_sync_due = False  # a server needs weights the transport cannot re-send alone
+        self._publish_task: asyncio.Task | None = None  # servers loading the last version (async mode)
+        self._ckpt_task: asyncio.Task | None = None  # a checkpoint being written (async mode)
+        self._taken = 0  # steps whose samples the trainer has taken from the buffer
 
     # ---- setup -----------------------------------------------------------------------------------
 
@@ -99,7 +102,7 @@ class TrainingRun:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress("starting inference servers")
         # in this (the main) thread: servers get SIGTERM when the thread that started them dies
-        self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs")
+        self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs", beside_trainer=True)
         self.client = client_from_config(cfg, urls)
         self.client.watchdog = self.watchdog.start()
         self.progress("starting the trainer (DeepSpeed)")
@@ -225,19 +228,26 @@ class TrainingRun:
         cfg = self.cfg
         summary = RunSummary(steps=0, start_step=self.step, version=self.version, resumed_from=self.resumed_from)
         groups_per_step = max(1, math.ceil(samples_per_step(cfg) / cfg.rollout.group_size))
+        # async with room for one version of lag: weight publishing and checkpoint writing leave the
+        # trainer's path (they overlap the next step's wait and train step)
+        overlap = cfg.rollout.mode == "async" and cfg.rollout.max_staleness >= 1
         stop = asyncio.Event()
         t_start = time.perf_counter()
+        self._taken = self.step
         rollout = None
         if cfg.rollout.mode == "async":
+            self.controller.lead_limit = lambda: self._rollout_lead(steps, groups_per_step)
             rollout = asyncio.create_task(self.controller.run(stop))
         if eval_tasks:
             summary.evals.append(await self._evaluate(eval_tasks))
         try:
             while self.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
                 t0 = time.perf_counter()
-                await self.resync_servers()  # a server restarted between requests serves its launch weights
+                if not self._publishing():  # a publish in flight brings every server up to date itself
+                    await self.resync_servers()  # a server restarted between requests serves its launch weights
                 if self._full_sync_due:
                     self._full_sync_due = False
+                    await self._await_publish(summary)
                     await self._sync_weights()
                     self.controller.counters["weight_resyncs"] += 1
                 if rollout is None:  # sync mode: generate this step's groups, then train
@@ -245,6 +255,9 @@ class TrainingRun:
                 groups = await self.buffer.take(groups_per_step, self.version, timeout=cfg.rollout.step_timeout_seconds * 10)
                 if not groups:
                     raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
+                self._taken += 1
+                t_ckpt = time.perf_counter()
+                await self._await_checkpoint(summary)  # written while this step's samples came in
                 t1 = time.perf_counter()
                 samples, stats = self._samples(groups)
                 with self.watchdog.busy("trainer"):
@@ -254,20 +267,32 @@ class TrainingRun:
                 sync_s = 0.0
                 if self.step % cfg.rollout.weight_sync_interval_steps == 0:
                     self.version += 1
-                    entry = await self._sync_weights()
-                    summary.syncs.append(entry)
-                    sync_s = entry["seconds"]
+                    if overlap:
+                        await self._await_publish(summary)
+                        await self._start_publish()
+                        sync_s = time.perf_counter() - t2
+                    else:
+                        entry = await self._sync_weights()
+                        summary.syncs.append(entry)
+                        sync_s = entry["seconds"]
+                t3 = time.perf_counter()
                 if self.step % cfg.training.checkpoint_interval_steps == 0 or self.step == steps:
-                    summary.checkpoints.append(await self._checkpoint())
+                    if overlap and self.step < steps:
+                        self._ckpt_task = asyncio.create_task(self._checkpoint())
+                    else:
+                        summary.checkpoints.append(await self._checkpoint())
+                checkpoint_s = time.perf_counter() - t3 + t1 - t_ckpt
                 self._trained_tokens += stats.get("tokens/trained") or 0
-                row = step_row(step=self.step, version=self.version, metrics=metrics, stats=stats, wait_s=t1 - t0,
+                row = step_row(step=self.step, version=self.version, metrics=metrics, stats=stats, wait_s=t_ckpt - t0,
                                train_s=t2 - t1, sync_s=sync_s, elapsed=time.perf_counter() - t_start,
                                controller=self.controller, buffer=self.buffer, watchdog=self.watchdog,
                                trained_tokens=self._trained_tokens)
+                row.update(self._step_breakdown(time.perf_counter() - t0, wait_s=t_ckpt - t0, train_s=t2 - t1, sync_s=sync_s,
+                                                checkpoint_s=checkpoint_s))
                 row.update(self.controller.harness_stats.snapshot())
                 row.update(self.sandboxes.metrics())
                 row.update({f"rollout/{k}": v for k, v in self.controller.counters.items()
-                            if k.startswith(("truncated_", "env_create_"))})
+                            if k.startswith(("truncated_", "env_create_", "token_exact_"))})
                 self._log(row)
                 summary.metrics.append(row)
                 on_step(row)
@@ -275,8 +300,13 @@ class TrainingRun:
                     summary.evals.append(await self._evaluate(eval_tasks))
         finally:
             stop.set()
-            if rollout is not None:
-                await rollout
+            try:
+                await self._await_checkpoint(summary)
+                await self._await_publish(summary)
+            finally:
+                if rollout is not None:
+                    await rollout
+                self.controller.lead_limit = None
         if eval_tasks and (not summary.evals or summary.evals[-1]["step"] != self.step):  # none twice at one step
             summary.evals.append(await self._evaluate(eval_tasks))
         summary.steps, summary.version = self.step, self.version
@@ -287,6 +317,64 @@ class TrainingRun:
 
     def _log(self, row: dict) -> None:
         self.metrics.append(row)
+
+    def _rollout_lead(self, steps: int, groups_per_step: int) -> int:
+        """Most episodes the async rollout keeps in flight and buffered: what the remaining steps
+        will train, and no more than the trainer can take before they pass `rollout.max_staleness`
+        (one step's worth, plus `max_staleness` versions of `weight_sync_interval_steps` steps)."""
+        r = self.cfg.rollout
+        per_step = groups_per_step * r.group_size
+        remaining = max(0, steps - self._taken) * per_step
+        return min(remaining, per_step * (1 + r.weight_sync_interval_steps * r.max_staleness))
+
+    def _publishing(self) -> bool:
+        return self._publish_task is not None and not self._publish_task.done()
+
+    async def _start_publish(self) -> None:
+        """Read this version's weights off the trainer now (export or copies, and the values to verify
+        against), and let the servers load and verify them while the trainer goes on."""
+        version = self.version
+        with self.watchdog.busy("weight_sync"):
+            prepared = await self.sync.prepare(self.backend, version)
+
+        async def publish() -> dict:
+            async with self._weights_lock:
+                with self.watchdog.busy("weight_sync"):
+                    return await self.sync.publish(prepared)
+        self._publish_task = asyncio.create_task(publish())
+
+    async def _await_publish(self, summary: RunSummary) -> None:
+        """Wait for the weight publish in flight; one that failed makes the next step sync in full."""
+        task, self._publish_task = self._publish_task, None
+        if task is None:
+            return
+        try:
+            summary.syncs.append(await task)
+        except (InferenceError, WeightSyncError, *TRANSPORT_ERRORS) as exc:
+            log.error("publishing weights to the servers failed (%s); the next step syncs again", exc)
+            self.controller.counters["weight_sync_retries"] += 1
+            self._full_sync_due = True
+
+    async def _await_checkpoint(self, summary: RunSummary) -> None:
+        task, self._ckpt_task = self._ckpt_task, None
+        if task is not None:
+            summary.checkpoints.append(await task)
+
+    def _step_breakdown(self, step_s: float, **on_path: float) -> dict:
+        """Where one step's time went: on the trainer's path (`on_path`: waiting for samples, train
+        step, weight sync, checkpoint; `other_s` is the rest) and, beside it, the rollout's work since
+        the last step summed over episodes (generation, reward, store writes, environment)."""
+        timers = self.controller.timers
+        last = getattr(self, "_last_timers", {})
+        episodes = sum(v for k, v in self.controller.counters.items() if k.startswith("termination_"))
+        row = {f"time/{k}": round(v, 4) for k, v in on_path.items()}
+        row["time/step_s"] = round(step_s, 4)
+        row["time/other_s"] = round(max(0.0, step_s - sum(on_path.values())), 4)
+        for key in ("generate_s", "reward_s", "store_s", "env_s"):
+            row[f"time/{key}"] = round(timers.get(key, 0.0) - last.get(key, 0.0), 4)
+        row["rollout/episodes_step"] = episodes - getattr(self, "_last_episodes", 0)
+        self._last_timers, self._last_episodes = dict(timers), episodes
+        return row
 
     async def _sync_weights(self) -> dict:
         """The trainer's weight sync; a server that is down is waited for (resume deadline) and the
@@ -321,7 +409,8 @@ class TrainingRun:
 
     async def _checkpoint(self) -> str:
         # one event-loop turn (no await): every finished episode is published and either in the buffer
-        # snapshot or still in flight; resume reloads the one and re-runs the other
+        # snapshot or still in flight; resume reloads the one and re-runs the other. The engine's
+        # weights stay as they are until the save returns: the next train step awaits it.
         self.writer.flush()
         state = {"step": self.step, "version": self.version, "sampler": self.sampler.state_dict(), "rng": rng_state(),
                  "buffer": self.buffer.state_dict(), "inflight": self.controller.snapshot()}
@@ -336,5 +425,6 @@ class TrainingRun:
         limit = asyncio.Semaphore(n) if n > 0 else None
         results = await asyncio.gather(*(self.controller.evaluate(eval_tasks[h], temperature=0.0, limit=limit) for h in names))
         self._log({"step": self.step, "version": self.version,  # the curve, readable while the run goes on
-                   **{f"eval/{n}/success_rate": r["success_rate"] for n, r in zip(names, results)}})
+                   **{f"eval/{n}/success_rate": r["success_rate"] for n, r in zip(names, results)},
+                   **{f"eval/{n}/episodes": r["n"] for n, r in zip(names, results)}})
         return {"step": self.step, "version": self.version, **dict(zip(names, results))}

@@ -11,7 +11,7 @@ tool service's own `Faults(latency_ms=...)` would seldom fire; `StepLatency` (be
 latency to every step, i.e. to every model turn the environment answers. Progress goes to stderr.
 
     python benchmarks/rollout.py [--json] [--model PATH] [--episodes 256] [--naive-episodes 8]
-                                 [--concurrency 64] [--max-new-tokens 32] [--sync-rounds 3]
+                                 [--concurrency 64] [--max-new-tokens 32] [--sync-rounds 3] [--server-threads 0]
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ class StepLatency:
         return self.harness.step(action)
 
 
-def _config(port: int, max_new_tokens: int):
-    sets = [f"inference.port={port}", f"rollout.group_size={GROUP_SIZE}", "rollout.max_steps_per_trajectory=4",
+def _config(port: int, max_new_tokens: int, server_threads: int = 0):
+    sets = [f"inference.port={port}", f"inference.cpu_threads={server_threads}", f"rollout.group_size={GROUP_SIZE}", "rollout.max_steps_per_trajectory=4",
             f"inference.max_new_tokens={max_new_tokens}", "inference.max_batch_size=64",
             "training.micro_batch_size=4", "training.gradient_accumulation_steps=4",  # a step: 16 trajectories
             'harnesses=[{"name": "tool_api_like"}]']
@@ -189,6 +189,8 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--max-new-tokens", type=int, default=32, help="most tokens per model turn")
     p.add_argument("--sync-rounds", type=int, default=3, help="train steps and syncs per transport")
+    p.add_argument("--server-threads", type=int, default=0,
+                   help="inference.cpu_threads of the server (default 0: auto, as a training run splits the cores)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     from agentrl_cli.inference.launcher import launch
@@ -197,7 +199,7 @@ def main() -> int:
     from harnesses.tool_service import ToolService
 
     model = Path(args.model) if args.model else default_model()
-    cfg = _config(_free_port(), args.max_new_tokens)
+    cfg = _config(_free_port(), args.max_new_tokens, args.server_threads)
     say(f"model {model}; starting the inference server")
     servers, urls = launch(cfg, str(model), Path(tempfile.mkdtemp(prefix="agentrl-bench-logs-")))
     tools = ToolService(all_tables()).start()  # one tool service for every harness instance

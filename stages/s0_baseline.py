@@ -6,7 +6,11 @@ group batch and a verified weight sync after each step. Records the time shares 
 training and sync (judged: the three timers must cover the loop's wall time), generated tokens/s as
 throughput and per stream, samples/min, the inference server's busy fraction and queue length,
 environment step latency and failure rate, and the loss into `runs/<run_id>/baseline.json`, which
-`agentrl verify` measures again and compares.
+`agentrl verify` measures again and compares. The baseline also carries, as figures (not judged),
+the per-sample cost that `benchmarks/peer_trl.py` compares with TRL: trained samples/s over the
+loop's wall time, and the per-step breakdown (on the trainer's path: waiting for samples, train
+step, weight sync, checkpoint, the rest; beside it, summed over episodes: generation, reward, store
+writes, environment), so a user's own machine reports them.
 """
 
 from __future__ import annotations
@@ -109,6 +113,11 @@ def figure_checks(baseline: dict) -> list[Check]:
         Check.judge("environment steps ran", baseline["env_steps"] > 0,
                     {"steps": baseline["env_steps"], "latency_s": round(baseline["env_step_latency_s"], 4)},
                     "> 0 environment steps (latency recorded)", "no environment step ran: see stage 5"),
+        (Check.judge("episodes token-exact", baseline["token_exact"]["episodes"] > 0 and baseline["token_exact"]["mismatches"] == 0,
+                     baseline["token_exact"], "0 tokens differ between each episode's ids and a fresh render of its conversation",
+                     "the model's chat template does not round-trip (it rewrites earlier turns or trims text): import the model "
+                     "with a fixed template (`agentrl model import SOURCE --chat-template FILE`)")
+         if baseline.get("token_exact") else Check.skipped("episodes token-exact", "baseline.json predates the token-exact check")),
     ]
 
 
@@ -141,6 +150,23 @@ def _figures(summary) -> dict:
         "env_step_latency_s": t.get("env_s", 0.0) / max(1, c.get("env_calls", 0)),
         "env_failure_rate": failed / episodes if episodes else 0.0,
         "episodes": episodes,
+        "token_exact": {"episodes": c.get("token_exact_episodes", 0), "mismatches": c.get("token_exact_mismatches", 0),
+                        "retokenized": c.get("token_exact_retokenized", 0)},
+        "samples_per_s": round(sum(m.get("train/samples") or 0 for m in summary.metrics) / wall, 3) if wall else 0.0,
+        "step_breakdown": step_breakdown(summary.metrics),
         "loss": [m.get("train/loss") for m in summary.metrics],
         "reward_mean": [m.get("reward/mean") for m in summary.metrics],
     }
+
+
+BREAKDOWN = ("step_s", "wait_s", "train_s", "sync_s", "checkpoint_s", "other_s", "generate_s", "reward_s", "store_s", "env_s")
+
+
+def step_breakdown(rows: list[dict]) -> dict:
+    """Mean seconds per step of each `time/*` part the run records (those it recorded)."""
+    out = {}
+    for key in BREAKDOWN:
+        values = [r[f"time/{key}"] for r in rows if r.get(f"time/{key}") is not None]
+        if values:
+            out[key] = round(sum(values) / len(values), 4)
+    return out

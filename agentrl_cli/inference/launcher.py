@@ -86,6 +86,33 @@ def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: s
     return cmd
 
 
+def host_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def cpu_thread_split(config, trainer_here: bool = True) -> tuple[int, int]:
+    """(torch threads per trainer rank, per embedded server) on this host: `training.cpu_threads` and
+    `inference.cpu_threads`, each 0 = auto: the host's cores split evenly between the embedded servers
+    a run starts here and its trainer ranks on this node (`trainer_here`; servers started without a
+    trainer beside them, as stage 4 and `agentrl serve` do, share the cores among themselves). On two cores shared by a trainer and a
+    server, one thread each beat two each by 1.5-3x in `benchmarks/peer_trl.py`: two processes with
+    two OpenMP threads apiece on two cores spin against each other at every parallel region."""
+    inf = config.inference
+    servers = inf.replicas if inf.engine == "hf" and not inf.urls else 0
+    ranks = max(1, config.training.world_size // max(1, config.cluster.nodes)) if trainer_here else 0
+    share = max(1, host_cores() // max(1, servers + ranks))
+    return config.training.cpu_threads or share, inf.cpu_threads or share
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment that caps a child process's torch (OpenMP / MKL) threads."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
 def check_sglang(python: str) -> None:
     try:
         proc = subprocess.run([python, "-c", "import sglang, sys; print(sglang.__version__)"], capture_output=True, text=True, timeout=120)
@@ -163,9 +190,11 @@ def wait_reachable(urls: list[str], deadline_s: float) -> None:
                                    "start those servers (`agentrl serve inference`) or correct inference.urls")
 
 
-def launch(config, model_path: str, logs: Path) -> tuple[list[ServerProcess], list[str]]:
+def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) -> tuple[list[ServerProcess], list[str]]:
     """Start what the config asks for; returns (processes, the URLs clients should use: the router's
-    when there is one, else every server's, for the client to spread requests over)."""
+    when there is one, else every server's, for the client to spread requests over).
+    `beside_trainer`: a trainer runs on this host too, so embedded servers take their share of the
+    cores only (`cpu_thread_split`)."""
     cfg = config.inference
     if cfg.urls:  # servers this run did not start: wait for them, start nothing
         urls = [u.rstrip("/") for u in cfg.urls]
@@ -181,7 +210,8 @@ def launch(config, model_path: str, logs: Path) -> tuple[list[ServerProcess], li
             cmd = (sglang_command(cfg, model_path, port) if cfg.engine == "sglang" else
                    hf_command(cfg, model_path, port, config.rollout.batch_window_ms,
                               config.model.dtype, config.model.context_length))
-            servers.append(_start(f"{cfg.engine}-{i}", cmd, url, logs))
+            env = thread_env(cpu_thread_split(config, beside_trainer)[1]) if cfg.engine == "hf" else None
+            servers.append(_start(f"{cfg.engine}-{i}", cmd, url, logs, env))
         wait_healthy(servers, cfg.startup_timeout_s)
         if cfg.replicas > 1 and cfg.engine == "sglang":
             router_port = cfg.port + cfg.replicas

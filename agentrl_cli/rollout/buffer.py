@@ -36,6 +36,11 @@ class TrajectoryBuffer:
     def __len__(self) -> int:
         return sum(len(g) for g in self._groups.values())
 
+    def usable(self, filling: set[str]) -> int:
+        """Buffered episodes that can still be trained: those of complete groups and of the groups in
+        `filling` (members still being generated); a group that lost a member to an error is not."""
+        return sum(len(g) for gid, g in self._groups.items() if len(g) >= self.group_size or gid in filling)
+
     def ready_groups(self) -> int:
         return sum(len(g) >= self.group_size for g in self._groups.values())
 

@@ -5,7 +5,9 @@ trajectory store and puts them into the bounded buffer.
 
 Backpressure: groups are drawn whole, and their episodes start one by one while fewer than
 `concurrency` are in flight and episodes in flight + episodes buffered stay within the buffer's
-capacity (`backpressure_waits` counts the times it had to wait). A concurrency below the group size
+capacity, and within `lead_limit()` when the run sets one (what its remaining steps can train before
+the episodes grow stale), so an async rollout does not generate episodes nobody trains
+(`backpressure_waits` counts the times it had to wait). A concurrency below the group size
 therefore runs a group's episodes in turn (concurrency 1: one episode at a time). Harness instances
 are reused, one episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
 
@@ -97,6 +99,7 @@ class RolloutController:
         self.watchdog = Watchdog(config.training.watchdog_seconds)  # the run replaces it with its started one
         self.harness_stats = HarnessStats()
         self._tasks: set[asyncio.Task] = set()
+        self.lead_limit = None  # () -> most episodes in flight + buffered (the run: what training can still use)
 
     def _pool(self, name: str) -> HarnessPool:
         if name not in self.pools:
@@ -123,6 +126,12 @@ class RolloutController:
                                        stats=self.harness_stats, create_retries=r.env_create_retries,
                                        create_backoff_s=r.env_create_backoff_s)
         finally:
+            end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
+            if end is not None:
+                try:
+                    await loop.run_in_executor(self.executor, end)
+                except Exception:  # noqa: BLE001 - the next reset releases them anyway
+                    log.exception("ending the episode of %s failed", draw.task.harness)
             pool.release(harness)
             self.watchdog.end("rollout")
         t = time.perf_counter()
@@ -151,7 +160,9 @@ class RolloutController:
             for call in step.tool_calls:
                 self.harness_stats.record_tool(draw.task.harness, call.name, call.status, seconds=call.latency_ms / 1000)
         if store and self.writer is not None:
+            t = time.perf_counter()
             self.writer.write(record)
+            self.timers["store_s"] += time.perf_counter() - t
         return result, scored, record
 
     def train_reward(self, truncated: bool, masked: bool, reward: float) -> float | None:
@@ -228,7 +239,9 @@ class RolloutController:
                     self.starting = self.sampler.next_group()
                 groups += 1
             # one episode at a time: a whole group may not fit (concurrency or buffer below the group size)
-            if (self.in_flight >= self.concurrency or self.in_flight + len(self.buffer) >= self.buffer.capacity
+            ahead = self.in_flight + len(self.buffer)
+            if (self.in_flight >= self.concurrency or ahead >= self.buffer.capacity
+                    or (self.lead_limit is not None and self._lead() >= self.lead_limit())
                     or self._inference_queue() > self.config.rollout.max_inference_queue):
                 self.counters["backpressure_waits"] += 1
                 await asyncio.sleep(0.01)
@@ -239,6 +252,11 @@ class RolloutController:
             task.add_done_callback(self._tasks.discard)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _lead(self) -> int:
+        """Episodes in flight plus the buffered ones that can still be trained."""
+        filling = {d.group_id for d in self.inflight_draws.values()} | {d.group_id for d in self.starting}
+        return self.in_flight + self.buffer.usable(filling)
 
     def _inference_queue(self) -> int:
         """Generation requests in flight to the inference servers."""

@@ -106,7 +106,10 @@ class HarnessSandboxes:
         hc = next((h for h in self.config.harnesses if h.name == name), None)
         settings = replace(harness_settings(sb, hc) if hc is not None else SandboxSettings.from_config(sb), root_dir=self.root)
         limit = min(sb.max_concurrency, hc.max_concurrency) if hc is not None and hc.max_concurrency else sb.max_concurrency
-        return SandboxPool(settings, size=sb.pool_size, max_concurrency=limit, lease_timeout_s=sb.lease_timeout_s)
+        # a rollout returns sandboxes as its episodes end: start and destroy them in parallel, so the
+        # pool keeps up with `limit` episodes rather than four at a time
+        return SandboxPool(settings, size=sb.pool_size, max_concurrency=limit, lease_timeout_s=sb.lease_timeout_s,
+                           workers=max(4, min(16, limit)))
 
     def metrics(self) -> dict:
         """`sandbox/<harness>/acquire_ms_p50|p99`, acquire failures by error, and each pool's counters."""

@@ -9,8 +9,13 @@ from pathlib import Path
 def make_backend(model_path: str | Path, cfg, run_dir: Path):
     """A `TrainingBackend` for the platform config `cfg`."""
     if cfg.training.world_size == 1:
+        import torch
+
+        from agentrl_cli.inference.launcher import cpu_thread_split
         from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
 
+        if not torch.cuda.is_available():  # this process shares the host's cores with the embedded servers
+            torch.set_num_threads(cpu_thread_split(cfg)[0])
         return DeepSpeedBackend(str(model_path), cfg.training)
     from agentrl_cli.training.ranks_backend import RanksBackend
 

@@ -225,11 +225,11 @@ class DeepSpeedBackend:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             self.engine.set_gradient_accumulation_boundary(last)
-            new_lp, entropy = token_logprobs(self.engine, batch, self.temperature)
+            new_lp, entropy = token_logprobs(self.engine, batch, self.temperature, only_masked=True)
             ref_lp = batch.ref_logprobs
             if ref_lp is None and self.reference is not None:
                 with torch.no_grad():
-                    ref_lp, _ = token_logprobs(self.reference, batch, self.temperature)
+                    ref_lp, _ = token_logprobs(self.reference, batch, self.temperature, only_masked=True)
             loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
                                     kl_coef=self.config.kl_coef, ref_lp=ref_lp, entropy=entropy,
                                     entropy_coef=self.config.entropy_coef, num_tokens=global_total,

@@ -144,16 +144,50 @@ def collate(samples: list[Sample], pad_id: int, max_len: int | None = None) -> T
     return TrainBatch(input_ids, attention, loss_mask, old, advantages, ref_t)
 
 
-def token_logprobs(model, batch: TrainBatch, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(model, batch: TrainBatch, temperature: float = 1.0,
+                   only_masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(logprobs, entropy), both [B, T] float32: position t holds log p(token t | tokens < t) and the
     entropy of that predictive distribution; position 0 holds 0. Logits are divided by
-    `temperature` (match the sampling temperature so the ratio compares like with like)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-    logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
-    chosen = logp.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp.exp() * logp).sum(-1)
-    zero = chosen.new_zeros(chosen.shape[0], 1)
-    return torch.cat([zero, chosen], dim=1), torch.cat([zero, entropy], dim=1)
+    `temperature` (match the sampling temperature so the ratio compares like with like).
+
+    `only_masked`: compute the vocabulary projection, softmax and entropy only at the positions
+    where some row has a loss-mask token (the model's own tokens; prompt and tool tokens are never
+    in the loss), and leave 0 elsewhere. The values at those positions are the same; on an agent's
+    trajectories, mostly prompt and tool output, this is most of a train step's work saved. Needs a
+    model whose forward takes `logits_to_keep` (Hugging Face causal LMs); others compute them all."""
+    keep = _kept_positions(model, batch) if only_masked else None
+    if keep is None:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+        logp = F.log_softmax(logits[:, :-1].float() / temperature, dim=-1)
+        chosen = logp.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp.exp() * logp).sum(-1)
+        zero = chosen.new_zeros(chosen.shape[0], 1)
+        return torch.cat([zero, chosen], dim=1), torch.cat([zero, entropy], dim=1)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+                   logits_to_keep=keep).logits  # [B, K, V]: predictions at positions `keep`
+    logp = F.log_softmax(logits.float() / temperature, dim=-1)
+    targets = batch.input_ids[:, keep + 1]
+    B, T = batch.input_ids.shape
+    lp_all = logp.new_zeros(B, T)
+    ent_all = logp.new_zeros(B, T)
+    lp_all[:, keep + 1] = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    ent_all[:, keep + 1] = -(logp.exp() * logp).sum(-1)
+    return lp_all, ent_all
+
+
+def _kept_positions(model, batch: TrainBatch) -> torch.Tensor | None:
+    """Prediction positions t (token t + 1 is in some row's loss mask), or None when the model's
+    forward cannot keep a subset of its logits."""
+    import inspect
+
+    target = getattr(model, "module", model)  # a DeepSpeed engine passes keyword arguments through
+    try:
+        if "logits_to_keep" not in inspect.signature(target.forward).parameters:
+            return None
+    except (TypeError, ValueError):
+        return None
+    keep = torch.nonzero(batch.loss_mask[:, 1:].sum(0) > 0).flatten().to(batch.input_ids.device)
+    return keep if len(keep) else None
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor, denom: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ Choices worth knowing:
   raises `TrainerRanksFailed` naming the rank and its exit status as the launcher logged them. The
   backend is then unusable; a new one resumes from the last checkpoint (same world size).
 - One host: gloo binds to the loopback interface, the rendezvous is on 127.0.0.1, and without GPUs
-  each rank gets cpu_count / ranks OpenMP threads.
+  each rank gets `training.cpu_threads` OpenMP threads (auto: the cores split between the ranks and
+  the embedded servers the run starts on this host).
 """
 
 from __future__ import annotations
@@ -136,18 +137,20 @@ def check_devices(cfg) -> None:
 
 def rank_environment(cfg, env: dict | None = None) -> dict[str, str]:
     """The launcher's environment: no rank variables of our own, gloo on loopback for one host, the
-    CPU accelerator and a fair share of OpenMP threads without GPUs, this checkout importable."""
+    CPU accelerator and a fair share of OpenMP threads without GPUs (`cpu_thread_split`), this
+    checkout importable."""
     import torch
 
     env = dict(os.environ if env is None else env)
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    per_node = max(1, cfg.training.world_size // cfg.cluster.nodes)
     if cfg.cluster.nodes == 1:
         env.setdefault("GLOO_SOCKET_IFNAME", _loopback_ifname())
     if not torch.cuda.is_available():
         env.setdefault("DS_ACCELERATOR", "cpu")
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // per_node)))
+        from agentrl_cli.inference.launcher import cpu_thread_split
+
+        env.setdefault("OMP_NUM_THREADS", str(cpu_thread_split(cfg)[0]))
     root = str(Path(rank_worker.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     return env

@@ -1,6 +1,10 @@
 """Weight sync from the trainer to the inference servers, verified. Two transports, one contract:
 `await sync(backend, version) -> dict` (also appended to `history`), `await close()`.
 
+Each sync is `prepare` (reads the trainer's weights: export or copies, and the values to verify
+against) then `publish` (the servers load them, the read-back is checked); the trainer may step
+again between the two, so a run can publish while it trains (`TrainingRun`, async mode).
+
 `DiskWeightSync` (`disk`): the trainer exports an ordinary model directory (safetensors), every
 server loads it with `update_weights_from_disk` and reports the new `weight_version`.
 
@@ -46,10 +50,21 @@ class VerifiedSync:
         self.verify_names, self.sample, self.tolerance = verify_names, sample, tolerance
         self.history: list[dict] = []
 
-    async def verify(self, backend) -> int:
-        """Compare the first values of a few parameters on every server with the trainer's."""
+    def reference(self, backend) -> dict[str, list[float]]:
+        """The trainer's values that `verify` compares the servers' with (taken when the weights are
+        exported, so the trainer may step again before the servers have loaded them)."""
         names = [n for n in self.verify_names if n in dict(backend.parameter_names())] or list(dict(backend.parameter_names()))[:1]
-        ours = backend.named_parameter_sample(names, self.sample)
+        return backend.named_parameter_sample(names, self.sample)
+
+    async def sync(self, backend, version: int) -> dict:
+        """Export, load on every server, verify; returns the history entry."""
+        return await self.publish(await self.prepare(backend, version))
+
+    async def verify(self, backend, ours: dict[str, list[float]] | None = None) -> int:
+        """Compare the first values of a few parameters on every server with the trainer's (or with
+        `ours`, from `reference`)."""
+        ours = ours if ours is not None else self.reference(backend)
+        names = list(ours)
         for name in names:
             for url, rows in (await self.client.get_weights_by_name(name, 1)).items():
                 theirs = _flatten(rows)[: self.sample]
@@ -72,20 +87,29 @@ class DiskWeightSync(VerifiedSync):
         super().__init__(client, **verify)
         self.root, self.keep = Path(export_root), keep
 
-    async def sync(self, backend, version: int) -> dict:
+    async def prepare(self, backend, version: int) -> dict:
+        """The part that reads the trainer's weights: the export and the verification values. The
+        trainer may step again once it returns; `publish` loads and verifies on the servers."""
         t0 = time.perf_counter()
         path = self.root / f"v{version:06d}"
         if path.exists():
             shutil.rmtree(path)
         await asyncio.to_thread(backend.export_weights, path)
-        exported = time.perf_counter()
+        reference = await asyncio.to_thread(self.reference, backend)
+        return {"version": version, "path": path, "reference": reference, "t0": t0, "exported": time.perf_counter()}
+
+    async def publish(self, prepared: dict) -> dict:
+        version, path, exported = prepared["version"], prepared["path"], prepared["exported"]
+        t_load = time.perf_counter()
         await self.client.update_weights_from_disk(str(path), str(version))
         loaded = time.perf_counter()
-        checked = await self.verify(backend)
+        checked = await self.verify(None, prepared["reference"])
         self._prune(version)
-        entry = {"version": version, "transport": self.transport, "path": str(path), "export_s": round(exported - t0, 3),
-                 "load_s": round(loaded - exported, 3), "verify_s": round(time.perf_counter() - loaded, 3),
-                 "verified_tensors": checked, "seconds": round(time.perf_counter() - t0, 3)}
+        done = time.perf_counter()
+        entry = {"version": version, "transport": self.transport, "path": str(path),
+                 "export_s": round(exported - prepared["t0"], 3), "load_s": round(loaded - t_load, 3),
+                 "verify_s": round(done - loaded, 3), "verified_tensors": checked,
+                 "seconds": round(exported - prepared["t0"] + done - t_load, 3)}
         self.history.append(entry)
         return entry
 
@@ -115,23 +139,32 @@ class DistributedWeightSync(VerifiedSync):
         self.group = None
         self.groups_opened = 0
 
-    async def sync(self, backend, version: int) -> dict:
+    async def prepare(self, backend, version: int) -> dict:
+        """Copies of the trainer's parameters (every rank; {} except on rank 0) and the verification
+        values; the trainer may step again once it returns."""
         t0 = time.perf_counter()
-        named = await asyncio.to_thread(backend.named_tensors)  # every rank; {} except on rank 0
-        gathered = time.perf_counter()
+        named = await asyncio.to_thread(backend.named_tensors)
+        reference = await asyncio.to_thread(self.reference, backend)
+        return {"version": version, "named": named, "rank": backend.rank, "reference": reference, "t0": t0,
+                "gathered": time.perf_counter()}
+
+    async def publish(self, prepared: dict) -> dict:
+        version, named, gathered = prepared["version"], prepared["named"], prepared["gathered"]
+        t_send = time.perf_counter()
         init_s, sent = 0.0, 0
-        if backend.rank == 0:
+        if prepared["rank"] == 0:
             if self.group is None:
                 await self._open()
-                init_s = time.perf_counter() - gathered
+                init_s = time.perf_counter() - t_send
             sent = await self._send(named, version)
         loaded = time.perf_counter()
-        checked = await self.verify(backend)
+        checked = await self.verify(None, prepared["reference"])
+        done = time.perf_counter()
         entry = {"version": version, "transport": self.transport, "group": self.group_name, "backend": self.backend,
-                 "export_s": round(gathered - t0, 3), "init_s": round(init_s, 3),
-                 "load_s": round(loaded - gathered - init_s, 3), "verify_s": round(time.perf_counter() - loaded, 3),
+                 "export_s": round(gathered - prepared["t0"], 3), "init_s": round(init_s, 3),
+                 "load_s": round(loaded - t_send - init_s, 3), "verify_s": round(done - loaded, 3),
                  "tensors": len(named), "bytes": sent, "verified_tensors": checked,
-                 "seconds": round(time.perf_counter() - t0, 3)}
+                 "seconds": round(gathered - prepared["t0"] + done - t_send, 3)}
         self.history.append(entry)
         return entry
 

@@ -89,9 +89,10 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
     for name in ("loss finite and of sane magnitude", "checkpoint written and complete",
                  "checkpoints of kept format versions load and train",
                  "checkpoint loads and training continues from it", "same tasks, same seed: same reward",
-                 "canaries score 0: answers a cheating agent tries (scored now)", "canaries score 0: the policy's own attempts",
-                 "held-out harness tool_api_like vs training harnesses"):
+                 "canaries score 0: answers a cheating agent tries (scored now)", "canaries score 0: the policy's own attempts"):
         assert by[name]["status"] == "pass", (name, by[name])
+    held = by["held-out harness tool_api_like vs training harnesses"]  # a random model may never solve it: then skipped
+    assert held["status"] == "pass" or (held["status"] == "skip" and "scored 0 before and after" in held["detail"]), held
     progress = by["evaluation success rises (95% lower bound > 0)"]  # verify's run evaluates with episode counts
     assert progress["status"] in ("pass", "fail")
     assert len(progress["measured"]["evaluations"]) >= 2 and progress["measured"]["episodes"] >= 4

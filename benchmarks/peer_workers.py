@@ -1,0 +1,219 @@
+"""One timed training run of the TRL comparison (`peer_trl.py`), in its own process so neither
+system inherits the other's threads, memory or process group: `agentrl_run` (a `TrainingRun` with
+the embedded defaults) and `trl_run` (TRL's `GRPOTrainer` on the same model, prompts, group size,
+batch, sampling, learning rate, loss clip and reward). Each returns a dict of plain numbers:
+the step end times, per-sample token counts of what was trained, and (agentrl) the per-step
+breakdown of where the time went.
+
+    python benchmarks/peer_workers.py SYSTEM SCENARIO STEPS MODEL WORKDIR   (prints one JSON line)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GROUP_SIZE, PROMPTS_PER_STEP = 8, 8
+SAMPLES_PER_STEP = GROUP_SIZE * PROMPTS_PER_STEP
+MAX_NEW_TOKENS, TEMPERATURE, LEARNING_RATE, SEED = 32, 1.0, 1e-5, 7
+TOOL_LATENCY_S = 0.3
+MAX_TURNS = 4
+# scenario -> (harness "module:Class" or built-in name, turn limit, tool latency)
+SCENARIOS = {
+    "single": ("benchmarks.peer_env:PeerArith", 1, 0.0),
+    "multi": ("benchmarks.peer_env:PeerArithTools", MAX_TURNS, TOOL_LATENCY_S),
+    "sandboxed": ("terminal_like", 1, 0.0),
+}
+
+
+def prompt_plan(tasks_file: Path, steps: int) -> list[dict]:
+    """The prompts in the order agentrl's sampler draws them (seeded): TRL trains on this list."""
+    from harnesses.task_sources import _from_file
+    from agentrl_cli.rollout.sampler import TaskSampler
+
+    tasks = [t for t in _from_file("peer", str(tasks_file), None, None).tasks if t.split == "train"]
+    sampler = TaskSampler({"peer": tasks}, group_size=GROUP_SIZE, seed=SEED)
+    return [{"task_id": g[0].task.task_id, "prompt": g[0].task.prompt, "answer": g[0].task.answer, "meta": g[0].task.meta}
+            for g in (sampler.next_group() for _ in range(steps * PROMPTS_PER_STEP))]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agentrl_config(scenario: str, workdir: Path, tasks_file: Path, extra: list[str] | None = None):
+    from agentrl_cli.config import load_config
+
+    harness, turns, latency = SCENARIOS[scenario]
+    entry = {"name": harness, "tasks": str(tasks_file), "options": {"latency_s": latency} if harness.startswith("benchmarks") else {}}
+    sets = [f"inference.port={_free_port()}", f"rollout.group_size={GROUP_SIZE}", f"rollout.seed={SEED}",
+            f"training.micro_batch_size={SAMPLES_PER_STEP}", "training.gradient_accumulation_steps=1",
+            f"inference.max_new_tokens={MAX_NEW_TOKENS}", f"inference.temperature={TEMPERATURE}",
+            f"training.learning_rate={LEARNING_RATE}", "training.kl_coef=0.0", "training.precision=fp32",
+            f"rollout.max_steps_per_trajectory={turns}", f"data.root={workdir / 'store'}",
+            "harnesses=" + json.dumps([entry]), *(extra or [])]
+    return load_config(None, sets, env={}).config
+
+
+def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, extra: list[str] | None = None) -> dict:
+    from agentrl_cli.run import TrainingRun
+
+    from benchmarks.peer_env import write_arith_tasks
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    cfg = agentrl_config(scenario, workdir, write_arith_tasks(workdir / "arith.jsonl"), extra)
+    trained: list[tuple[int, int]] = []  # (sequence tokens, model tokens) of every trained sample
+    ends: list[float] = []
+
+    async def go():
+        run = TrainingRun(cfg, workdir / "run", model, run_id="peer", phase="train")
+        try:
+            await run.start()
+            step = run.backend.train_step
+
+            def counted(samples):
+                trained.extend((len(s.token_ids), int(sum(s.loss_mask))) for s in samples)
+                return step(samples)
+            run.backend.train_step = counted
+            summary = await run.run(steps, on_step=lambda row: ends.append(time.perf_counter()))
+            return summary
+        finally:
+            await run.close()
+    summary = asyncio.run(go())
+    rows = summary.metrics
+    return {"step_ends": ends, "trained": trained, "breakdown": [_breakdown(r) for r in rows],
+            "counters": {k: v for k, v in summary.counters.items() if isinstance(v, (int, float))},
+            "timers": summary.timers, "syncs": summary.syncs, "config": {"weight_sync_interval_steps": cfg.rollout.weight_sync_interval_steps,
+                                                 "checkpoint_interval_steps": cfg.training.checkpoint_interval_steps,
+                                                 "mode": cfg.rollout.mode, "max_staleness": cfg.rollout.max_staleness,
+                                                 "concurrency": cfg.rollout.concurrency}}
+
+
+BREAKDOWN = ("wait_s", "train_s", "sync_s", "checkpoint_s", "other_s", "step_s", "generate_s", "reward_s", "store_s",
+             "env_s", "generated_episodes", "trained_episodes")
+
+
+def _breakdown(row: dict) -> dict:
+    """One step's times: on the trainer's path (wait, train, sync, checkpoint, the rest) and, running
+    beside it, the rollout's (generation, reward, store writes, environment) summed over episodes."""
+    out = {k: row.get(f"time/{k}") for k in ("wait_s", "train_s", "sync_s", "checkpoint_s", "other_s", "step_s",
+                                             "generate_s", "reward_s", "store_s", "env_s")}
+    if out["wait_s"] is None:
+        out["wait_s"] = row.get("time/sampling_wait_s")
+    out["generated_episodes"] = row.get("rollout/episodes_step")
+    out["trained_episodes"] = row.get("train/samples")
+    return out
+
+
+# ---- TRL --------------------------------------------------------------------------------------------
+
+def trl_run(scenario: str, steps: int, model: Path, workdir: Path, threads: int = 0) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_template
+
+    from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
+    from agentrl_cli.reward.scorer import Scorer
+    from benchmarks.peer_env import PeerArith, trl_run_shell, write_arith_tasks
+    from harnesses.parsing import parse_answer
+
+    harness, turns, latency = SCENARIOS[scenario]
+    if not harness.startswith("benchmarks"):
+        raise SystemExit(f"scenario {scenario!r} is agentrl-only")
+    workdir.mkdir(parents=True, exist_ok=True)
+    if threads:  # a sensitivity run: TRL with the thread count agentrl's trainer gets
+        torch.set_num_threads(threads)
+    torch.manual_seed(SEED)
+    plan = prompt_plan(write_arith_tasks(workdir / "arith.jsonl"), steps)
+    system = PeerArith().system_prompt()
+    data = Dataset.from_list([{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": p["prompt"]}],
+                               "answer": str(p["answer"]), "task_id": p["task_id"]} for p in plan])
+    tokenizer = AutoTokenizer.from_pretrained(model, padding_side="left")
+    tools = [trl_run_shell(latency)] if scenario == "multi" else None
+    if tools:
+        tokenizer.response_template = qwen3_template  # the same Hermes <tool_call> convention as Qwen's
+    scorer = Scorer()
+
+    def reward(prompts, completions, answer, task_id, **_):
+        out = []
+        for i, (messages, ans, tid) in enumerate(zip(completions, answer, task_id)):
+            actions = [m for m in messages if m["role"] == "assistant"]
+            steps_in = [StepIn(action=m.get("content") or "") for m in actions]
+            final = next((a for a in (parse_answer(s.action) for s in reversed(steps_in)) if a is not None), None)
+            req = ScoreRequest(task=TaskIn(task_id=tid, harness="peer_arith", prompt="", answer=ans,
+                                           meta={"family": "arith", "verify": "answer"}),
+                               trajectory_id=f"trl-{tid}-{i}", steps=steps_in or [StepIn(action="")], final_answer=final)
+            out.append(scorer.score(req).reward)
+        return out
+
+    args = GRPOConfig(output_dir=str(workdir / "trl"), per_device_train_batch_size=SAMPLES_PER_STEP, num_generations=GROUP_SIZE,
+                      gradient_accumulation_steps=1, max_steps=steps, learning_rate=LEARNING_RATE, beta=0.0,
+                      temperature=TEMPERATURE, epsilon=0.2, max_grad_norm=1.0, seed=SEED, shuffle_dataset=False,
+                      max_completion_length=MAX_NEW_TOKENS if tools is None else MAX_TURNS * 160,
+                      generation_kwargs={"max_new_tokens": MAX_NEW_TOKENS},
+                      max_tool_calling_iterations=MAX_TURNS - 1, gradient_checkpointing=False, use_cpu=True,
+                      bf16=False, fp16=False, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
+                      dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
+                      weight_decay=0.0, model_init_kwargs={"dtype": torch.float32})
+    ends: list[float] = []
+    trained: list[tuple[int, int]] = []
+
+    class Timer(TrainerCallback):
+        def on_step_end(self, *_a, **_k):
+            ends.append(time.perf_counter())
+
+    class Counted(GRPOTrainer):
+        def compute_loss(self, model, inputs, *a, **k):
+            prompt = inputs["prompt_mask"].sum(1)
+            completion = inputs["completion_mask"]
+            own = completion * inputs["tool_mask"] if inputs.get("tool_mask") is not None else completion
+            trained.extend(zip((prompt + completion.sum(1)).tolist(), own.sum(1).tolist()))
+            return super().compute_loss(model, inputs, *a, **k)
+
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    trainer = Counted(model=policy, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer,
+                      tools=tools, callbacks=[Timer()])
+    trainer.train()
+    return {"step_ends": ends, "trained": [(int(a), int(b)) for a, b in trained],
+            "log": [{k: v for k, v in r.items() if isinstance(v, (int, float))} for r in trainer.state.log_history]}
+
+
+def summarize(result: dict) -> dict:
+    """samples/s over the steps after the first (start-up and warm-up excluded, for both systems alike)."""
+    ends = result["step_ends"]
+    trained = result["trained"]
+    span = ends[-1] - ends[0] if len(ends) > 1 else float("nan")
+    per_step = len(trained) / max(len(ends), 1)
+    return {"samples_per_s": per_step * (len(ends) - 1) / span if span == span and span > 0 else float("nan"),
+            "steps": len(ends), "samples": len(trained),
+            "sequence_tokens": statistics.fmean(t[0] for t in trained) if trained else float("nan"),
+            "model_tokens": statistics.fmean(t[1] for t in trained) if trained else float("nan")}
+
+
+def main() -> int:
+    system, scenario, steps, model, workdir = sys.argv[1:6]
+    extra = sys.argv[6:]
+    if system == "agentrl":
+        out = agentrl_run(scenario, int(steps), Path(model), Path(workdir), extra)
+    else:
+        threads = [int(x.split("=", 1)[1]) for x in extra if x.startswith("threads=")]
+        out = trl_run(scenario, int(steps), Path(model), Path(workdir), threads[0] if threads else 0)
+    out["summary"] = summarize(out)
+    print("PEER_RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
