@@ -79,6 +79,11 @@ class SandboxHarness:
         return Observation(text="\n".join(o.text for o in observations), status=worst([o.status for o in observations]),
                            done=done, info={"calls": [o.info for o in observations], "parse_errors": errors})
 
+    def end_episode(self) -> None:
+        """The episode is over and its evidence collected: give the sandbox back now (destroyed, and
+        the warm pool starts a replacement), instead of holding it until the next reset."""
+        self._release()
+
     def full_reset(self) -> None:
         """Destroy the episode's sandbox and forget the task (the clean-start check rebuilds from here)."""
         self._release()
