@@ -11,7 +11,11 @@ first; figures are medians over rounds):
   template's tool-call parser (`response_template`, the Hermes `<tool_call>` one TRL ships for
   Qwen), `max_tool_calling_iterations=3`, 32 new tokens per turn (`generation_kwargs`).
 - `sandboxed`: agentrl only: the real terminal_like harness (bubblewrap sandboxes from the warm
-  pool), one model turn, against agentrl's own `single` figure of the same round.
+  pool), one model turn, against `tools_no_env` of the same round.
+- `tools_no_env`: agentrl only: the same prompts, system prompt and `run_shell` tool schema as
+  `sandboxed` (so the same tokens are generated and trained), one model turn, no environment work.
+  The environment's cost is `sandboxed` / `tools_no_env`; `sandboxed` / `single` is printed as well,
+  though it also counts the longer prompt (the tool schema) and the tool-call tokens.
 
 samples/s counts trained samples over the steps after the first (start-up and the first step's
 warm-up are left out for both). Each run prints what was trained: samples, and mean tokens per
@@ -23,7 +27,7 @@ TRL is optional (the `bench` extra: pip install 'agentrl-cli[bench]'); without i
 so and exits 0 with the TRL figures skipped.
 
     python benchmarks/peer_trl.py [--json] [--rounds 2] [--steps 10] [--multi-steps 4]
-                                  [--scenarios single,multi,sandboxed]
+                                  [--scenarios single,multi,sandboxed,tools_no_env]
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ from benchmarks._common import default_model, figure, parser, report  # noqa: E4
 
 T0 = time.perf_counter()
 TOKEN_TOLERANCE = 0.05
+AGENTRL_ONLY = ("sandboxed", "tools_no_env")
+SCENARIO_NAMES = ("single", "multi", "sandboxed", "tools_no_env")
 DIFFERENCES = [
     "generation: agentrl's embedded server is a separate process answering HTTP requests from many episodes at once "
     "(continuous batching, prefix cache, log-probs returned with the tokens); TRL generates in the training process "
@@ -108,7 +114,7 @@ def rounds(args, model: Path, scenarios: list[str], with_trl: bool) -> dict[tupl
     work = Path(tempfile.mkdtemp(prefix="agentrl-peer-"))
     for r in range(args.rounds):
         for scenario in scenarios:
-            systems = ["agentrl"] + (["trl"] if with_trl and scenario != "sandboxed" else [])
+            systems = ["agentrl"] + (["trl"] if with_trl and scenario not in AGENTRL_ONLY else [])
             if r % 2:
                 systems.reverse()
             steps = args.multi_steps if scenario == "multi" else args.steps
@@ -140,13 +146,27 @@ def breakdown(runs: list[dict]) -> dict:
     return out
 
 
+def _ratios(ours: list[dict], theirs: list[dict]) -> list[float]:
+    return [round(a["summary"]["samples_per_s"] / b["summary"]["samples_per_s"], 3) for a, b in zip(ours, theirs)]
+
+
+def _same_work(ours: list[dict], theirs: list[dict], name: str) -> dict:
+    """Samples trained and mean tokens per sample of both sides, each within TOKEN_TOLERANCE."""
+    same = {}
+    for key in ("samples", "sequence_tokens", "model_tokens"):
+        a, b = _median(ours, key), _median(theirs, key)
+        same[key] = {"agentrl": round(a, 2), name: round(b, 2), "diff": round(abs(a - b) / max(b, 1e-9), 4)}
+    ok = all(v["diff"] <= TOKEN_TOLERANCE for v in same.values())
+    return figure(same, "per run: samples trained, mean tokens per sample", f"each within {TOKEN_TOLERANCE:.0%}", ok)
+
+
 def figures(results: dict, scenarios: list[str], with_trl: bool, args) -> dict:
     figs: dict[str, dict] = {}
     for scenario in scenarios:
         ours = results[("agentrl", scenario)]
         figs[f"{scenario}_agentrl_samples_per_s"] = figure(_median(ours, "samples_per_s"), f"samples/s (median of {len(ours)})")
         figs[f"{scenario}_agentrl_breakdown"] = figure(breakdown(ours), "s per step (median of runs' means)")
-        if scenario == "sandboxed" or not with_trl:
+        if scenario in AGENTRL_ONLY or not with_trl:
             continue
         theirs = results[("trl", scenario)]
         figs[f"{scenario}_trl_samples_per_s"] = figure(_median(theirs, "samples_per_s"), f"samples/s (median of {len(theirs)})")
@@ -155,19 +175,18 @@ def figures(results: dict, scenarios: list[str], with_trl: bool, args) -> dict:
         ratio = statistics.median(ratios)
         figs[f"{scenario}_vs_trl"] = figure(ratio, f"x samples/s (median of per-round ratios {[round(x, 2) for x in ratios]})",
                                             f">= {target:g}", ratio >= target)
-        same = {}
-        for key in ("samples", "sequence_tokens", "model_tokens"):
-            a, b = _median(ours, key), _median(theirs, key)
-            same[key] = {"agentrl": round(a, 2), "trl": round(b, 2), "diff": round(abs(a - b) / max(b, 1e-9), 4)}
-        ok = all(v["diff"] <= TOKEN_TOLERANCE for v in same.values())
-        figs[f"{scenario}_same_work"] = figure(same, "per run: samples trained, mean tokens per sample",
-                                               f"each within {TOKEN_TOLERANCE:.0%}", ok)
+        figs[f"{scenario}_same_work"] = _same_work(ours, theirs, "trl")
     if "sandboxed" in scenarios and "single" in scenarios:
-        pairs = zip(results[("agentrl", "sandboxed")], results[("agentrl", "single")])
-        ratios = [a["summary"]["samples_per_s"] / b["summary"]["samples_per_s"] for a, b in pairs]
+        ratios = _ratios(results[("agentrl", "sandboxed")], results[("agentrl", "single")])
+        figs["sandboxed_vs_single"] = figure(statistics.median(ratios), "x agentrl's single-turn samples/s without tools "
+                                             f"(a longer prompt and tool-call tokens as well; per round {ratios})")
+    if "sandboxed" in scenarios and "tools_no_env" in scenarios:
+        ours, twin = results[("agentrl", "sandboxed")], results[("agentrl", "tools_no_env")]
+        ratios = _ratios(ours, twin)
         ratio = statistics.median(ratios)
-        figs["sandboxed_vs_no_environment"] = figure(ratio, f"x agentrl's own single-turn samples/s (per round {[round(x, 2) for x in ratios]})",
+        figs["sandboxed_vs_no_environment"] = figure(ratio, f"x the same prompts and tools without an environment (per round {ratios})",
                                                      ">= 0.5", ratio >= 0.5)
+        figs["sandboxed_same_work"] = _same_work(ours, twin, "tools_no_env")
     figs["trl_threads"] = figure(args.trl_threads or "torch default", "torch threads of the TRL process")
     figs["load_average"] = figure(load(), "1/5/15 min at the end (2 cores shared)")
     figs["benchmark_wall_s"] = figure(time.perf_counter() - T0, "s")
@@ -180,7 +199,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10, help="training steps per run (single-turn scenarios)")
     p.add_argument("--multi-steps", type=int, default=4, help="training steps per run of the multi-turn scenario "
                    "(TRL calls 300 ms tools one at a time: about 20 s per step)")
-    p.add_argument("--scenarios", default="single,multi,sandboxed", help="comma-separated: single, multi, sandboxed")
+    p.add_argument("--scenarios", default=",".join(SCENARIO_NAMES), help="comma-separated: " + ", ".join(SCENARIO_NAMES))
     p.add_argument("--model", default="", help="model directory (default: the built-in tiny model when cached)")
     p.add_argument("--set", action="append", default=[], help="extra agentrl config override KEY=VALUE (repeatable)")
     p.add_argument("--trl-threads", type=int, default=0,
@@ -188,9 +207,9 @@ def main() -> int:
                         "1 gives TRL the thread count agentrl's trainer takes on 2 cores")
     args = p.parse_args()
     scenarios = [s for s in args.scenarios.split(",") if s]
-    unknown = set(scenarios) - {"single", "multi", "sandboxed"}
+    unknown = set(scenarios) - set(SCENARIO_NAMES)
     if unknown:
-        print(f"unknown scenario(s) {sorted(unknown)}; choose from single, multi, sandboxed", file=sys.stderr)
+        print(f"unknown scenario(s) {sorted(unknown)}; choose from {', '.join(SCENARIO_NAMES)}", file=sys.stderr)
         return 2
     missing = trl_available()
     if missing:

@@ -29,6 +29,7 @@ SCENARIOS = {
     "single": ("benchmarks.peer_env:PeerArith", 1, 0.0),
     "multi": ("benchmarks.peer_env:PeerArithTools", MAX_TURNS, TOOL_LATENCY_S),
     "sandboxed": ("terminal_like", 1, 0.0),
+    "tools_no_env": ("benchmarks.peer_env:PeerArithTools", 1, 0.0),  # sandboxed's prompts and tools, no environment
 }
 
 

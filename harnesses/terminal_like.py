@@ -46,10 +46,11 @@ class TerminalLike(SandboxHarness):
             raise ValueError("command must be a non-empty string")
         state = "/tmp/.agentrl-shell" if self.sandbox.isolated else f"{self.sandbox.workdir}/.agentrl-shell"
         home = "/work" if self.sandbox.isolated else str(self.sandbox.workdir)
-        q = shlex.quote
-        wrapped = (f"mkdir -p {q(state)}; cd \"$(cat {q(state)}/cwd 2>/dev/null || echo {q(home)})\" 2>/dev/null || cd {q(home)}; "
-                   f"[ -f {q(state)}/env ] && . {q(state)}/env; "
-                   f"trap 'pwd > {q(state)}/cwd; export -p > {q(state)}/env' EXIT\n{command}")
+        cwd, env = shlex.quote(f"{state}-cwd"), shlex.quote(f"{state}-env")
+        # bash builtins only (read, cd, ., trap, pwd, export): one process per command, the command's own
+        wrapped = (f"{{ read -r d < {cwd} && cd \"$d\"; }} 2>/dev/null || cd {shlex.quote(home)}; unset d; "
+                   f"[ -f {env} ] && . {env}; "
+                   f"trap 'pwd > {cwd}; export -p > {env}' EXIT\n{command}")
         result = self.sandbox.exec(wrapped, timeout=self.step_timeout_s)
         return exec_observation(f"$ {command}", result)
 

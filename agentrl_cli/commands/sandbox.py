@@ -1,5 +1,5 @@
-"""`agentrl sandbox run|check`: run one command in a fresh sandbox as a harness would; show what
-isolation this host provides."""
+"""`agentrl sandbox run|check|reclaim`: run one command in a fresh sandbox as a harness would; show
+what isolation this host provides; remove sandboxes left by processes that died."""
 
 from __future__ import annotations
 
@@ -91,3 +91,28 @@ def check(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = Fal
         return
     for k, v in facts.items():
         typer.echo(f"{k:11} {v}")
+
+
+@app.command("reclaim")
+def reclaim(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False) -> None:
+    """Remove sandboxes left by processes that died without closing them (their tmpfs mounts,
+    cgroups, processes and work directories under `sandbox.root_dir`). Sandboxes of live processes
+    are never touched; every training run does this when it starts.
+
+    Examples:
+
+    * `agentrl sandbox reclaim`
+
+    * `agentrl sandbox reclaim --json`
+    """
+    from pathlib import Path
+
+    from agentrl_cli.sandbox.orphans import reclaim_orphans
+
+    loaded = load(config, sets)
+    counts = reclaim_orphans(Path(loaded.config.sandbox.root_dir).expanduser())
+    if json_out:
+        print_json(counts)
+        return
+    typer.echo(f"reclaimed {counts['sandboxes']} sandboxes: {counts['mounts']} tmpfs mounts, {counts['cgroups']} cgroups, "
+               f"{counts['processes']} processes" + (f"; {counts['errors']} could not be removed" if counts["errors"] else ""))

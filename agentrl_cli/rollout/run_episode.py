@@ -175,7 +175,9 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
     if len(traj.actions) > sum(m["role"] == "assistant" for m in chat.messages):  # ended by a timeout or error
         chat.generated(out, text, closed=False)
         chat.finish(text)
-    count_mismatches(result, chat)
+    # a fresh render of the whole conversation: in the harness's thread, so the event loop keeps
+    # submitting the other episodes' generations meanwhile (the tokenizer is only read, never configured)
+    await loop.run_in_executor(executor, count_mismatches, result, chat)
     try:
         result.evidence = await env(harness.evidence, traj)
     except asyncio.TimeoutError:

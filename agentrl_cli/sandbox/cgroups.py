@@ -32,7 +32,7 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
-def _v1_base(controller: str) -> Path | None:
+def v1_base(controller: str) -> Path | None:
     own = _own_paths().get(controller)
     base = ROOT / controller
     if own is None or not (base / "cgroup.procs").exists():
@@ -40,7 +40,7 @@ def _v1_base(controller: str) -> Path | None:
     return base / own.lstrip("/") / PREFIX
 
 
-def _v2_base() -> Path | None:
+def v2_base() -> Path | None:
     if not (ROOT / "cgroup.controllers").exists():
         return None
     own = _own_paths().get("", "/")
@@ -61,7 +61,7 @@ class CgroupSet:
         dirs: dict[str, Path] = {}
         quota = None if cpu_cores is None else max(1000, int(cpu_cores * CPU_PERIOD_US))
         try:
-            v2 = _v2_base()
+            v2 = v2_base()
             if v2 is not None:
                 d = v2 / name
                 d.mkdir(parents=True, exist_ok=False)
@@ -73,7 +73,7 @@ class CgroupSet:
                     (d / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
                 return cls(dirs, 2)
             for controller in ("pids", "memory", *(("cpu",) if quota is not None else ())):
-                base = _v1_base(controller)
+                base = v1_base(controller)
                 if base is None:
                     raise OSError(f"cgroup v1 controller {controller} not mounted")
                 d = base / name

@@ -50,6 +50,15 @@ class Limits:
         return limits
 
 
+PRLIMIT_OPTIONS = {resource.RLIMIT_FSIZE: "--fsize", resource.RLIMIT_NOFILE: "--nofile", resource.RLIMIT_CORE: "--core",
+                   resource.RLIMIT_NPROC: "--nproc"}
+
+
+def prlimit_args(limits: dict[int, tuple[int, int]]) -> list[str]:
+    """The same rlimits as util-linux `prlimit` options (`--fsize=SOFT:HARD` ...)."""
+    return [f"{PRLIMIT_OPTIONS[which]}={soft}:{hard}" for which, (soft, hard) in limits.items()]
+
+
 def apply_rlimits(limits: dict[int, tuple[int, int]]) -> None:
     for which, (soft, hard) in limits.items():
         resource.setrlimit(which, (soft, hard))

@@ -8,6 +8,7 @@ Belongs here: the seam and the choice. The warm pool (`pool.py`) and the remote 
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -17,7 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from agentrl_cli.sandbox.orphans import reclaim_orphans
 from agentrl_cli.sandbox.sandbox import Sandbox, SandboxSettings
+
+log = logging.getLogger("agentrl.sandbox")
 
 
 class SandboxProvider(Protocol):
@@ -88,8 +92,15 @@ class HarnessSandboxes:
         self.config = config
         self.providers: dict[str, TimedProvider] = {}
         self._lock = threading.Lock()
+        shared = Path(config.sandbox.root_dir).expanduser()
+        # what runs killed before us left behind slows every sandbox started after it: reclaim it first
+        self.reclaimed = reclaim_orphans(shared)
+        if self.reclaimed["sandboxes"]:
+            log.warning("reclaimed %s sandboxes left by processes that died (%s tmpfs mounts, %s cgroups, %s processes)",
+                        self.reclaimed["sandboxes"], self.reclaimed["mounts"], self.reclaimed["cgroups"],
+                        self.reclaimed["processes"])
         # this run's sandboxes live in a directory of their own, so what is left there is this run's leak
-        self.root = Path(config.sandbox.root_dir).expanduser() / f"run-{uuid.uuid4().hex[:12]}"
+        self.root = shared / f"run-{uuid.uuid4().hex[:12]}"
 
     def for_harness(self, name: str) -> TimedProvider:
         with self._lock:
@@ -113,7 +124,7 @@ class HarnessSandboxes:
 
     def metrics(self) -> dict:
         """`sandbox/<harness>/acquire_ms_p50|p99`, acquire failures by error, and each pool's counters."""
-        out: dict = {}
+        out: dict = {"sandbox/reclaimed_orphans": self.reclaimed["sandboxes"]}
         for name, p in list(self.providers.items()):
             ordered = sorted(p.acquire_s)
             for q in (50, 99):

@@ -1,25 +1,28 @@
 """The in-sandbox supervisor: runs as the sandbox's main process and executes commands on request.
 
-It is started by the host inside bubblewrap (`python3 -I -S supervisor.py`), reads one JSON request
-per line on stdin and answers one JSON line on stdout. Standard library only: it runs on the
-sandbox's own interpreter. Each command runs in its own session with the per-command limits (CPU
-time, optional address space), a wall-clock deadline that kills its whole process group, and an
-output cap with a truncation flag. The host enforces the same deadline from outside and destroys
-the sandbox if the supervisor stops answering, so nothing here needs to be trusted for isolation.
+It is started by the host inside bubblewrap (`python3 -I -S supervisor.py`) and runs one command per
+request. Standard library C modules only (no `json`, `selectors` or `signal`, whose imports pull in
+`re` and `enum` and would more than double the start-up of every sandbox): requests come from the
+trusted host as `marshal` frames, answers go back as one JSON line each, which the host parses with
+`json` (the host never decodes anything else from inside the sandbox). Each command runs in its own
+session with the per-command limits (CPU time, optional address space), a wall-clock deadline that
+kills its whole process group, and an output cap with a truncation flag. The host enforces the same
+deadline from outside and destroys the sandbox if the supervisor stops answering, so nothing here
+needs to be trusted for isolation.
 
-Request:  {"id": 1, "op": "exec", "argv": [...], "cwd": "/work", "env": {...}, "stdin": "...",
-           "timeout": 30.0, "output_limit": 1048576, "cpu_time": 10, "address_space": null}
-          {"id": 2, "op": "ping"}
+Request:  b"<length>\n" + marshal.dumps({"id": 1, "op": "exec", "argv": [...], "cwd": "/work",
+          "env": {...}, "stdin": "...", "timeout": 30.0, "output_limit": 1048576, "cpu_time": 10,
+          "address_space": None})   or   {"id": 2, "op": "ping"}
 Response: {"id": 1, "exit_code": 0, "signal": null, "stdout": "...", "stderr": "...",
            "truncated": false, "timed_out": false, "duration_s": 0.01, "cpu_s": 0.0, "max_rss_kb": 0,
            "error": null}
 """
 
-import json
+import _signal
+import marshal
 import os
 import resource
-import selectors
-import signal
+import select
 import sys
 import time
 
@@ -45,7 +48,7 @@ def _child(argv, cwd, env, cpu_time, address_space, fds):
                 f.write("1000")
         except OSError:
             pass
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
         os.chdir(cwd)
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:  # noqa: BLE001 - report and leave
@@ -84,15 +87,16 @@ def run_exec(req):
     finally:
         os.close(in_w)
     buffers = {out_r: bytearray(), err_r: bytearray()}
-    sel = selectors.DefaultSelector()
+    poll = select.poll()
     for fd in buffers:
         os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
+        poll.register(fd, select.POLLIN)
+    open_fds = set(buffers)
     truncated = timed_out = False
     status = rusage = None
     deadline = t0 + timeout
     exited_at = None
-    while sel.get_map():
+    while open_fds:
         now = time.monotonic()
         if status is None:
             done, st, ru = os.wait4(pid, os.WNOHANG)
@@ -105,24 +109,24 @@ def run_exec(req):
         if exited_at is not None and now - exited_at > MAX_DRAIN_AFTER_EXIT_S:
             break
         wait = min(0.05, max(0.0, deadline - now)) if status is None else DRAIN_AFTER_EXIT_S
-        events = sel.select(wait)
+        events = poll.poll(wait * 1000)
         if not events and status is not None:
             break  # quiet after exit: only background children still hold the pipes
-        for key, _ in events:
+        for fd, _ in events:
             try:
-                chunk = os.read(key.fd, READ_CHUNK)
+                chunk = os.read(fd, READ_CHUNK)
             except BlockingIOError:
                 continue
             if not chunk:
-                sel.unregister(key.fd)
+                poll.unregister(fd)
+                open_fds.discard(fd)
                 continue
             room = limit - len(buffers[out_r]) - len(buffers[err_r])
-            buffers[key.fd] += chunk[:max(room, 0)]
+            buffers[fd] += chunk[:max(room, 0)]
             if len(chunk) > room:
                 truncated = True
                 _kill_group(pid)
-                for fd in list(sel.get_map()):
-                    sel.unregister(fd)
+                open_fds.clear()
                 break
     for fd in buffers:
         os.close(fd)
@@ -146,9 +150,42 @@ def run_exec(req):
 
 def _kill_group(pid):
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, _signal.SIGKILL)
     except OSError:
         pass
+
+
+_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)} | {ord('"'): '\\"', ord("\\"): "\\\\"}
+
+
+def to_json(value) -> str:
+    """JSON text of None, bool, int, float, str, list and dict (the answers' only types)."""
+    if value is None or value is True or value is False:
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else "null"
+    if isinstance(value, str):
+        return '"' + value.translate(_ESCAPES) + '"'
+    if isinstance(value, dict):
+        return "{" + ",".join(to_json(str(k)) + ":" + to_json(v) for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(to_json(v) for v in value) + "]"
+    return to_json(str(value))
+
+
+def read_request(stream):
+    """The next request, {} for a malformed one, None at the end of input."""
+    header = stream.readline()
+    if not header:
+        return None
+    try:
+        payload = stream.read(int(header))
+        req = marshal.loads(payload)
+    except (ValueError, EOFError, TypeError):
+        return {}
+    return req if isinstance(req, dict) else {}
 
 
 def main():
@@ -158,26 +195,28 @@ def main():
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: commands cannot open our /proc fds
     except Exception:  # noqa: BLE001
         pass
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    out = sys.stdout
-    out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
-    out.flush()
-    for line in sys.stdin:
-        try:
-            req = json.loads(line)
-        except ValueError:
-            resp = {"error": "bad request: not JSON"}
-        else:
-            op = req.get("op")
-            if op == "exec":
-                resp = run_exec(req)
-            elif op == "ping":
-                resp = {"pong": True}
-            else:
-                resp = {"error": f"unknown op {op!r}"}
-            resp["id"] = req.get("id")
-        out.write(json.dumps(resp) + "\n")
+    _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)
+    out = sys.stdout.buffer
+
+    def answer(resp):
+        out.write(to_json(resp).encode("utf-8", "backslashreplace") + b"\n")
         out.flush()
+
+    answer({"ready": True, "pid": os.getpid()})
+    stream = sys.stdin.buffer
+    while True:
+        req = read_request(stream)
+        if req is None:
+            return
+        op = req.get("op")
+        if op == "exec":
+            resp = run_exec(req)
+        elif op == "ping":
+            resp = {"pong": True}
+        else:
+            resp = {"error": f"bad request: unknown op {op!r}"}
+        resp["id"] = req.get("id")
+        answer(resp)
 
 
 if __name__ == "__main__":

