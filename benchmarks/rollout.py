@@ -185,7 +185,9 @@ async def _step_and_sync(backend, samples: list, url: str, rounds: int) -> dict:
                 steps.append(time.perf_counter() - t)
                 version += 1
                 entry = await sync.sync(backend, version)
-                say(f"round {r + 1}/{rounds}: train step {steps[-1]:.2f} s, {name} sync {entry['seconds']:.2f} s")
+                parts = ", ".join(f"{k[:-2]} {entry[k]:.3f}" for k in ("export_s", "load_s", "verify_s") if k in entry)
+                say(f"round {r + 1}/{rounds}: train step {steps[-1]:.2f} s, {name} sync {entry['seconds']:.3f} s"
+                    + (f" ({parts})" if parts else ""))
         return {"step_s": steps, "disk": syncs["disk"].history, "distributed": syncs["distributed"].history}
     finally:
         await syncs["distributed"].close()

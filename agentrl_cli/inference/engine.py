@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import logging
 import threading
 import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file as load_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl_cli.inference.batch import BatchRun, Request
@@ -41,6 +44,9 @@ _LOAD_LOCK = threading.Lock()
 WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
 
 
+# config keys that name or describe a saved file rather than the architecture
+CONFIG_NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "_commit_hash",
+                                     "_attn_implementation_autoset"})
 MAX_WINDOW_FACTOR = 8  # a batch forms at most this many windows after its first request
 
 
@@ -95,13 +101,45 @@ class HFEngine:
     # ---- model -------------------------------------------------------------------------------
 
     def _load(self, path: str):
-        dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
-        with _LOAD_LOCK:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model = self._same_architecture(path)
+        if model is None:
+            dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
+            with _LOAD_LOCK:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         model.eval().requires_grad_(False)
         on_meta = [name for name, p in model.named_parameters() if p.device.type == "meta"]
         if on_meta:
             raise RuntimeError(f"{len(on_meta)} parameters were not loaded (e.g. {on_meta[0]})")
+        return model
+
+    def _same_architecture(self, path: str):
+        """A copy of the serving model holding `path`'s weights, when `path` is one safetensors file
+        with the serving model's config (what a trainer exports at every sync): loading the tensors
+        into a copy costs a third of building the model anew. None when anything differs or is
+        missing (a tensor not tied to a loaded one, an unknown name, another shape): then the full load."""
+        serving = getattr(self, "_model", None)
+        weights, config = Path(path) / "model.safetensors", Path(path) / "config.json"
+        if serving is None or not weights.is_file() or not config.is_file():
+            return None
+        try:
+            theirs = type(serving.config).from_dict(json.loads(config.read_text())).to_dict()
+        except (OSError, ValueError, TypeError):
+            return None
+        ours = serving.config.to_dict()
+        if any(theirs.get(k) != ours.get(k) for k in set(theirs) | set(ours) if k not in CONFIG_NOT_ARCHITECTURE):
+            return None
+        model = copy.deepcopy(serving)
+        try:
+            tensors = load_safetensors(str(weights))
+            result = model.load_state_dict(tensors, strict=False)
+        except (OSError, RuntimeError, ValueError):
+            return None
+        state = model.state_dict()
+        if self.dtype == "auto" and any(t.dtype != state[k].dtype for k, t in tensors.items() if k in state):
+            return None  # "auto" serves a file in its own dtype: only a full load does that
+        loaded = {state[k].data_ptr() for k in tensors}
+        if result.unexpected_keys or any(state[k].data_ptr() not in loaded for k in result.missing_keys):
+            return None
         return model
 
     @property

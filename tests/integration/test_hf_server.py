@@ -464,3 +464,23 @@ def test_get_weights_by_name_reports_the_live_weights_and_follows_an_update(tmp_
     finally:
         server.stop()
         engine.close()
+
+
+def test_an_export_of_the_same_architecture_loads_into_a_copy_and_another_one_fully(tmp_path):
+    old, new = build_random(tmp_path / "a", seed=3), build_random(tmp_path / "b", seed=4)
+    other = build_random(tmp_path / "c", seed=4, num_hidden_layers=1)
+    engine = HFEngine(old)
+    try:
+        copied = engine._same_architecture(str(new))
+        assert copied is not None and copied is not engine._model
+        assert copied.lm_head.weight.data_ptr() == copied.model.embed_tokens.weight.data_ptr()  # still tied
+        assert engine._same_architecture(str(other)) is None  # another config: the full load
+        for path, version in ((new, "v1"), (other, "v2")):
+            assert engine.update_weights_from_disk(path, version)[0]
+            model = AutoModelForCausalLM.from_pretrained(path).eval()
+            out = engine.submit(PROMPTS[3], {"temperature": 0, "max_new_tokens": 4, "ignore_eos": True}).result(60)
+            got = torch.tensor(out["output_logprobs"])
+            assert (got - forward_logprobs(model, PROMPTS[3], out["output_ids"])).abs().max().item() < 1e-4
+            assert engine.weight_version == version
+    finally:
+        engine.close()
