@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from agentrl_cli.sandbox.cgroups import CgroupSet, v1_base, v2_base
+from agentrl_cli.sandbox.sandbox import umount_detach
 
 SANDBOX_ID = re.compile(r"^(\d+)-\d+-[0-9a-f]{6}$")
 
@@ -28,8 +29,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
@@ -84,8 +85,6 @@ def orphaned(root: Path) -> list[Path]:
 
 def reclaim_orphans(root: Path) -> dict:
     """Remove the orphaned sandboxes under `root`; returns counts of what was reclaimed."""
-    from agentrl_cli.sandbox.sandbox import umount_detach
-
     counts = {"sandboxes": 0, "mounts": 0, "cgroups": 0, "processes": 0, "errors": 0}
     root = Path(root).expanduser()
     for d in orphaned(root):
