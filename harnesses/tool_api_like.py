@@ -11,8 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 
-import httpx
-
+from agentrl_cli.httpclient import http_client
 from agentrl_cli.tools import CallLog, ToolCaller, ToolSpec, http_tool
 from harnesses.base import Action, Evidence, Observation, TaskSpec, Trajectory
 from harnesses.parsing import answers_match, parse_tool_calls
@@ -45,7 +44,7 @@ class ToolApiLike:
             self._service.start()
             service_url = self._service.url
         self.service_url = service_url.rstrip("/")
-        self._client = httpx.Client(timeout=timeout_s)
+        self._client = http_client(timeout=timeout_s)
         self.call_log = call_log or CallLog()
         self.caller = ToolCaller(self.call_log)
         for name in ("calculator", "lookup", "list_keys"):

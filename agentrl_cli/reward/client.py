@@ -15,6 +15,7 @@ from typing import Protocol
 
 import httpx
 
+from agentrl_cli.httpclient import http_client
 from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.reward.models import RewardResult, ScoreRequest
 from agentrl_cli.reward.scorer import Scorer
@@ -58,7 +59,7 @@ class HttpRewardClient:
     def __init__(self, url: str, timeout_s: float = 30.0, max_retries: int = 2, backoff_s: float = 0.1) -> None:
         self.url = url.rstrip("/")
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
-        self._client = httpx.Client(timeout=timeout_s)
+        self._client = http_client(timeout=timeout_s)
         self.counters = {"retries": 0, "unreachable": 0}
 
     def _rejected(self, r: httpx.Response) -> RewardRequestError:

@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 
 import httpx
 
+from agentrl_cli.httpclient import http_client
 from agentrl_cli.sandbox.files import UnsafePath
 from agentrl_cli.sandbox.result import ExecResult
 from agentrl_cli.sandbox.sandbox import HOST_GRACE_S
@@ -68,7 +69,7 @@ class RemoteProvider:
     """acquire/release over the sandbox service at `url`."""
 
     def __init__(self, url: str, timeout_s: float = 60.0) -> None:
-        self._client = httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
+        self._client = http_client(base_url=url.rstrip("/"), timeout=timeout_s)
 
     def acquire(self) -> RemoteSandbox:
         r = self._client.post("/sandboxes")

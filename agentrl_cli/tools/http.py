@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from agentrl_cli.httpclient import http_client
 from agentrl_cli.tools.caller import (InvalidToolCall, PermanentToolError, RateLimited, ToolTimeout,
                                       TransientToolError)
 
@@ -60,7 +61,7 @@ class HttpTool:
                  timeout_s: float | None = None) -> None:
         self.url, self.method, self.timeout_s = url, method.upper(), timeout_s
         self._own_client = client is None
-        self.client = client or httpx.Client(timeout=timeout_s if timeout_s is not None else 10.0)
+        self.client = client or http_client(timeout=timeout_s if timeout_s is not None else 10.0)
 
     def __call__(self, arguments: dict) -> Any:
         kwargs: dict[str, Any] = {"json": arguments} if self.method in _BODY_METHODS else {"params": arguments}

@@ -13,6 +13,8 @@ import time
 
 import httpx
 
+from agentrl_cli.httpclient import http_client
+
 QUEUE_RE = re.compile(r"^sglang:num_queue_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+)$", re.M)
 
 
@@ -44,7 +46,7 @@ class ServerLoad:
 
     def start(self, urls: list[str]) -> "ServerLoad":
         self.urls = [u.rstrip("/") for u in urls]
-        self._client = httpx.Client(timeout=2.0)
+        self._client = http_client(timeout=2.0)
         self._t0 = time.monotonic()
         self._busy0 = [_busy_seconds(self._client, u) for u in self.urls]
         self._thread = threading.Thread(target=self._poll, daemon=True, name="server-load")
