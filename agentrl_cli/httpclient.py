@@ -1,8 +1,9 @@
-"""Synchronous HTTP clients that share one TLS context.
+"""HTTP clients (httpx, synchronous and asynchronous) that share one TLS context.
 
 Building an `httpx.Client` with default verification loads the CA bundle into a new SSL context,
 about 45 ms of CPU under the GIL; a rollout that makes one harness per slot (64 at once) stalled
-for seconds on that before its first generation. An SSL context is safe to share between clients
+for seconds on that before its first generation, and a training run that checks its servers'
+weight versions at every step paid it twice per step on its event loop. An SSL context is safe to share between clients
 and threads, so every client here verifies with the same one, built once with httpx's own defaults
 (certifi's bundle, SSL_CERT_FILE / SSL_CERT_DIR honoured).
 """
@@ -25,3 +26,9 @@ def http_client(**kwargs) -> httpx.Client:
     """`httpx.Client(**kwargs)` verifying TLS with the shared context unless `verify` is given."""
     kwargs.setdefault("verify", tls_context())
     return httpx.Client(**kwargs)
+
+
+def async_http_client(**kwargs) -> httpx.AsyncClient:
+    """`httpx.AsyncClient(**kwargs)` verifying TLS with the shared context unless `verify` is given."""
+    kwargs.setdefault("verify", tls_context())
+    return httpx.AsyncClient(**kwargs)

@@ -12,6 +12,8 @@ import time
 import httpx
 import uvicorn
 
+from agentrl_cli.httpclient import http_client
+
 
 def require_loopback(host: str, what: str, allow_non_loopback: bool = False) -> None:
     try:
@@ -55,7 +57,7 @@ class ServerThread:
 
     def _wait_healthy(self) -> None:
         deadline, last = time.monotonic() + self.startup_timeout_s, "no answer yet"
-        with httpx.Client(timeout=0.5) as client:
+        with http_client(timeout=0.5) as client:
             while time.monotonic() < deadline:
                 if not self._thread.is_alive():
                     raise RuntimeError(f"{self.name} on {self.url} exited during startup (see the log above)")

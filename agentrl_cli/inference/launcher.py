@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from agentrl_cli.errors import AgentrlError
+from agentrl_cli.httpclient import http_client
 
 ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_loaded; power-of-two is its nearest
 
@@ -156,7 +157,7 @@ def _poll_ready(items: list, url_of, path: str, deadline_s: float, before=lambda
     never did. `before(item)` runs ahead of each probe (it may raise to stop waiting)."""
     end = time.monotonic() + deadline_s
     pending = list(items)
-    with httpx.Client(timeout=5) as client:
+    with http_client(timeout=5) as client:
         while pending and time.monotonic() < end:
             for item in list(pending):
                 before(item)

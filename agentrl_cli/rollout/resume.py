@@ -33,6 +33,7 @@ from typing import Awaitable, Callable
 
 import httpx
 
+from agentrl_cli.httpclient import async_http_client
 from agentrl_cli.inference.client import Generation, InferenceClient, InferenceError, InferenceUnreachable, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ async def server_weight_version(http: httpx.AsyncClient, url: str, timeout_s: fl
 
 async def stale_servers(urls: list[str], version: str, *, headers: dict | None = None) -> dict[str, str]:
     """The reachable servers that serve another weight version than `version`: url -> theirs."""
-    async with httpx.AsyncClient(headers=headers or {}) as http:
+    async with async_http_client(headers=headers or {}) as http:
         serving = await asyncio.gather(*(server_weight_version(http, u) for u in urls))
     return {u: v for u, v in zip(urls, serving) if v is not None and v != str(version)}
 
@@ -181,7 +182,7 @@ async def resync_stale_servers(urls: list[str], version: str, model_path: str, *
     InferenceError; an unreachable server is left for the next check."""
     synced = []
     stale = await stale_servers(urls, version, headers=headers)
-    async with httpx.AsyncClient(timeout=timeout_s, headers=headers or {}) as http:
+    async with async_http_client(timeout=timeout_s, headers=headers or {}) as http:
         for url, serving in stale.items():
             log.warning("inference server %s serves weight version %s, the run is at %s: re-syncing", url, serving, version)
             r = await http.post(url + "/update_weights_from_disk", json={"model_path": str(model_path), "weight_version": str(version)})

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import httpx
 
+from agentrl_cli.httpclient import http_client
 from agentrl_cli.report import Check
 
 PROBE_DEADLINE_S = 20.0
@@ -56,7 +57,7 @@ def _http_probe(name: str, url: str, fix: str, steps: list[tuple[str, str, dict 
     """GET/POST each (method, path, body) in turn; the first failure fails the check with the address."""
     t0 = time.perf_counter()
     try:
-        with httpx.Client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client(timeout=HTTP_TIMEOUT_S) as client:
             for method, path, body in steps:
                 r = client.request(method, url.rstrip("/") + path, json=body, timeout=HTTP_TIMEOUT_S * (6 if body else 1))
                 if r.status_code != 200:
