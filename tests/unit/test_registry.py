@@ -37,3 +37,27 @@ def test_create_wires_sandbox_limits_and_options_from_config():
     assert h._provider.settings.limits.wall_timeout_s == 7
     h2 = create("code_sandbox_like", cfg)
     assert h2.step_timeout_s == 9
+
+
+@pytest.fixture
+def fresh_registry():
+    from harnesses import registry
+
+    registry._registered.cache_clear()
+    yield registry
+    registry._registered.cache_clear()
+
+
+def test_entry_points_register_a_harness_and_are_read_once_per_process(tmp_path, monkeypatch, fresh_registry):
+    (tmp_path / "demo_harness.py").write_text("from harnesses.terminal_like import TerminalLike\n\n"
+                                              "class Demo(TerminalLike):\n    name = 'demo_entry'\n")
+    dist = tmp_path / "demo_harness-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-harness\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[agentrl.harnesses]\ndemo_entry = demo_harness:Demo\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert resolve("demo_entry").__name__ == "Demo"
+    assert registered()["demo_entry"] == "demo_harness:Demo"
+    registered().clear()  # a copy: the registry itself is untouched
+    (dist / "entry_points.txt").unlink()  # read once: what was registered at the first read stays
+    assert resolve("demo_entry").__name__ == "Demo"
