@@ -3,9 +3,9 @@
 Building an `httpx.Client` with default verification loads the CA bundle into a new SSL context,
 about 45 ms of CPU under the GIL; a rollout that makes one harness per slot (64 at once) stalled
 for seconds on that before its first generation, and a training run that checks its servers'
-weight versions at every step paid it twice per step on its event loop. An SSL context is safe to share between clients
-and threads, so every client here verifies with the same one, built once with httpx's own defaults
-(certifi's bundle, SSL_CERT_FILE / SSL_CERT_DIR honoured).
+weight versions at every step paid it twice per step on its event loop. An SSL context is safe to
+share between clients and threads, so every client here verifies with the same one, built once
+with httpx's own defaults (certifi's bundle, SSL_CERT_FILE / SSL_CERT_DIR honoured).
 """
 
 from __future__ import annotations

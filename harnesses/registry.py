@@ -40,7 +40,7 @@ def _registered() -> dict[str, str]:
 
 def resolve(name: str) -> type:
     """The harness class for a registered name or a `module:Class` path."""
-    target = registered().get(name, name if ":" in name else None)
+    target = _registered().get(name, name if ":" in name else None)
     if target is None:
         known = ", ".join(sorted(registered())) or "none yet"
         raise NotFoundError(f"unknown harness {name!r}; registered: {known}",
