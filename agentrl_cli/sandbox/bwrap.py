@@ -21,7 +21,7 @@ from agentrl_cli.errors import AgentrlError
 
 SANDBOX_UID = 65534
 WORK = "/work"
-SUPERVISOR_PATH = "/.agentrl/supervisor.py"
+SUPPORT_MOUNT = "/.agentrl"
 INSTALL_FIX = "install bubblewrap (`apt-get install bubblewrap`), or set sandbox.backend: process to run WITHOUT isolation"
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "nsswitch.conf", "mime.types")
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8", "TMPDIR": "/tmp",
@@ -40,8 +40,14 @@ class BwrapProfile:
     tmpfs_bytes: int
     python: str = "/usr/bin/python3"
     seccomp_fd: int | None = None
+    supervisor: str = "supervisor.py"  # the file of support_dir that runs as the supervisor (source or bytecode)
     hostname: str = "sandbox"
     extra_ro_binds: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def supervisor_path(self) -> str:
+        """Where the supervisor is inside the sandbox."""
+        return f"{SUPPORT_MOUNT}/{Path(self.supervisor).name}"
 
     def argv(self, command: list[str]) -> list[str]:
         a = [self.bwrap,
@@ -53,7 +59,7 @@ class BwrapProfile:
                 a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         a += ["--ro-bind", str(self.support_dir / "passwd"), "/etc/passwd",
               "--ro-bind", str(self.support_dir / "group"), "/etc/group",
-              "--ro-bind", str(self.support_dir / "supervisor.py"), SUPERVISOR_PATH]
+              "--ro-bind", str(self.support_dir / self.supervisor), self.supervisor_path]
         for src, dst in self.extra_ro_binds:
             a += ["--ro-bind", src, dst]
         a += ["--proc", "/proc", "--dev", "/dev",

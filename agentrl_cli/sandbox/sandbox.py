@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import itertools
 import json
 import logging
-import marshal
 import os
 import selectors
 import shutil
@@ -27,16 +25,16 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 
 from agentrl_cli.sandbox import files
-from agentrl_cli.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, SUPERVISOR_PATH, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
+from agentrl_cli.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
 from agentrl_cli.sandbox.cgroups import CgroupSet
 from agentrl_cli.sandbox.limits import MB, Limits, apply_rlimits, prlimit_args
 from agentrl_cli.sandbox.network import NET_DIR, SCRIPT_PATH, HostRelay, hosts_file, parse_allowlist
 from agentrl_cli.sandbox.result import ExecResult
 from agentrl_cli.sandbox.seccomp import bpf_program, program_fd
+from agentrl_cli.sandbox.supervisors import Supervisor, support_dir
 
 log = logging.getLogger("agentrl.sandbox")
 START_TIMEOUT_S = 30.0
@@ -58,6 +56,7 @@ class SandboxSettings:
     root_dir: Path = Path(tempfile.gettempdir()) / "agentrl-sandboxes"
     python: str = "/usr/bin/python3"
     allowlist: tuple[str, ...] = ()  # host:port endpoints reachable from inside (see network.py); empty = none
+    supervisor: str = "auto"  # "auto": the compiled one where a C compiler is, else "python" (supervisors.py)
 
     @classmethod
     def from_config(cls, c) -> "SandboxSettings":
@@ -72,31 +71,6 @@ class SandboxSettings:
     @property
     def privileged(self) -> bool:
         return os.geteuid() == 0
-
-
-def _support_dir(root: Path) -> Path:
-    """A read-only directory with the supervisor and passwd/group files, shared by all sandboxes."""
-    package = resources.files("agentrl_cli.sandbox")
-    source = package.joinpath("supervisor.py").read_bytes()
-    network = package.joinpath("network.py").read_bytes()
-    d = root / f"support-{hashlib.sha256(source + network).hexdigest()[:12]}"
-    if (d / "supervisor.py").exists():
-        return d
-    root.mkdir(parents=True, exist_ok=True)
-    os.chmod(root, 0o711)
-    tmp = Path(tempfile.mkdtemp(prefix=".support-", dir=root))
-    (tmp / "supervisor.py").write_bytes(source)
-    (tmp / "network.py").write_bytes(network)
-    (tmp / "passwd").write_text(f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:{WORK}:/bin/bash\n")
-    (tmp / "group").write_text(f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n")
-    for p in tmp.iterdir():
-        os.chmod(p, 0o644)
-    os.chmod(tmp, 0o755)
-    try:
-        tmp.rename(d)
-    except OSError:  # another process won the race
-        shutil.rmtree(tmp, ignore_errors=True)
-    return d
 
 
 def _mount_tmpfs(target: Path, size_mb: int, uid: int) -> bool:
@@ -166,7 +140,9 @@ class Sandbox:
         bwrap = check_bwrap(s.bwrap) if self.isolated else None
         self.base = s.root_dir / self.id
         self.workdir = self.base / "work"
-        support = _support_dir(s.root_dir)
+        support = support_dir(s.root_dir, SANDBOX_UID, WORK)
+        python = s.python if (self.isolated or Path(s.python).exists()) else sys.executable
+        self.supervisor = Supervisor.choose(support, python, s.supervisor)
         try:
             self.base.mkdir(mode=0o711, parents=True)
             self.workdir.mkdir(mode=0o700)
@@ -179,14 +155,14 @@ class Sandbox:
                 self.cgroup = CgroupSet.create(f"{self.id}", s.limits.max_processes, s.limits.memory_mb * MB, s.limits.cpu_cores)
             seccomp_fd = program_fd() if (self.isolated and s.seccomp) else None
             if self.isolated:
-                profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support,
+                profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support, supervisor=self.supervisor.file,
                                        tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd)
-                command = [s.python, "-I", "-S", SUPERVISOR_PATH]
+                command = self.supervisor.command(profile.supervisor_path, s.python)
                 if endpoints:
                     command = self._egress(endpoints, profile, support, command)
                 argv = profile.argv(command)
             else:
-                argv = [s.python if Path(s.python).exists() else sys.executable, "-I", "-S", str(support / "supervisor.py")]
+                argv = self.supervisor.command(str(support / self.supervisor.file), python)
             self.seccomp_loaded = seccomp_fd is not None
             self._log = open(self.base / "sandbox.log", "wb")
             rlimits = s.limits.sandbox_rlimits(cgroup_pids=self.cgroup is not None)
@@ -269,34 +245,54 @@ class Sandbox:
         return 0
 
     def _request(self, req: dict, deadline: float) -> dict | None:
-        payload = marshal.dumps({**req, "id": next(_counter)})  # the supervisor decodes requests with marshal only
         try:
-            self.proc.stdin.write(b"%d\n" % len(payload) + payload)
+            self.proc.stdin.write(self.supervisor.frame({**req, "id": next(_counter)}))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return None
         return self._read_response(deadline)
 
     def _read_response(self, deadline: float) -> dict | None:
+        """The supervisor's next answer; None when it breaks the protocol, stops or misses the deadline."""
+        while b"\n" not in self._buf:
+            if not self._fill(deadline):
+                return None
+        line, _, self._buf = self._buf.partition(b"\n")
+        try:
+            resp = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(resp, dict):
+            return None
+        if "stdout_bytes" in resp:  # the compiled supervisor: raw output follows the line
+            n, m = resp.pop("stdout_bytes"), resp.pop("stderr_bytes", None)
+            if not (isinstance(n, int) and isinstance(m, int) and 0 <= n and 0 <= m
+                    and n + m <= self.settings.limits.output_limit_bytes):
+                return None
+            while len(self._buf) < n + m:
+                if not self._fill(deadline):
+                    return None
+            data, self._buf = self._buf[:n + m], self._buf[n + m:]
+            resp["stdout"], resp["stderr"] = data[:n].decode("utf-8", "replace"), data[n:].decode("utf-8", "replace")
+        return resp
+
+    def _fill(self, deadline: float) -> bool:
+        """Read what the supervisor has written into the buffer; False at its end or past the deadline."""
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in self._buf:
+            while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(min(left, 1.0)) and self.proc.poll() is not None:
-                    return None
+                    return False
                 try:
                     chunk = os.read(fd, 1 << 20)
                 except BlockingIOError:
                     continue
                 if not chunk:
-                    return None
+                    return False
                 self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        try:
-            return json.loads(line)
-        except ValueError:
-            return None
+                return True
 
     # -- files --------------------------------------------------------------------------------------
     def read_file(self, relpath: str, max_bytes: int = 1 << 20) -> bytes:
@@ -388,4 +384,5 @@ class Sandbox:
                 "seccomp": "loaded" if self.seccomp_loaded else bpf_program()[1] if self.isolated else "not used",
                 "cgroups": f"v{self.cgroup.version}" if self.cgroup else "none (rlimits)",
                 "workdir": "tmpfs" if self.workdir_mounted else "directory", "launch": self.launch,
+                "supervisor": self.supervisor.kind,
                 "egress": [f"{e.host}:{e.port}" for e in self.relay.endpoints] if self.relay else "none"}

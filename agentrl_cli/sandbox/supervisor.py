@@ -1,7 +1,8 @@
 """The in-sandbox supervisor: runs as the sandbox's main process and executes commands on request.
 
-It is started by the host inside bubblewrap (`python3 -I -S supervisor.py`) and runs one command per
-request. Standard library C modules only (no `json`, `selectors` or `signal`, whose imports pull in
+It is started by the host inside bubblewrap (`python3 -I -S` on bytecode compiled from this file)
+and runs one command per request; `supervisor.c` is the same supervisor compiled, which the host
+runs instead where it has a C compiler (see `supervisors.py`). Standard library C modules only (no `json`, `selectors` or `signal`, whose imports pull in
 `re` and `enum` and would more than double the start-up of every sandbox): requests come from the
 trusted host as `marshal` frames, answers go back as one JSON line each, which the host parses with
 `json` (the host never decodes anything else from inside the sandbox). Each command runs in its own
@@ -130,6 +131,14 @@ def run_exec(req):
                 break
     for fd in buffers:
         os.close(fd)
+    for _ in range(50 if not (timed_out or truncated) else 0):  # pipes closed: it is exiting, do not kill it
+        if status is not None:
+            break
+        done, st, ru = os.wait4(pid, os.WNOHANG)
+        if done:
+            status, rusage = st, ru
+        else:
+            time.sleep(0.001)
     if status is None:
         _kill_group(pid)
         _, status, rusage = os.wait4(pid, 0)
@@ -188,11 +197,24 @@ def read_request(stream):
     return req if isinstance(req, dict) else {}
 
 
+def not_dumpable():
+    """prctl(PR_SET_DUMPABLE, 0): commands cannot open our /proc fds. Called through `_ctypes`
+    itself: the `ctypes` package would add 3 ms to every sandbox's start."""
+    import _ctypes
+
+    class Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class Function(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL
+        _restype_ = Int
+
+    return Function(_ctypes.dlsym(_ctypes.dlopen(None), "prctl"))(4, 0, 0, 0, 0)
+
+
 def main():
     try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE=0: commands cannot open our /proc fds
+        not_dumpable()
     except Exception:  # noqa: BLE001
         pass
     _signal.signal(_signal.SIGPIPE, _signal.SIG_DFL)

@@ -135,6 +135,17 @@ def test_8_proc_shows_only_the_sandbox_processes(make_sandbox):
     assert "AGENTRL" not in r.stdout
 
 
+def test_8_commands_cannot_open_the_supervisors_pipes(make_sandbox):
+    """The supervisor (the parent of every command, same uid) is not dumpable: a command cannot open
+    its request or answer pipe through /proc to forge requests or answers."""
+    sb = make_sandbox()
+    r = sb.exec('tr "\\0" " " < /proc/$PPID/cmdline; echo; echo forged > /proc/$PPID/fd/1; echo "write=$?"; '
+                'ls /proc/$PPID/fd; echo "list=$?"')
+    assert "/.agentrl/supervisor" in r.stdout, r.stdout  # $PPID is the supervisor
+    assert "write=1" in r.stdout and "list=2" in r.stdout and "Permission denied" in r.stderr, (r.stdout, r.stderr)
+    assert sb.exec("echo still answering").stdout == "still answering\n"
+
+
 def test_9_network_is_its_own_and_empty(make_sandbox):
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
