@@ -35,12 +35,13 @@ class SandboxUnavailable(AgentrlError):
 @dataclass
 class BwrapProfile:
     bwrap: str
-    workdir: Path  # host directory bound read-write at /work
+    workdir: Path  # host directory bound read-write at /work (unless workdir_bytes)
     support_dir: Path  # host directory with supervisor.py, passwd, group (bound read-only)
     tmpfs_bytes: int
     python: str = "/usr/bin/python3"
     seccomp_fd: int | None = None
     supervisor: str = "supervisor.py"  # the file of support_dir that runs as the supervisor (source or bytecode)
+    workdir_bytes: int | None = None  # /work as a tmpfs of this size in the sandbox's own mount namespace
     hostname: str = "sandbox"
     extra_ro_binds: list[tuple[str, str]] = field(default_factory=list)
 
@@ -64,7 +65,8 @@ class BwrapProfile:
             a += ["--ro-bind", src, dst]
         a += ["--proc", "/proc", "--dev", "/dev",
               "--size", str(self.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp",
-              "--bind", str(self.workdir), WORK, "--chdir", WORK,
+              *(("--size", str(self.workdir_bytes), "--perms", "0700", "--tmpfs", WORK) if self.workdir_bytes
+                else ("--bind", str(self.workdir), WORK)), "--chdir", WORK,
               "--remount-ro", "/", "--clearenv"]
         for k, v in SANDBOX_ENV.items():
             a += ["--setenv", k, v]

@@ -1,6 +1,7 @@
 """Host-side access to a sandbox's work directory that never leaves it.
 
-The agent controls everything under the work directory, including symlinks and hard links that
+`root` is the work directory's path or an open directory fd of it. The agent controls everything
+under the work directory, including symlinks and hard links that
 point at host files. Every path is opened component by component relative to the work directory
 with O_NOFOLLOW, `..` and absolute paths are refused, and a file with more than one link is
 refused, so the collector stays inside the sandbox root.
@@ -26,8 +27,8 @@ def _parts(relpath: str) -> list[str]:
     return [part for part in p.parts if part != "."]
 
 
-def _open_parent(root: Path, parts: list[str], create: bool = False, uid: int | None = None) -> int:
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _open_parent(root: Path | int, parts: list[str], create: bool = False, uid: int | None = None) -> int:
+    fd = os.dup(root) if isinstance(root, int) else os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
             if create:
@@ -47,7 +48,7 @@ def _open_parent(root: Path, parts: list[str], create: bool = False, uid: int | 
                          "the path must be a real directory tree inside the work directory") from None
 
 
-def read_file(root: Path, relpath: str, max_bytes: int = 1 << 20) -> bytes:
+def read_file(root: Path | int, relpath: str, max_bytes: int = 1 << 20) -> bytes:
     """Read a regular, singly-linked file under `root` without following any link."""
     parts = _parts(relpath)
     dir_fd = _open_parent(root, parts)
@@ -78,7 +79,7 @@ def read_file(root: Path, relpath: str, max_bytes: int = 1 << 20) -> bytes:
         os.close(dir_fd)
 
 
-def write_file(root: Path, relpath: str, data: bytes, uid: int | None = None, mode: int = 0o644) -> None:
+def write_file(root: Path | int, relpath: str, data: bytes, uid: int | None = None, mode: int = 0o644) -> None:
     """Create (or replace) a file under `root` without following links; owned by `uid` if given."""
     parts = _parts(relpath)
     dir_fd = _open_parent(root, parts, create=True, uid=uid)

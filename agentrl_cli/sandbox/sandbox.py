@@ -10,6 +10,7 @@ for hosts where that is an explicit, reported choice.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -41,7 +42,6 @@ START_TIMEOUT_S = 30.0
 HOST_GRACE_S = 5.0  # the host waits this much past a command's deadline before destroying the sandbox
 _counter = itertools.count()
 _libc = ctypes.CDLL(None, use_errno=True)
-MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 
 
@@ -73,13 +73,37 @@ class SandboxSettings:
         return os.geteuid() == 0
 
 
-def _mount_tmpfs(target: Path, size_mb: int, uid: int) -> bool:
-    opts = f"size={size_mb}m,uid={uid},gid={uid},mode=0700".encode()
-    return _libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) == 0
-
-
 def umount_detach(target: Path) -> None:
     _libc.umount2(str(target).encode(), MNT_DETACH)
+
+
+def _open_sandbox_work(outer_pid: int) -> int:
+    """A directory fd of the sandbox's own /work tmpfs, opened through the root of the first process
+    inside (bubblewrap's child) before any command has run. The fd pins that mount: the host reads
+    and writes the work directory through it for the sandbox's whole life, whatever happens to the
+    processes, and no mount of it ever exists in the host's namespace (a mount there would be copied
+    into, and parsed by, every sandbox started after it)."""
+    try:
+        inner = int(Path(f"/proc/{outer_pid}/task/{outer_pid}/children").read_text().split()[0])
+        return os.open(f"/proc/{inner}/root{WORK}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, IndexError, ValueError) as exc:
+        raise SandboxUnavailable(f"cannot open the sandbox's work directory from the host: {exc}",
+                                 "run as root with /proc mounted, or set sandbox.backend: process") from None
+
+
+@contextlib.contextmanager
+def _as_fsuid(uid: int | None):
+    """Create files as `uid` in this thread only (Linux keeps the filesystem uid per thread): a tmpfs
+    mounted in the sandbox's user namespace takes no inode owned by a user it does not map."""
+    if uid is None:
+        yield
+        return
+    old_gid, old_uid = _libc.setfsgid(uid), _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(old_uid)
+        _libc.setfsgid(old_gid)
 
 
 # Joins the cgroups named before `--` (writing 0 moves the shell itself), then execs the rest.
@@ -131,7 +155,8 @@ class Sandbox:
         self._closed = False
         self._buf = b""
         self.cgroup: CgroupSet | None = None
-        self.workdir_mounted = False
+        self.workdir_mounted = False  # never a host mount now (`orphans.py` still removes those earlier versions left)
+        self.workdir_fd: int | None = None  # /work when it is a tmpfs of the sandbox's own, opened once at start
         self.relay: HostRelay | None = None
         try:
             endpoints = parse_allowlist(s.allowlist) if self.isolated else []
@@ -147,16 +172,13 @@ class Sandbox:
             self.base.mkdir(mode=0o711, parents=True)
             self.workdir.mkdir(mode=0o700)
             as_uid = SANDBOX_UID if (s.privileged and self.isolated) else None
-            if as_uid is not None:
-                self.workdir_mounted = _mount_tmpfs(self.workdir, s.workdir_size_mb, as_uid)
-                if not self.workdir_mounted:
-                    os.chown(self.workdir, as_uid, as_uid)
             if s.cgroups:
                 self.cgroup = CgroupSet.create(f"{self.id}", s.limits.max_processes, s.limits.memory_mb * MB, s.limits.cpu_cores)
             seccomp_fd = program_fd() if (self.isolated and s.seccomp) else None
             if self.isolated:
                 profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support, supervisor=self.supervisor.file,
-                                       tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd)
+                                       tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd,
+                                       workdir_bytes=s.workdir_size_mb * MB if as_uid is not None else None)
                 command = self.supervisor.command(profile.supervisor_path, s.python)
                 if endpoints:
                     command = self._egress(endpoints, profile, support, command)
@@ -180,6 +202,8 @@ class Sandbox:
             if not ready or not ready.get("ready"):
                 raise SandboxUnavailable(f"sandbox {self.id} did not start: {self._log_tail() or 'no output'}",
                                          "run `agentrl sandbox run -- true` to see the failure; check bubblewrap and /usr/bin/python3")
+            if self.isolated and as_uid is not None:
+                self.workdir_fd = _open_sandbox_work(self.proc.pid)
         except BaseException:
             self.close()
             raise
@@ -296,11 +320,16 @@ class Sandbox:
 
     # -- files --------------------------------------------------------------------------------------
     def read_file(self, relpath: str, max_bytes: int = 1 << 20) -> bytes:
-        return files.read_file(self.workdir, relpath, max_bytes)
+        return files.read_file(self.workdir if self.workdir_fd is None else self.workdir_fd, relpath, max_bytes)
 
     def write_file(self, relpath: str, data: bytes | str, mode: int = 0o644) -> None:
         uid = SANDBOX_UID if (self.isolated and self.settings.privileged) else None
-        files.write_file(self.workdir, relpath, data.encode() if isinstance(data, str) else data, uid=uid, mode=mode)
+        data = data.encode() if isinstance(data, str) else data
+        if self.workdir_fd is None:
+            files.write_file(self.workdir, relpath, data, uid=uid, mode=mode)
+            return
+        with _as_fsuid(uid):  # created by the sandbox user, as the files its commands make
+            files.write_file(self.workdir_fd, relpath, data, mode=mode)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @property
@@ -363,8 +392,9 @@ class Sandbox:
             self.cgroup.destroy()
         if self.relay is not None:
             self.relay.close()
-        if self.workdir_mounted:
-            umount_detach(self.workdir)
+        if self.workdir_fd is not None:
+            os.close(self.workdir_fd)
+            self.workdir_fd = None
         shutil.rmtree(self.base, ignore_errors=True)
 
     def _log_tail(self, n: int = 2000) -> str:
@@ -383,6 +413,6 @@ class Sandbox:
         return {"id": self.id, "backend": self.settings.backend, "isolated": self.isolated,
                 "seccomp": "loaded" if self.seccomp_loaded else bpf_program()[1] if self.isolated else "not used",
                 "cgroups": f"v{self.cgroup.version}" if self.cgroup else "none (rlimits)",
-                "workdir": "tmpfs" if self.workdir_mounted else "directory", "launch": self.launch,
+                "workdir": "tmpfs" if self.workdir_fd is not None else "directory", "launch": self.launch,
                 "supervisor": self.supervisor.kind,
                 "egress": [f"{e.host}:{e.port}" for e in self.relay.endpoints] if self.relay else "none"}
