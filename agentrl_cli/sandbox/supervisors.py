@@ -12,6 +12,7 @@ Two supervisors do the same job and give the same answers (see `supervisor.py`):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import marshal
@@ -32,12 +33,18 @@ _lock = threading.Lock()
 _failed: set[Path] = set()  # support dirs whose C source did not compile here (tried once per process)
 
 
-def support_dir(root: Path, sandbox_uid: int, home: str) -> Path:
-    """A read-only directory with the supervisors and passwd/group files, shared by all sandboxes
-    (named by the hash of its sources, so a changed source gets a new one)."""
+@functools.cache
+def _sources() -> tuple[dict[str, bytes], str]:
     package = resources.files("agentrl_cli.sandbox")
     sources = {name: package.joinpath(name).read_bytes() for name in SUPPORT_SOURCES}
-    d = root / f"support-{hashlib.sha256(b''.join(sources.values())).hexdigest()[:12]}"
+    return sources, hashlib.sha256(b"".join(sources.values())).hexdigest()[:12]
+
+
+def support_dir(root: Path, sandbox_uid: int, home: str) -> Path:
+    """A read-only directory with the supervisors and passwd/group files, shared by all sandboxes
+    (named by the hash of its sources, read once per process, so a changed source gets a new one)."""
+    sources, digest = _sources()
+    d = root / f"support-{digest}"
     if (d / "supervisor.py").exists():
         return d
     root.mkdir(parents=True, exist_ok=True)
