@@ -60,6 +60,12 @@ class _Swap:
     ok: bool = False
 
 
+def _same_shapes(a, b) -> bool:
+    """Whether two models have the same state-dict keys, shapes and dtypes, in the same order."""
+    sa, sb = a.state_dict(keep_vars=True), b.state_dict(keep_vars=True)
+    return list(sa) == list(sb) and all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(sa.values(), sb.values()))
+
+
 def _eos_ids(model, tokenizer) -> set[int]:
     ids: set[int] = set()
     for source in (getattr(model, "generation_config", None), model.config, tokenizer):
@@ -91,6 +97,7 @@ class HFEngine:
         self._running: list[Request] = []
         self._paused: str | None = None
         self._swap: _Swap | None = None
+        self._spare = None  # the model the last weight update retired, reused by the next (_copy_of_serving)
         self._seq = itertools.count()
         self._closed = False
         self.stats = EngineStats()
@@ -128,7 +135,7 @@ class HFEngine:
         ours = serving.config.to_dict()
         if any(theirs.get(k) != ours.get(k) for k in set(theirs) | set(ours) if k not in CONFIG_NOT_ARCHITECTURE):
             return None
-        model = copy.deepcopy(serving)
+        model = self._copy_of_serving()
         try:
             tensors = load_safetensors(str(weights))
             result = model.load_state_dict(tensors, strict=False)
@@ -141,6 +148,20 @@ class HFEngine:
         if result.unexpected_keys or any(state[k].data_ptr() not in loaded for k in result.missing_keys):
             return None
         return model
+
+    def _copy_of_serving(self):
+        """A model to load new weights into beside the serving one: the model the last update retired
+        (same architecture; nothing runs on it any more) with the serving weights copied in, or a
+        deep copy the first time. Saves the deep copy's Python-object walk at every update."""
+        with self._cv:
+            spare, self._spare = self._spare, None
+        serving = self._model
+        if spare is None:
+            return copy.deepcopy(serving)
+        with torch.no_grad():
+            for target, source in zip(spare.state_dict(keep_vars=True).values(), serving.state_dict(keep_vars=True).values()):
+                target.copy_(source)
+        return spare
 
     @property
     def model_config(self):
@@ -291,7 +312,7 @@ class HFEngine:
                 problem = (f"unknown parameter name(s) {unknown[:5]} (names are the model's state-dict keys, e.g. "
                            f"{sorted(current)[:2]})" if unknown else "shape mismatch: " + "; ".join(wrong[:5]))
                 return False, f"Failed to update parameter online: {problem}. The weights were not changed."
-            model = copy.deepcopy(self._model)
+            model = self._copy_of_serving()
             params = dict(model.named_parameters(remove_duplicate=False))
             with torch.no_grad():
                 for name, tensor in tensors.items():
@@ -425,7 +446,9 @@ class HFEngine:
 
     def _apply_swap_locked(self) -> None:
         swap, self._swap = self._swap, None
+        retired = self._model
         self._model, self.model_path = swap.model, swap.model_path
+        self._spare = retired if _same_shapes(retired, swap.model) else None
         self.prefix_cache.clear()  # keys and values of the old weights
         if swap.weight_version is not None:
             self.weight_version = swap.weight_version

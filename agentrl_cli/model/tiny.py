@@ -39,13 +39,41 @@ def init_model(seed: int = 0, **overrides):
     return model, tokenizer
 
 
+ONE_FILE_MAX_BYTES = 2 << 30  # larger models go through save_pretrained, which shards them
+
+
+def _save_weights(model, path: Path) -> None:
+    """The model's config, generation config and weights as `save_pretrained` writes them for a model
+    that fits one file (tied parameters stored once, "pt" metadata), without its per-call planning
+    (sharding, metadata checks): 1-2 ms instead of ~16 ms for the built-in model, at every weight
+    sync. Larger models are saved by `save_pretrained` itself."""
+    from safetensors.torch import save_file
+
+    state, seen = {}, set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue  # a tied weight (lm_head = embed_tokens): stored under its first name
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.detach().contiguous()
+    if sum(t.numel() * t.element_size() for t in state.values()) > ONE_FILE_MAX_BYTES:
+        model.save_pretrained(path, safe_serialization=True)
+        return
+    config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]  # as save_pretrained records them
+    config["dtype"] = str(model.dtype).removeprefix("torch.")
+    type(model.config).from_dict(config).save_pretrained(path)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(path)
+    save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
 def save_model_dir(model, tokenizer, path: Path, info: dict) -> Path:
     """Write a complete Hugging Face model directory at `path` (atomically replacing nothing partial)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        model.save_pretrained(tmp, safe_serialization=True)
+        _save_weights(model, tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / COMPLETE).write_text(json.dumps({"recipe_version": RECIPE_VERSION, **info}, indent=2) + "\n")
         if path.exists():

@@ -65,8 +65,9 @@ class VerifiedSync:
         `ours`, from `reference`)."""
         ours = ours if ours is not None else self.reference(backend)
         names = list(ours)
-        for name in names:
-            for url, rows in (await self.client.get_weights_by_name(name, 1)).items():
+        answers = await asyncio.gather(*(self.client.get_weights_by_name(name, 1) for name in names))  # all at once
+        for name, answer in zip(names, answers):
+            for url, rows in answer.items():
                 theirs = _flatten(rows)[: self.sample]
                 mine = ours[name][: len(theirs)]
                 worst = max((abs(a - b) for a, b in zip(mine, theirs)), default=float("inf"))
