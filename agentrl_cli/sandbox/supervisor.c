@@ -199,6 +199,7 @@ static void child(char **argv, const char *cwd, char **envp, long cpu_time, long
         close(adj);
     }
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGXFSZ, SIG_IGN); /* as under supervisor.py (Python ignores it): a write past the file-size limit fails with EFBIG */
     if (chdir(cwd) == 0) {
         environ = envp; /* execvp searches the command's own PATH, as os.execvpe does */
         execvp(argv[0], argv);

@@ -28,11 +28,12 @@ COMMANDS = [
     ("sleep 5", {"timeout": 0.5}),
     ("sleep 30 & echo started", {}),
     ("exec 1>&- 2>&-; sleep 0.2", {}),
+    ("head -c 3000000 /dev/zero > big; echo $?; trap -p", {}),  # past the 2 MB file-size limit: EFBIG, not a signal
 ]
 
 
 def _run_all(root: Path, supervisor: str) -> tuple[str, list[tuple]]:
-    settings = SandboxSettings(root_dir=root, supervisor=supervisor, limits=Limits(output_limit_bytes=1000))
+    settings = SandboxSettings(root_dir=root, supervisor=supervisor, limits=Limits(output_limit_bytes=1000, max_file_size_mb=2))
     results = []
     with Sandbox(settings) as sb:
         kind = sb.describe()["supervisor"]
@@ -63,6 +64,7 @@ def test_both_supervisors_answer_every_command_alike(sandbox_root):
     assert by_command["sleep 5"][5:] == (True, "wall_timeout")
     assert by_command["exec 1>&- 2>&-; sleep 0.2"][1] == 128 + 9  # closed its output and went on: stopped
     assert by_command["sleep 30 & echo started"][1:3] == (0, "started\n")
+    assert "File too large" in by_command["head -c 3000000 /dev/zero > big; echo $?; trap -p"][3]
 
 
 def test_the_supervisors_start_from_compiled_files(sandbox_root):
