@@ -1,10 +1,10 @@
 """Host-side access to a sandbox's work directory that never leaves it.
 
 `root` is the work directory's path or an open directory fd of it. The agent controls everything
-under the work directory, including symlinks and hard links that
-point at host files. Every path is opened component by component relative to the work directory
-with O_NOFOLLOW, `..` and absolute paths are refused, and a file with more than one link is
-refused, so the collector stays inside the sandbox root.
+under the work directory, including symlinks and hard links that point at host files. Every path is
+opened component by component relative to the work directory with O_NOFOLLOW, `..` and absolute
+paths are refused, and a file with more than one link is refused, so the collector stays inside
+the sandbox root.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def _cache_argument(forward) -> str | None:
 
 
 def cache_argument(model) -> str | None:
-    return _cache_argument(getattr(model, "module", model).forward)  # a DeepSpeed engine passes keywords through
+    return _cache_argument(type(getattr(model, "module", model)).forward)  # a DeepSpeed engine passes keywords through
 
 
 def token_logprobs(model, batch: TrainBatch, prompts: PromptSplit | None,
