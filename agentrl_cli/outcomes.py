@@ -2,8 +2,10 @@
 
 `Termination`: why the rollout stopped an episode. `Outcome`: what the episode achieved, as stored
 and reported. `RewardStatus`: whether the reward is a score (`ok`, `fail`, `timeout`) or must be
-masked from training (`infra_error`: the infrastructure failed, never the agent's zero).
+masked from training (`infra_error`: the infrastructure failed, never the agent's zero). `Phase`:
+which loop of a run played the episode, recorded with every trajectory (and the trajectory id).
 Members are `str`, so they compare equal to, serialize as and store as their values.
+A check's status is `report.CheckStatus`; the names of metrics are `observe/keys.py`'s.
 """
 
 from __future__ import annotations
@@ -34,6 +36,22 @@ class RewardStatus(StrEnum):
     TIMEOUT = "timeout"
     INFRA_ERROR = "infra_error"
     UNSCORED = "unscored"  # stored before scoring (never trained on)
+
+
+class Phase(StrEnum):
+    """The loop that recorded a trajectory: what the run's readers filter by."""
+
+    TRAIN = "train"  # a training run started outside the runbook
+    EVAL = "eval"  # evaluation episodes played on their own (stage 7's)
+    BASELINE = "baseline"  # stage 0's loop, and verify measuring it again
+    SMOKE = "smoke"  # stage 8's three phases (`agentrl stage run 8 --phase ...`)
+    SHORT = "short"
+    FULL = "full"
+    VERIFY = "verify"  # verify's own verification run
+    VERIFY_RESUME = "verify-resume"  # verify's resume probe, one step on a copied checkpoint
+
+
+STAGE8_PHASES = (Phase.SMOKE, Phase.SHORT, Phase.FULL)
 
 
 def values(enum: type[StrEnum]) -> tuple[str, ...]:

@@ -1,5 +1,8 @@
 """Rich views of reports for the console. Results go to stdout; the command modules call these.
 
+`render_checks` is the one console view of a list of checks (stage, verify, bench and image all
+print through it); the Markdown and JSON views are `report.py`'s.
+
 `print_table`: on a terminal a table fits the window; anywhere else (a pipe, a file, CI logs) it
 keeps every cell whole at its natural width instead of squeezing to 80 columns (`--json` stays the
 machine interface).
@@ -12,9 +15,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from agentrl_cli.report import FAIL, INFO, PASS, SKIP, StageReport, format_measured
+from agentrl_cli.report import Check, CheckStatus, StageReport, first_line, format_measured
 
-STYLE = {PASS: "green", FAIL: "bold red", SKIP: "yellow", INFO: "cyan"}
+STYLE = {CheckStatus.PASS: "green", CheckStatus.FAIL: "bold red", CheckStatus.SKIP: "yellow", CheckStatus.INFO: "cyan"}
+MARK = {CheckStatus.FAIL: "  ✗ ", CheckStatus.SKIP: "  ○ "}
 
 
 def print_table(console: Console, table: Table) -> None:
@@ -35,38 +39,45 @@ def status_text(status: str) -> Text:
     return Text(status.upper(), style=STYLE.get(status, ""))
 
 
-def render_report(console: Console, report: StageReport, verbose: bool = False) -> None:
-    table = Table(title=f"Stage {report.stage}: {report.title}", title_justify="left", expand=False)
-    table.add_column("check")
-    table.add_column("status")
-    table.add_column("measured", overflow="fold")
-    table.add_column("expected", overflow="fold")
-    for ch in report.checks:
-        table.add_row(ch.name, status_text(ch.status), format_measured(ch.measured), ch.expected)
+def render_checks(console: Console, checks: list[Check] | dict[str, list[Check]], title: str, *,
+                  verbose: bool = False, group: str = "layer") -> None:
+    """The checks as a table, then each failure and skip with its first detail line and what to do
+    (`verbose`: its whole detail when long). A dict of check lists adds a first column, `group`,
+    naming each list (verify's layers)."""
+    groups = checks if isinstance(checks, dict) else {"": checks}
+    grouped = isinstance(checks, dict)
+    table = Table(title=title, title_justify="left", expand=False)
+    for col in ((group,) if grouped else ()) + ("check", "status", "measured", "expected"):
+        table.add_column(col, overflow="fold")
+    for key, members in groups.items():
+        for ch in members:
+            table.add_row(*((key,) if grouped else ()), ch.name, status_text(ch.status), format_measured(ch.measured), ch.expected)
     print_table(console, table)
-    for ch in report.checks:
-        if ch.status in (PASS, INFO):
+    for ch in (c for members in groups.values() for c in members):
+        if ch.status not in MARK:
             continue
-        first = ch.detail.splitlines()[0] if ch.detail else ""
-        console.print(Text.assemble(("  ✗ " if ch.status == FAIL else "  ○ ", STYLE[ch.status]), (ch.name, "bold"), f": {first}"))
-        if ch.hint:
+        first = first_line(ch.detail)
+        console.print(Text.assemble((MARK[ch.status], STYLE[ch.status]), (ch.name, "bold"), f": {first}"))
+        if ch.hint and ch.hint != first:
             console.print(Text(f"    what to do: {ch.hint}", style="dim"))
         if verbose and ch.detail.count("\n") > 1:
             console.print(Text(ch.detail, style="dim"))
+
+
+def render_report(console: Console, report: StageReport, verbose: bool = False) -> None:
+    render_checks(console, report.checks, f"Stage {report.stage}: {report.title}", verbose=verbose)
     for note in report.notes:
         console.print(Text(f"  note: {note}", style="yellow"))
 
 
 def render_summary(console: Console, reports: list[StageReport], run_dir: str) -> None:
     table = Table(title="Summary", title_justify="left")
-    for col in ("stage", "title", "status", "pass", "fail", "skip", "info", "seconds"):
+    for col in ("stage", "title", "status", *(s.value for s in CheckStatus), "seconds"):
         table.add_column(col)
     for r in reports:
-        c = r.counts()
-        table.add_row(str(r.stage), r.title, status_text(r.status), str(c[PASS]), str(c[FAIL]), str(c[SKIP]), str(c[INFO]),
-                      f"{r.duration_s:.1f}")
+        table.add_row(str(r.stage), r.title, status_text(r.status), *map(str, r.counts().values()), f"{r.duration_s:.1f}")
     print_table(console, table)
-    failed = [r.stage for r in reports if r.status == FAIL]
+    failed = [r.stage for r in reports if r.status == CheckStatus.FAIL]
     console.print(f"Reports: {run_dir}/reports/", soft_wrap=True)
     if failed:
         first = failed[0]

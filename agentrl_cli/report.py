@@ -1,10 +1,13 @@
-"""Check and StageReport: the one result type of every stage, and its JSON, Markdown and rich views.
+"""Check and StageReport: the one result type of every stage, and its JSON and Markdown views.
 
 A stage passes when no check fails. A check that could not run is `skip` with its reason, never
 `pass`; `--strict` turns skips into failures. A figure that is reported but not judged is `info`:
 it never counts as a pass or a failure, and `--strict` leaves it alone. Every failing check carries
 a hint a person can act on. Reports are rendered from one object; the JSON carries
 `schema_version` (2 added the `info` status; version 1 reports still read).
+
+Belongs here: the result type, its statuses (`CheckStatus`), the rules that join them into a
+stage's status, and the JSON and Markdown writers. The console view is `render.py`.
 """
 
 from __future__ import annotations
@@ -14,52 +17,63 @@ import os
 import tempfile
 import traceback
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
-PASS, FAIL, SKIP, INFO = "pass", "fail", "skip", "info"
-STATUSES = (PASS, FAIL, SKIP, INFO)
+
+
+class CheckStatus(StrEnum):
+    """What a check found. Members are `str`: they compare equal to, and serialize as, their values."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"  # could not run; the detail says why
+    INFO = "info"  # a figure reported, never judged
 
 
 @dataclass
 class Check:
     name: str
-    status: str  # "pass" | "fail" | "skip" | "info"
+    status: CheckStatus  # a plain string ("pass") is read as its member
     measured: Any = None
     expected: str = ""
     detail: str = ""
     hint: str = ""  # what to do when it fails
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"check {self.name!r}: status must be one of {STATUSES}, got {self.status!r}")
+        try:
+            self.status = CheckStatus(self.status)
+        except ValueError:
+            raise ValueError(f"check {self.name!r}: status must be one of {tuple(s.value for s in CheckStatus)}, "
+                             f"got {self.status!r}") from None
 
     @classmethod
     def judge(cls, name: str, ok: bool, measured: Any, expected: str, hint: str, detail: str = "") -> "Check":
         """pass when `ok`, else fail with `hint`."""
-        return cls(name, PASS if ok else FAIL, measured, expected, detail, hint)
+        return cls(name, CheckStatus.PASS if ok else CheckStatus.FAIL, measured, expected, detail, hint)
 
     @classmethod
     def skipped(cls, name: str, reason: str, expected: str = "", hint: str = "") -> "Check":
-        return cls(name, SKIP, None, expected, reason, hint or reason)
+        return cls(name, CheckStatus.SKIP, None, expected, reason, hint or reason)
 
     @classmethod
     def info(cls, name: str, measured: Any, detail: str = "", expected: str = "reported, not judged") -> "Check":
         """A figure worth showing that no threshold judges: neither a pass nor a failure."""
-        return cls(name, INFO, measured, expected, detail, "")
+        return cls(name, CheckStatus.INFO, measured, expected, detail, "")
 
     @classmethod
     def not_implemented(cls, what: str) -> "Check":
-        return cls("not implemented", FAIL, "not built", "implemented", f"not built in this agentrl version; planned checks: {what}",
+        return cls("not implemented", CheckStatus.FAIL, "not built", "implemented", f"not built in this agentrl version; planned checks: {what}",
                    "nothing to fix in your setup: this stage's checks are not built yet "
                    "(the stage table in README.md says what each stage will check)")
 
     @classmethod
     def crashed(cls, name: str, exc: BaseException) -> "Check":
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(name, FAIL, None, "the check runs to completion", f"{type(exc).__name__}: {exc}\n\n{tb}",
+        return cls(name, CheckStatus.FAIL, None, "the check runs to completion", f"{type(exc).__name__}: {exc}\n\n{tb}",
                    "the check raised an exception; the traceback is in this report's JSON (detail) - "
                    "rerun with AGENTRL_DEBUG=1 to see it on the console")
 
@@ -71,25 +85,36 @@ def guarded(name: str, fn: Callable[[], Check]) -> Check:
     except Exception as exc:  # noqa: BLE001 - containment is the point
         return Check.crashed(name, exc)
     if not isinstance(result, Check):
-        return Check(name, FAIL, repr(result), "a Check", "check function returned no Check", "fix the stage module")
+        return Check(name, CheckStatus.FAIL, repr(result), "a Check", "check function returned no Check", "fix the stage module")
     return result
 
 
-def stage_status(checks: list[Check]) -> str:
+def stage_status(checks: list[Check]) -> CheckStatus:
     """fail when any check fails (or there is none); skip when nothing was judged (only skips and
     figures reported); else pass. `info` checks never decide it."""
-    if not checks or any(c.status == FAIL for c in checks):
-        return FAIL
-    if not any(c.status == PASS for c in checks):
-        return SKIP
-    return PASS
+    if not checks or any(c.status == CheckStatus.FAIL for c in checks):
+        return CheckStatus.FAIL
+    if not any(c.status == CheckStatus.PASS for c in checks):
+        return CheckStatus.SKIP
+    return CheckStatus.PASS
+
+
+def count_statuses(checks: list[Check]) -> dict[str, int]:
+    """How many checks have each status, every status present (the `counts` of a report's JSON)."""
+    return {s.value: sum(c.status == s for c in checks) for s in CheckStatus}
+
+
+def overall(checks: list[Check]) -> CheckStatus:
+    """fail when any check fails, else pass: the status of a command that runs checks outside the
+    runbook (bench, image), where nothing judged is not a failure."""
+    return CheckStatus.FAIL if any(c.status == CheckStatus.FAIL for c in checks) else CheckStatus.PASS
 
 
 def apply_strict(checks: list[Check]) -> list[Check]:
     out = []
     for c in checks:
-        if c.status == SKIP:
-            c = Check(c.name, FAIL, c.measured, c.expected, f"skipped under --strict: {c.detail}",
+        if c.status == CheckStatus.SKIP:
+            c = Check(c.name, CheckStatus.FAIL, c.measured, c.expected, f"skipped under --strict: {c.detail}",
                       c.hint or "run without --strict, or provide what the check needs")
         out.append(c)
     return out
@@ -99,7 +124,7 @@ def apply_strict(checks: list[Check]) -> list[Check]:
 class StageReport:
     stage: int
     title: str
-    status: str
+    status: CheckStatus
     checks: list[Check]
     started_at: str
     duration_s: float
@@ -109,7 +134,7 @@ class StageReport:
     notes: list[str] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
-        return {s: sum(c.status == s for c in self.checks) for s in STATUSES}
+        return count_statuses(self.checks)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -124,33 +149,57 @@ class StageReport:
         return cls(**fields, checks=[Check(**c) for c in data.get("checks", [])],
                    environment=data.get("environment", {}), notes=data.get("notes", []))
 
+    def __post_init__(self) -> None:
+        self.status = CheckStatus(self.status)
+
     def to_markdown(self) -> str:
-        c = self.counts()
         out = [f"# Stage {self.stage}: {self.title} — {self.status.upper()}", "",
                f"run `{self.run_id}` · config `{self.config_hash}` · started {self.started_at} · "
-               f"{self.duration_s:.2f} s · {c[PASS]} pass, {c[FAIL]} fail, {c[SKIP]} skip, {c[INFO]} info", "",
-               "| check | status | measured | expected |", "|---|---|---|---|"]
-        for ch in self.checks:
-            out.append(f"| {_md(ch.name)} | {ch.status} | {_md(format_measured(ch.measured))} | {_md(ch.expected)} |")
-        problems = [ch for ch in self.checks if ch.status in (FAIL, SKIP)]
-        if problems:
-            out += ["", "## Failures and skips", ""]
-            for ch in problems:
-                first = ch.detail.splitlines()[0] if ch.detail else ""
-                out.append(f"- **{ch.name}** ({ch.status}): {first}")
-                if ch.hint:
-                    out.append(f"  - what to do: {ch.hint}")
-        reported = [ch for ch in self.checks if ch.status == INFO and ch.detail]
-        if reported:
-            out += ["", "## Reported, not judged", ""] + [f"- **{ch.name}**: {ch.detail.splitlines()[0]}" for ch in reported]
-        long = [ch for ch in self.checks if ch.detail.count("\n") > 1]
-        if long:
-            out += ["", "## Details", ""]
-            for ch in long:
-                out += [f"### {ch.name}", "", "```", ch.detail.rstrip(), "```", ""]
+               f"{self.duration_s:.2f} s · {counts_line(self.checks)}", ""]
+        out += checks_markdown(self.checks)
         if self.notes:
             out += ["", "## Notes", ""] + [f"- {n}" for n in self.notes]
         return "\n".join(out) + "\n"
+
+
+def counts_line(checks: list[Check]) -> str:
+    """'1 pass, 0 fail, 2 skip, 0 info'."""
+    return ", ".join(f"{n} {status}" for status, n in count_statuses(checks).items())
+
+
+def checks_markdown(checks: list[Check], level: int = 2) -> list[str]:
+    """The Markdown of a list of checks, as every report writes it: the table, then each failure and
+    skip with what to do, the figures reported but not judged, and the long details; `level` is the
+    heading level of those sections."""
+    h = "#" * level
+    out = ["| check | status | measured | expected |", "|---|---|---|---|"]
+    for ch in checks:
+        out.append(f"| {_md(ch.name)} | {ch.status} | {_md(format_measured(ch.measured))} | {_md(ch.expected)} |")
+    problems = [ch for ch in checks if ch.status in (CheckStatus.FAIL, CheckStatus.SKIP)]
+    if problems:
+        out += ["", f"{h} Failures and skips", ""]
+        for ch in problems:
+            out.append(f"- **{ch.name}** ({ch.status}): {first_line(ch.detail)}")
+            if ch.hint:
+                out.append(f"  - what to do: {ch.hint}")
+    reported = [ch for ch in checks if ch.status == CheckStatus.INFO and ch.detail]
+    if reported:
+        out += ["", f"{h} Reported, not judged", ""] + [f"- **{ch.name}**: {first_line(ch.detail)}" for ch in reported]
+    long = [ch for ch in checks if ch.detail.count("\n") > 1]
+    if long:
+        out += ["", f"{h} Details", ""]
+        for ch in long:
+            out += [f"{h}# {ch.name}", "", "```", ch.detail.rstrip(), "```", ""]
+    return out
+
+
+def first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+def checks_to_json(checks: list[Check]) -> list[dict]:
+    """The checks as the JSON of every report and `--json` output carries them."""
+    return [asdict(c) for c in checks]
 
 
 def format_measured(value: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Callable
 from agentrl_cli.config import LoadedConfig
 from agentrl_cli.context import StageContext, StageOptions
 from agentrl_cli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-from agentrl_cli.report import FAIL, Check, StageReport, apply_strict, stage_status, write_report
+from agentrl_cli.report import Check, CheckStatus, StageReport, apply_strict, stage_status, write_report
 from agentrl_cli.rundir import RunDir
 
 
@@ -85,7 +85,7 @@ def run_stage(spec: StageSpec, ctx: StageContext) -> StageReport:
     except Exception as exc:  # noqa: BLE001 - a broken stage must not kill the run
         report = ctx.report([Check.crashed(f"stage {spec.number} runs to completion", exc)])
     if not report.checks:
-        report.checks.append(Check("stage produced checks", FAIL, 0, ">= 1 check", "the stage returned no checks",
+        report.checks.append(Check("stage produced checks", CheckStatus.FAIL, 0, ">= 1 check", "the stage returned no checks",
                                    f"fix {spec.module}: a stage must measure something"))
     if ctx.options.strict:
         report.checks = apply_strict(report.checks)
@@ -119,7 +119,7 @@ def prerequisite_notes(spec: StageSpec, this_run: dict[int, StageReport], run: R
         title = BY_NUMBER[n].title
         if report is None:
             notes.append(f"prerequisite stage {n} ({title}) has not been run in run {run.run_id}")
-        elif report.status == FAIL:
+        elif report.status == CheckStatus.FAIL:
             notes.append(f"prerequisite stage {n} ({title}) failed; failures here may follow from it")
     return notes
 
@@ -144,4 +144,4 @@ def run_stages(selection: list[int], loaded: LoadedConfig, run: RunDir, options:
 
 
 def exit_code(reports: list[StageReport]) -> int:
-    return EXIT_CHECK_FAILED if any(r.status == FAIL for r in reports) else EXIT_OK
+    return EXIT_CHECK_FAILED if any(r.status == CheckStatus.FAIL for r in reports) else EXIT_OK

@@ -67,7 +67,7 @@ def agentrl_config(scenario: str, workdir: Path, tasks_file: Path, extra: list[s
 
 
 def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, extra: list[str] | None = None) -> dict:
-    from agentrl_cli.run import TrainingRun
+    from agentrl_cli.run import training
 
     from benchmarks.peer_env import write_arith_tasks
 
@@ -77,19 +77,14 @@ def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, extra: li
     ends: list[float] = []
 
     async def go():
-        run = TrainingRun(cfg, workdir / "run", model, run_id="peer", phase="train")
-        try:
-            await run.start()
+        async with training(cfg, workdir / "run", model, run_id="peer", phase="train") as run:
             step = run.backend.train_step
 
             def counted(samples):
                 trained.extend((len(s.token_ids), int(sum(s.loss_mask))) for s in samples)
                 return step(samples)
             run.backend.train_step = counted
-            summary = await run.run(steps, on_step=lambda row: ends.append(time.perf_counter()))
-            return summary
-        finally:
-            await run.close()
+            return await run.run(steps, on_step=lambda row: ends.append(time.perf_counter()))
     summary = asyncio.run(go())
     rows = summary.metrics
     return {"step_ends": ends, "trained": trained, "breakdown": [_breakdown(r) for r in rows],

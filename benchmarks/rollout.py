@@ -168,11 +168,13 @@ def _train_samples(episodes: list, count: int) -> list:
 async def _step_and_sync(backend, samples: list, url: str, rounds: int) -> dict:
     """Rounds of train step, disk sync, train step, distributed sync (the first opens the group)."""
     from agentrl_cli.inference.client import InferenceClient
-    from agentrl_cli.training.weight_sync import make_weight_sync
+    from agentrl_cli.weightsync.disk import DiskTransport
+    from agentrl_cli.weightsync.distributed import DistributedTransport
+    from agentrl_cli.weightsync.publisher import WeightPublisher
 
     client = InferenceClient(url, timeout_s=600)
-    syncs = {"disk": make_weight_sync("disk", client, Path(tempfile.mkdtemp(prefix="agentrl-bench-w-"))),
-             "distributed": make_weight_sync("distributed", client, None, backend="gloo")}
+    syncs = {"disk": WeightPublisher(DiskTransport(client, Path(tempfile.mkdtemp(prefix="agentrl-bench-w-"))), client),
+             "distributed": WeightPublisher(DistributedTransport(client, backend="gloo"), client)}
     steps: list[float] = []
     version = 0
     try:

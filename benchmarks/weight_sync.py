@@ -37,11 +37,13 @@ def _perturb(backend, seed: int) -> None:
 
 async def _measure(backend, url: str, rounds: int) -> dict:
     from agentrl_cli.inference.client import InferenceClient
-    from agentrl_cli.training.weight_sync import make_weight_sync
+    from agentrl_cli.weightsync.disk import DiskTransport
+    from agentrl_cli.weightsync.distributed import DistributedTransport
+    from agentrl_cli.weightsync.publisher import WeightPublisher
 
     client = InferenceClient(url, timeout_s=600)
-    disk = make_weight_sync("disk", client, Path(tempfile.mkdtemp(prefix="agentrl-bench-w-")))
-    dist = make_weight_sync("distributed", client, None, backend="gloo")
+    disk = WeightPublisher(DiskTransport(client, Path(tempfile.mkdtemp(prefix="agentrl-bench-w-"))), client)
+    dist = WeightPublisher(DistributedTransport(client, backend="gloo"), client)
     version = 0
     try:
         for i in range(rounds):

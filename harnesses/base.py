@@ -1,97 +1,58 @@
-"""The harness contract: every environment is presented to training through it.
+"""The harness contract: every environment is presented to training through it. Read top to bottom,
+it is all a plugin author needs.
 
-A new environment implements `HarnessAdapter` and registers under the `agentrl.harnesses`
-entry-point group (or is named by `module:Class` in the config); training code never changes.
-`reset` must leave no state from an earlier episode; `full_reset` also rebuilds external state and
-is what the clean-start check uses.
+A harness is a class, found by name through the `agentrl.harnesses` entry-point group or named by
+a `module:Class` path in the config; training code never changes for a new one. It speaks the
+episode vocabulary (`agentrl_cli.episode`, re-exported here): it is given a `TaskSpec`, answers
+`reset` and `step` with an `Observation`, receives each model turn as an `Action` (raw text plus the
+tool calls the model's chat renderer parsed from it) and reports the tool calls it made as
+`ToolCallResult`s on `Observation.calls`.
+
+Required (`HarnessAdapter`):
+  name, version             the harness's name and contract version (recorded with every trajectory)
+  system_prompt(), tools()  the system prompt; JSON-schema tool specs as chat templates take them
+  reset(task) -> Observation  start an episode; no state of an earlier one survives (files,
+                            processes, caches, cookies)
+  step(action) -> Observation  one model turn; a malformed action is answered with status
+                            `invalid_action` (never an exception); `done` ends the episode.
+                            `action.tool_calls`, when given, are the calls to make; a harness that
+                            finds none there parses `action.text` in its own convention
+  compute_reward(trajectory) -> float  the harness's own score of an episode (checks and tests)
+  evidence(trajectory) -> Evidence  what verifiers need, collected before the episode's state is
+                            gone (return `Evidence()` when they need nothing)
+  full_reset()              rebuild external state too, for the clean-start check
+  close()                   free everything (sandboxes, services, threads)
+
+Optional, with what agentrl does when a harness lacks it:
+  end_episode()             free the episode's resources now rather than at the next reset
+                            (default: nothing until the next reset)
+  task_set() (classmethod) -> TaskSet  the harness's own versioned tasks (`TaskSource`; default:
+                            none, so `harnesses[].tasks` must name a file)
+  scripted_action(task, turn) -> str | None (classmethod)  the action text a competent agent sends
+                            at `turn` (0-based), None when the episode is over (`ScriptedSolutions`;
+                            default: none, and the checks that need scripted play are skipped)
+  wrong_action(task) -> str (classmethod)  an action text that ends the episode with a wrong answer
+                            (default: none, and the check that it earns nothing is skipped)
+  canary_tasks() -> list[TaskSpec] (classmethod)  eval tasks no answer can pass, for the
+                            reward-integrity check (`harnesses.canaries`; default: none)
+  terse_action, slip_action, SLIP (classmethods, text)  other styles of the scripted solutions, for
+                            the built-in model's warm start (`harnesses.oracle`; default: the plain one)
+
+Tool calls: a step fills `Observation.calls` with one `ToolCallResult` per call it made (the tool's
+name, its parsed arguments, its own status). A harness written before `calls` existed may instead
+put dicts keyed `tool`, `status`, `latency_ms`, `retries` into `Observation.info["calls"]`; they
+are read as calls (`agentrl_cli.episode.calls_of`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable  # noqa: F401
+from typing import Protocol, runtime_checkable
 
-OBSERVATION_STATUSES = ("ok", "empty", "error", "timeout", "rate_limited", "invalid_action")
+from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, Observation, TaskSet, TaskSpec, ToolCall,
+                                 ToolCallResult, Trajectory, calls_of)
 
-
-@dataclass
-class TaskSpec:
-    task_id: str
-    harness: str
-    prompt: str
-    answer: Any
-    difficulty: int
-    split: str  # "train" | "eval"
-    meta: dict = field(default_factory=dict)
-
-
-@dataclass
-class ToolCall:
-    name: str
-    arguments: dict
-    id: str = ""
-
-
-@dataclass
-class Observation:
-    text: str
-    data: dict | None = None
-    image: bytes | None = None
-    done: bool = False
-    status: str = "ok"  # one of OBSERVATION_STATUSES
-    info: dict = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.status not in OBSERVATION_STATUSES:
-            raise ValueError(f"observation status must be one of {OBSERVATION_STATUSES}, got {self.status!r}")
-
-
-@dataclass
-class Action:
-    text: str  # raw model text
-    tool_calls: list[ToolCall] = field(default_factory=list)  # parsed calls
-
-
-@dataclass
-class Trajectory:
-    """What a harness scores: the task and the actions and observations of one episode.
-    (The stored trajectory record in agentrl_cli.data carries much more.)"""
-
-    task: TaskSpec
-    actions: list[Action] = field(default_factory=list)
-    observations: list[Observation] = field(default_factory=list)
-
-
-@dataclass
-class Evidence:
-    """What verifiers need from a finished episode, collected by the harness (`evidence(trajectory)`,
-    optional) before its sandbox is gone, so the episode can be scored anywhere (the reward service)."""
-
-    final_answer: str | None = None
-    files: dict[str, bytes | None] = field(default_factory=dict)  # path -> content; None = missing
-    protected: dict[str, str] = field(default_factory=dict)  # path -> sha256 it must still have (tamper check)
-
-
-@dataclass(frozen=True)
-class TaskSet:
-    """A harness's versioned tasks (train and eval splits). A harness that brings its own tasks
-    defines `task_set()` as a classmethod returning one (`TaskSource`); the version is recorded with
-    every trajectory trained or evaluated on them."""
-
-    version: str
-    tasks: tuple[TaskSpec, ...]
-
-    def select(self, split: str | None = None, family: str | None = None) -> list[TaskSpec]:
-        return [t for t in self.tasks if (split is None or t.split == split)
-                and (family is None or t.meta.get("family") == family)]
-
-
-@runtime_checkable
-class TaskSource(Protocol):
-    """Optional part of the contract: a harness class that ships its own task set."""
-
-    @classmethod
-    def task_set(cls) -> TaskSet: ...
+__all__ = ["OBSERVATION_STATUSES", "Action", "Evidence", "HarnessAdapter", "Observation", "ScriptedSolutions",
+           "TaskSet", "TaskSource", "TaskSpec", "ToolCall", "ToolCallResult", "Trajectory", "calls_of"]
 
 
 @runtime_checkable
@@ -106,4 +67,21 @@ class HarnessAdapter(Protocol):
     def compute_reward(self, trajectory: Trajectory) -> float: ...
     def evidence(self, trajectory: Trajectory) -> Evidence: ...  # what verifiers need, collected before the episode's state is gone
     def close(self) -> None: ...
-    def full_reset(self) -> None: ...
+    def full_reset(self) -> None: ...  # rebuild external state too (the clean-start check)
+
+
+@runtime_checkable
+class TaskSource(Protocol):
+    """Optional part of the contract: a harness class that ships its own task set."""
+
+    @classmethod
+    def task_set(cls) -> TaskSet: ...
+
+
+@runtime_checkable
+class ScriptedSolutions(Protocol):
+    """Optional part of the contract: a harness class that knows how its tasks are solved. The
+    contract suite, stage 5 and the built-in model's warm start play these."""
+
+    @classmethod
+    def scripted_action(cls, task: TaskSpec, turn: int) -> str | None: ...

@@ -8,9 +8,12 @@ their outcome 0 whatever the agent does; any positive outcome score means the re
 something other than solving the task (a default high score, a verifier that accepts anything, a
 leak of the answer) - the failure that teaches a policy to cheat, caught before training on it.
 
-`canary_tasks(harness)` returns them (split "eval", family "canary", `meta.canary` true);
-`attempts(task)` gives answers a cheating or careless agent would try, for scoring them without a
-model; `is_canary(task_id)` tells them apart from the task set's own.
+A harness offers its canaries through the optional `canary_tasks()` classmethod; `canaries_of(eval
+tasks)` makes them for any harness whose tasks are verified by answer, final state or hidden tests
+(the built-ins use it). `canary_tasks(harness)` returns a harness's canaries by name (split "eval",
+family "canary", `meta.canary` true; none for a harness without the hook); `attempts(task)` gives
+answers a cheating or careless agent would try, for scoring them without a model;
+`is_canary(task_id)` tells them apart from the task set's own.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import hashlib
 from dataclasses import replace
 
 from harnesses.base import TaskSpec
-from harnesses.tasks import HARNESS_FAMILIES, TASK_SET_VERSION, load_tasks
+from harnesses.taskgen import TASK_SET_VERSION
 
 FAMILY = "canary"
 
@@ -39,11 +42,21 @@ def _from(base: TaskSpec, index: int, **meta) -> TaskSpec:
 
 
 def canary_tasks(harness: str) -> list[TaskSpec]:
-    """The canaries of one built-in harness (none for a harness this module does not know)."""
-    if harness not in HARNESS_FAMILIES:
+    """The canaries of a harness by name (none for a harness that is not registered or offers none)."""
+    from agentrl_cli.errors import NotFoundError
+    from harnesses.registry import resolve
+
+    try:
+        hook = getattr(resolve(harness), "canary_tasks", None)
+    except NotFoundError:
         return []
+    return list(hook()) if hook is not None else []
+
+
+def canaries_of(eval_tasks: list[TaskSpec]) -> list[TaskSpec]:
+    """One canary per family of `eval_tasks`, made from its first task, by how it is verified."""
     first = {}
-    for t in load_tasks(harness, "eval"):
+    for t in eval_tasks:
         first.setdefault(t.meta["family"], t)
     out: list[TaskSpec] = []
     for family, base in sorted(first.items()):
@@ -84,8 +97,10 @@ def attempts(task: TaskSpec, original: TaskSpec | None = None) -> list[dict]:
 
 def original_of(task: TaskSpec) -> TaskSpec | None:
     """The ordinary eval task a canary was made from."""
+    from harnesses.task_sources import builtin_or_own
+
     family = task.meta.get("looks_like")
-    for t in load_tasks(task.harness, "eval"):
+    for t in builtin_or_own(task.harness).select("eval"):
         if t.meta.get("family") == family:
             return t
     return None

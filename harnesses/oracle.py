@@ -1,95 +1,97 @@
-"""Scripted solutions: for every task family, the actions a competent agent takes, written in each
-harness's own convention. They drive the contract tests, the stage-5 checks, replay tests and the
-supervised warm start of the built-in model.
+"""Scripted solutions by task: a facade over the harnesses' own `scripted_action` hooks (each
+built-in harness keeps its solutions in its folder). They drive the contract tests, the stage-5
+checks, replay tests and the supervised warm start of the built-in model.
 
-`oracle_actions(task, observations)` returns the next action text given the observations so far,
-or None when the episode should be over.
+`oracle_action(task, turn)` returns the action text for `turn` (0-based) of `task`, or None when the
+episode should be over; `terse_action` and `slip_action` are the warm start's other styles, where a
+harness has them (`terse_action` / `slip_action` hooks; otherwise the plain solution).
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 
 from harnesses.base import TaskSpec
+from harnesses.parsing import tool_call
 
-LIST_SOLUTIONS = {
-    "sum_even": "def solve(xs):\n    return sum(x for x in xs if x % 2 == 0)\n",
-    "count_negative": "def solve(xs):\n    return sum(1 for x in xs if x < 0)\n",
-    "max_minus_min": "def solve(xs):\n    return max(xs) - min(xs)\n",
-}
+__all__ = ["ORACLES", "SLIPS", "oracle_action", "reference_solution", "slip_action", "terse_action",
+           "terse_slip_action", "tool_call"]
 
 
-def tool_call(name: str, **arguments) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+def __getattr__(name: str):
+    if name == "LIST_SOLUTIONS":  # the code harness's gold functions, by kind
+        from harnesses.code_sandbox_like.solutions import LIST_SOLUTIONS
 
-
-def _terminal(task: TaskSpec, turn: int) -> str | None:
-    family = task.meta["family"]
-    if turn == 0:
-        word = task.prompt.rsplit(" ", 1)[-1].rstrip("?")
-        command = {"arith": f"echo $(( {task.meta.get('expression')} ))",
-                   "count_matches": f"grep -cw {word} notes.txt",
-                   "sum_column": "awk -F, 'NR>1 {s+=$2} END {print s}' inventory.csv",
-                   "uppercase_file": "tr a-z A-Z < in.txt > out.txt && cat out.txt"}[family]
-        return tool_call("run_shell", command=command)
-    if turn == 1:
-        return "ANSWER: done" if family == "uppercase_file" else f"ANSWER: {task.answer}"
-    return None
+        return LIST_SOLUTIONS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reference_solution(task: TaskSpec) -> str:
     """The gold solution.py of a code task (the reward's null/gold check uses it)."""
-    if task.meta["family"] == "arith":
-        return f"def solve():\n    return {task.meta['expression']}\n"
-    return LIST_SOLUTIONS[task.meta["kind"]]
+    from harnesses.code_sandbox_like.solutions import reference_solution
+
+    return reference_solution(task)
 
 
-def _code(task: TaskSpec, turn: int, echo: bool = True, filename: str = "solution.py") -> str | None:
-    if turn == 0:
-        source = reference_solution(task)
-        check = f"\nprint(open({filename!r}).read())" if echo else ""
-        return f"```python\nopen({filename!r}, 'w').write({source!r}){check}\n```"
-    return "SUBMIT" if turn == 1 else None
+def _cls(harness: str):
+    from harnesses.registry import resolve
+
+    return resolve(harness)
 
 
-def _tool_api(task: TaskSpec, turn: int) -> str | None:
-    family = task.meta["family"]
-    if family == "arith":
-        return {0: tool_call("calculator", expression=task.meta["expression"]),
-                1: tool_call("final_answer", answer=task.answer)}.get(turn)
-    keys = task.meta["keys"]
-    if turn == 0:
-        return tool_call("list_keys", table=task.meta["table"])
-    if 1 <= turn <= len(keys):
-        return tool_call("lookup", table=task.meta["table"], key=keys[turn - 1])
-    if turn == len(keys) + 1:
-        return tool_call("calculator", expression=" + ".join(str(task.meta["rows"][k]) for k in keys))
-    if turn == len(keys) + 2:
-        return tool_call("final_answer", answer=task.answer)
-    return None
+class _Hooks(Mapping):
+    """harness name -> a class hook, for the registered harnesses that define it."""
+
+    def __init__(self, hook: str, value=lambda cls, fn: fn) -> None:
+        self.hook, self.value = hook, value
+
+    def _names(self) -> list[str]:
+        from harnesses.registry import registered
+
+        out = []
+        for name in sorted(registered()):
+            try:
+                if getattr(_cls(name), self.hook, None) is not None:
+                    out.append(name)
+            except Exception:  # noqa: BLE001 - a plugin that cannot be loaded has no hooks to offer
+                continue
+        return out
+
+    def __getitem__(self, name: str):
+        from agentrl_cli.errors import NotFoundError
+
+        try:
+            cls = _cls(name)
+        except NotFoundError:
+            raise KeyError(name) from None
+        fn = getattr(cls, self.hook, None)
+        if fn is None:
+            raise KeyError(name)
+        return self.value(cls, fn)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
 
 
-ORACLES = {"terminal_like": _terminal, "code_sandbox_like": _code, "tool_api_like": _tool_api}
+ORACLES: Mapping = _Hooks("scripted_action")  # harness -> scripted_action(task, turn)
+SLIPS: Mapping = _Hooks("SLIP", value=lambda cls, text: text)  # harness -> what its slip gets wrong
 
 
 def oracle_action(task: TaskSpec, turn: int) -> str | None:
     """The scripted action for `turn` (0-based) of `task`, or None when the episode is over."""
-    return ORACLES[task.harness](task, turn)
-
-
-SLIPS = {"terminal_like": "uppercase_file: the upper-cased text is printed, never written to out.txt",
-         "code_sandbox_like": "every family: the code is saved as solve.py, not solution.py"}
+    return _cls(task.harness).scripted_action(task, turn)
 
 
 def slip_action(task: TaskSpec, turn: int, echo: bool = True) -> str | None:
-    """The oracle's solution with one plausible slip that fails the hidden tests (`SLIPS`), where the
-    harness has one; otherwise the oracle's action. The warm start's demonstrations carry it at a
-    fixed rate (`agentrl_cli/model/demos.py`), for reinforcement learning to find and unlearn."""
-    if task.harness == "code_sandbox_like":
-        return _code(task, turn, echo=echo, filename="solve.py")
-    if task.harness == "terminal_like" and task.meta["family"] == "uppercase_file" and turn == 0:
-        return tool_call("run_shell", command="tr a-z A-Z < in.txt")
-    return oracle_action(task, turn)
+    """The scripted solution with the harness's one plausible slip that fails the hidden tests (its
+    `SLIP`), where the harness has one; otherwise the plain solution. The warm start's
+    demonstrations carry it at a fixed rate (`agentrl_cli/model/demos.py`), for reinforcement
+    learning to find and unlearn."""
+    hook = getattr(_cls(task.harness), "slip_action", None)
+    return hook(task, turn, echo=echo) if hook is not None else oracle_action(task, turn)
 
 
 def terse_slip_action(task: TaskSpec, turn: int) -> str | None:
@@ -98,8 +100,7 @@ def terse_slip_action(task: TaskSpec, turn: int) -> str | None:
 
 
 def terse_action(task: TaskSpec, turn: int) -> str | None:
-    """The same solution in a terser style where a harness has one: code is written without echoing
-    solution.py back (shorter by 35 tokens, and nothing to check the file with)."""
-    if task.harness == "code_sandbox_like":
-        return _code(task, turn, echo=False)
-    return oracle_action(task, turn)
+    """The same solution in a terser style where a harness has one (code written without echoing
+    solution.py back: shorter by 35 tokens, and nothing to check the file with)."""
+    hook = getattr(_cls(task.harness), "terse_action", None)
+    return hook(task, turn) if hook is not None else oracle_action(task, turn)

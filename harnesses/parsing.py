@@ -1,5 +1,5 @@
 """Parse actions out of model text: Hermes-style tool calls (what Qwen-family chat templates emit),
-fenced code blocks, and final answers. Nothing here raises on bad text: problems come back as
+fenced code blocks, and final answers; and write a Hermes call (`tool_call`, for scripted solutions). Nothing here raises on bad text: problems come back as
 error strings so the harness can answer with an `invalid_action` observation.
 
     <tool_call>
@@ -12,12 +12,17 @@ from __future__ import annotations
 import json
 import re
 
-from harnesses.base import ToolCall
+from harnesses.base import Action, ToolCall
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 _FENCE = re.compile(r"```(\w+)?[ \t]*\n(.*?)```", re.S)
 _ANSWER = re.compile(r"(?:^|\n)\s*ANSWER:\s*(.+?)\s*$", re.S | re.I)
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S)
+
+
+def tool_call(name: str, **arguments) -> str:
+    """A Hermes-style tool call block, as a model writes it."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 def parse_tool_calls(text: str) -> tuple[list[ToolCall], list[str]]:
@@ -49,6 +54,13 @@ def parse_tool_calls(text: str) -> tuple[list[ToolCall], list[str]]:
     if opened != closed:
         errors.append("unbalanced <tool_call> tags")
     return calls, errors
+
+
+def action_calls(action: Action) -> tuple[list[ToolCall], list[str]]:
+    """The calls of an action (those the model's chat renderer parsed, `action.tool_calls`, when
+    given; else the Hermes calls of its text) and the errors of its text's malformed blocks."""
+    calls, errors = parse_tool_calls(action.text)
+    return (list(action.tool_calls) if action.tool_calls else calls), errors
 
 
 def parse_fenced(text: str, languages: tuple[str, ...] = ("python", "py")) -> list[str]:

@@ -1,5 +1,6 @@
-"""Find harness classes by name: built-ins, the `agentrl.harnesses` entry-point group, or a
-`module:Class` path. An unknown name lists what is registered.
+"""Find harness classes by name: the `agentrl.harnesses` entry-point group (the one registration
+source: the built-ins are registered there too, by agentrl's own package metadata in pyproject.toml),
+or a `module:Class` path. An unknown name lists what is registered.
 
 The entry points are read once per process: reading them parses every installed distribution's
 metadata (about 12 ms with torch, transformers and DeepSpeed installed, holding the GIL), and a
@@ -17,22 +18,15 @@ from agentrl_cli.errors import NotFoundError
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
-# name -> "module:Class" of the harnesses that ship with agentrl.
-BUILTIN: dict[str, str] = {
-    "terminal_like": "harnesses.terminal_like:TerminalLike",
-    "code_sandbox_like": "harnesses.code_sandbox_like:CodeSandboxLike",
-    "tool_api_like": "harnesses.tool_api_like:ToolApiLike",
-}
-
 
 def registered() -> dict[str, str]:
-    """name -> "module:Class" for built-ins and installed entry points."""
+    """name -> "module:Class" of the installed entry points (the built-ins among them)."""
     return dict(_registered())
 
 
 @functools.cache
 def _registered() -> dict[str, str]:
-    found = dict(BUILTIN)
+    found: dict[str, str] = {}
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         found.setdefault(ep.name, ep.value)
     return found
@@ -42,7 +36,7 @@ def resolve(name: str) -> type:
     """The harness class for a registered name or a `module:Class` path."""
     target = _registered().get(name, name if ":" in name else None)
     if target is None:
-        known = ", ".join(sorted(registered())) or "none yet"
+        known = ", ".join(sorted(registered())) or "none (is agentrl installed? `pip install -e .` registers the built-ins)"
         raise NotFoundError(f"unknown harness {name!r}; registered: {known}",
                             f"use a registered name, a `module:Class` path, or register one under the "
                             f"`{ENTRY_POINT_GROUP}` entry-point group")

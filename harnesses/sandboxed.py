@@ -3,7 +3,9 @@ a provider (the warm pool, or one started directly), task files written before t
 observation, tool dispatch with explicit observation statuses, and destroy-on-reset.
 
 A subclass sets `name`, `version`, `tools()`, `system_prompt()`, `parse(action)` (its own action
-convention) and one `tool_<name>(arguments)` method per tool.
+convention) and one `tool_<name>(arguments)` method per tool. Every call a step dispatches is
+reported on `Observation.calls` with the tool's name, its arguments, its own status, latency and
+exit code.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from agentrl_cli.sandbox import ExecResult, Sandbox, SandboxSettings
 from agentrl_cli.sandbox.files import UnsafePath
 from agentrl_cli.sandbox.provider import DirectProvider, SandboxProvider
-from harnesses.base import Action, Observation, TaskSpec, ToolCall
+from harnesses.base import Action, Observation, TaskSpec, ToolCall, ToolCallResult
 
 MAX_OBSERVATION_CHARS = 2000
 STATUS_ORDER = ("ok", "empty", "invalid_action", "rate_limited", "timeout", "error")  # worst last
@@ -77,7 +79,8 @@ class SandboxHarness:
             return Observation(text=self.no_action_hint(), status="invalid_action")
         observations = [self._dispatch(call) for call in calls]
         return Observation(text="\n".join(o.text for o in observations), status=worst([o.status for o in observations]),
-                           done=done, info={"calls": [o.info for o in observations], "parse_errors": errors})
+                           done=done, info={"parse_errors": errors},
+                           calls=[call_result(c, o) for c, o in zip(calls, observations)])
 
     def end_episode(self) -> None:
         """The episode is over and its evidence collected: give the sandbox back now (destroyed, and
@@ -128,6 +131,15 @@ class SandboxHarness:
 
     def tools(self) -> list[dict]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def call_result(call: ToolCall, observation: Observation) -> ToolCallResult:
+    """A dispatched call as reported: its observation's status and text, the command's exit code and
+    duration where it ran one."""
+    exit_code = observation.info.get("exit_code")
+    return ToolCallResult(name=call.name, arguments=dict(call.arguments) if isinstance(call.arguments, dict) else {}, status=observation.status,
+                          latency_ms=1000.0 * float(observation.info.get("duration_s") or 0.0),
+                          exit_code=exit_code if isinstance(exit_code, int) else None, output=observation.text)
 
 
 def function_tool(name: str, description: str, properties: dict, required: list[str]) -> dict:

@@ -4,8 +4,8 @@
    `data.s3` endpoint and credentials from the environment) whose rows carry the `TaskSpec` fields
    `task_id`, `prompt`, `answer`, `split` (train | eval) and optionally `difficulty` (default 1) and
    `meta`; a row's `harness` is ignored: the configured name wins. Its version is the file's digest.
-2. The harness class's own `task_set()` (the optional `TaskSource` part of the contract).
-3. The task sets committed in this repository (`harnesses/tasksets/<name>.jsonl`).
+2. The harness class's own `task_set()` (the optional `TaskSource` part of the contract; the
+   built-ins' is their task set committed in this repository, `harnesses/tasksets/<name>.jsonl`).
 """
 
 from __future__ import annotations
@@ -33,11 +33,8 @@ def task_set(harness_config, data_config=None) -> TaskSet:
 
 @lru_cache(maxsize=None)
 def builtin_or_own(name: str) -> TaskSet:
-    from harnesses.registry import BUILTIN, resolve
-    from harnesses.tasks import TASK_SET_VERSION, load_tasks
+    from harnesses.registry import resolve
 
-    if name in BUILTIN:
-        return TaskSet(TASK_SET_VERSION, tuple(load_tasks(name)))
     cls = resolve(name)
     own = getattr(cls, "task_set", None)
     if own is None:

@@ -17,16 +17,13 @@ from agentrl_cli.bench import allreduce, storage
 from agentrl_cli.bench.objectstore import probe_store
 from agentrl_cli.bench.sandbox_net import sandbox_network_checks
 from agentrl_cli.context import StageContext
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.report import Check, CheckStatus, StageReport
 
 
 def run(ctx: StageContext) -> StageReport:
     cfg = ctx.config
-    checks: list[Check] = []
-    ctx.progress("all-reduce")
     spec = allreduce.spec_from_config(cfg)
-    runs: list = []
-    checks += _guarded(ctx, "all-reduce completes", lambda: _allreduce(spec, cfg.stages.allreduce_min_gbps, runs))
+    checks, ran = ctx.produce("all-reduce completes", lambda: _allreduce(spec, cfg.stages.allreduce_min_gbps))
     if spec.backend != "nccl":
         why = ("no GPU here (cluster.gpus_per_node: 0), so the ranks used gloo" if not cfg.cluster.gpus_per_node
                else "training.dist_backend is gloo")
@@ -36,40 +33,24 @@ def run(ctx: StageContext) -> StageReport:
         checks.append(Check.skipped(
             "cross-node all-reduce", f"this stage starts the ranks of this host only; across the {cfg.cluster.nodes} nodes run on "
             f"each node R: `agentrl bench allreduce --nnodes {cfg.cluster.nodes} --node-rank R --master-addr NODE0 --master-port PORT`"))
-    checks += _guarded(ctx, "checkpoint storage", lambda: _storage(ctx))
-    ctx.progress("object store")
-    checks += _guarded(ctx, "object store reachable", lambda: probe_store(cfg.data))
-    ctx.progress("sandbox network")
-    checks += _guarded(ctx, "sandbox network isolated", lambda: sandbox_network_checks(cfg.sandbox, cfg.harnesses))
+    checks += ctx.checks("checkpoint storage", lambda: _storage(ctx))
+    checks += ctx.checks("object store reachable", lambda: probe_store(cfg.data))
+    checks += ctx.checks("sandbox network isolated", lambda: sandbox_network_checks(cfg.sandbox, cfg.harnesses))
     env: dict = {"checkpoint_dir": str(ctx.run.path)}
     notes = []
-    if runs:
-        env["allreduce"] = {"world_size": runs[0].world_size, "backend": runs[0].backend, "rows": runs[0].rows}
-        notes.append(f"all-reduce launcher: {' '.join(runs[0].command[:12])} ...")
+    if ran is not None:
+        env["allreduce"] = {"world_size": ran.world_size, "backend": ran.backend, "rows": ran.rows}
+        notes.append(f"all-reduce launcher: {' '.join(ran.command[:12])} ...")
     return ctx.report(checks, notes, environment=env)
 
 
-def _allreduce(spec, min_gbps: float, runs: list) -> list[Check]:
+def _allreduce(spec, min_gbps: float) -> tuple[list[Check], allreduce.AllreduceResult]:
     result = allreduce.run_allreduce(spec)
-    runs.append(result)
-    return allreduce.checks(result, min_gbps)
-
-
-def _guarded(ctx: StageContext, name: str, fn) -> list[Check]:
-    """Several checks from one probe; an exception becomes one failing check named `name`."""
-    box: list[list[Check]] = []
-
-    def one() -> Check:
-        box.append(fn())
-        return Check("probe ran", "pass")
-
-    first = ctx.check(name, one)
-    return box[0] if box else [first]
+    return allreduce.checks(result, min_gbps), result
 
 
 def _storage(ctx: StageContext) -> list[Check]:
     cfg = ctx.config
-    ctx.progress("checkpoint storage")
     need, detail = None, ""
     try:
         from agentrl_cli.plan import model_shape
@@ -85,7 +66,7 @@ def _storage(ctx: StageContext) -> list[Check]:
     res = storage.measure_storage(ctx.run.path, cfg.stages.storage_probe_mb, cfg.stages.small_files_count)
     checks = storage.checks(res, cfg.stages.checkpoint_write_min_mbps, cfg.stages.small_files_min_per_s, need, detail)
     if need is None and res.write_mbps is not None:
-        checks.append(Check("free space for checkpoints", "fail", {"free_gb": round((res.free_bytes or 0) / 1e9, 2)},
+        checks.append(Check("free space for checkpoints", CheckStatus.FAIL, {"free_gb": round((res.free_bytes or 0) / 1e9, 2)},
                             "free space >= the configured model's checkpoints", detail,
                             "check model.path (`agentrl plan` shows the model's size)"))
     return checks

@@ -19,7 +19,7 @@ from agentrl_cli.image.build import build_checks
 from agentrl_cli.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
 from agentrl_cli.image.render import render, render_checks
 from agentrl_cli.image.verify import deepspeed_check, device_checks, packages_check, python_check, sglang_check
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.report import Check, CheckStatus, StageReport
 
 
 def run(ctx: StageContext) -> StageReport:
@@ -39,9 +39,9 @@ def run(ctx: StageContext) -> StageReport:
             notes.append(f"no image.lock_file at {pinned} yet, so the environment is compared with the lock this run wrote; "
                          "pin one with `agentrl image lock` and later runs compare with it")
     except LockError as exc:
-        checks.append(Check("image lock readable", "fail", str(pinned), "a valid lock file", exc.message, exc.hint))
+        checks.append(Check("image lock readable", CheckStatus.FAIL, str(pinned), "a valid lock file", exc.message, exc.hint))
         return ctx.report(checks, notes)
-    checks.append(Check("image lock readable", "pass", {"file": source, "digest": reference["digest"][:12]}, "a valid lock file"))
+    checks.append(Check("image lock readable", CheckStatus.PASS, {"file": source, "digest": reference["digest"][:12]}, "a valid lock file"))
     ctx.progress("Dockerfiles")
     index = render(reference, out / "build", cfg.cluster.image_registry, cfg.cluster.base_image)
     checks.append(ctx.check("Dockerfiles rendered", lambda: render_checks(reference, out / "build")[0]))

@@ -30,15 +30,14 @@ from agentrl_cli.controlplane.registry import Registry
 from agentrl_cli.controlplane.store import FencedOut, StateStore, StoreUnreachable
 from agentrl_cli.controlplane.validate import validate_documents
 from agentrl_cli.errors import AgentrlError
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.report import Check, CheckStatus, StageReport
 
 STARTUP_DEADLINE_S = 90.0  # two CLI processes importing agentrl on a loaded box
 
 
 def run(ctx: StageContext) -> StageReport:
     cfg = ctx.config
-    store_check, store = _store(ctx)
-    checks = [store_check]
+    checks, store = ctx.produce("state store reachable and writable", lambda: _store(ctx))
     if store is None:
         return ctx.report(checks + [Check.skipped("leader election and jobs", "the state store is not reachable; see above")])
     try:
@@ -52,20 +51,21 @@ def run(ctx: StageContext) -> StageReport:
 
 
 def _store(ctx: StageContext) -> tuple[Check, StateStore | None]:
+    """The store, opened, and its check (a fenced write read back); None when it does not open."""
     name = "state store reachable and writable"
     url = ctx.config.controlplane.state_store
     t0 = time.perf_counter()
     try:
         store = StateStore(url)
     except (StoreUnreachable, AgentrlError) as exc:
-        return Check(name, "fail", None, "the store opens and takes a fenced write", exc.message, exc.hint), None
+        return Check(name, CheckStatus.FAIL, None, "the store opens and takes a fenced write", exc.message, exc.hint), None
 
     def write() -> Check:
         lease = LeaderLease(store, f"stage3-{ctx.run.run_id}", 30.0, name=f"stage3-store-{ctx.run.run_id}")
         state = lease.try_acquire()
         registry = Registry(store, lease=lease.name)
         registry.record_run(state.term, ctx.run.run_id, "stage3", ctx.loaded.hash, ctx.loaded.resolved())
-        registry.record_result(state.term, ctx.run.run_id, "stage", "3-store-probe", "pass", {"url": store.display_url})
+        registry.record_result(state.term, ctx.run.run_id, "stage", "3-store-probe", CheckStatus.PASS.value, {"url": store.display_url})
         back = registry.results(ctx.run.run_id)
         lease.release()
         ms = round((time.perf_counter() - t0) * 1000, 1)
@@ -97,12 +97,12 @@ def _election(ctx: StageContext, store: StateStore) -> list[Check]:
                           {"instances": len(view["instances"]), "leaders": len(believers), "term": view["term"]},
                           "2 instances, exactly 1 believes it leads, and it holds the lease",
                           f"see {logs}/controlplane-*.log; both instances must reach controlplane.state_store")
-        if one.status != "pass":
+        if one.status != CheckStatus.PASS:
             return [one, Check.skipped("failover within the lease", "no single leader to kill; see above")]
         leader = next(i for i in view["instances"] if i["id"] == view["leader"])
         victim = next((p for p in procs if p.pid == leader["pid"]), None)
         if victim is None:
-            return [one, Check("failover within the lease", "fail", leader, "the leader is one of the two started instances",
+            return [one, Check("failover within the lease", CheckStatus.FAIL, leader, "the leader is one of the two started instances",
                                "another process holds the probe lease", "rerun the stage")]
         old_term, t_kill = view["term"], time.monotonic()
         victim.send_signal(signal.SIGKILL)
@@ -167,10 +167,10 @@ def _jobs(ctx: StageContext, store: StateStore) -> list[Check]:
     except ExecutorUnavailable as exc:
         if cfg.controlplane.executor == "kubernetes":
             return [Check.skipped(n, exc.message, hint=exc.hint) for n in names]
-        return [Check("executor available", "fail", cfg.controlplane.executor, "the configured executor can submit jobs",
+        return [Check("executor available", CheckStatus.FAIL, cfg.controlplane.executor, "the configured executor can submit jobs",
                       exc.message, exc.hint)]
     except AgentrlError as exc:
-        return [Check("executor available", "fail", cfg.controlplane.executor, "the configured executor can submit jobs",
+        return [Check("executor available", CheckStatus.FAIL, cfg.controlplane.executor, "the configured executor can submit jobs",
                       exc.message, exc.hint)]
     except Exception as exc:  # noqa: BLE001 - a scheduler that errors in an unexpected way is a failing check, not a crash
         return [Check.crashed("executor available", exc)]

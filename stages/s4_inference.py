@@ -26,7 +26,7 @@ from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, launch
 from agentrl_cli.model.chat import ChatRenderer, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.report import Check, CheckStatus, StageReport
 
 PROMPTS = ["Compute the value of 12 + 30.", "How many lines of notes.txt contain the word iris?",
            "Write solution.py defining solve() that returns the value of 7 * 6.", "What is the total stock of table inv-1?"]
@@ -37,14 +37,14 @@ def run(ctx: StageContext) -> StageReport:
     checks: list[Check] = []
     if cfg.inference.engine == "sglang":
         checks.append(ctx.check("engine available", lambda: _sglang_available(cfg.inference.python)))
-        if checks[-1].status != "pass":
+        if checks[-1].status != CheckStatus.PASS:
             return ctx.report(checks)
     resolved, path = ctx.produce("model resolves", lambda: _resolve(ctx))
-    checks.append(resolved)
+    checks += resolved
     if path is None:
         return ctx.report(checks)
     started, servers = ctx.produce("server starts and is healthy", lambda: _start(ctx, path))
-    checks.append(started)
+    checks += started
     if servers is None:
         return ctx.report(checks)
     try:
@@ -69,13 +69,13 @@ class Served:
 def _resolve(ctx: StageContext) -> tuple[Check, Path]:
     ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
     path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
-    return Check("model resolves", "pass", str(path), "a Hugging Face model directory"), path
+    return Check("model resolves", CheckStatus.PASS, str(path), "a Hugging Face model directory"), path
 
 
 def _start(ctx: StageContext, path: Path) -> tuple[Check, tuple[list, list[str]]]:
     t0 = time.perf_counter()
     servers, urls = launch(ctx.config, str(path), ctx.run.logs)
-    return Check("server starts and is healthy", "pass", {"seconds": round(time.perf_counter() - t0, 1), "urls": urls},
+    return Check("server starts and is healthy", CheckStatus.PASS, {"seconds": round(time.perf_counter() - t0, 1), "urls": urls},
                  f"healthy within {ctx.config.inference.startup_timeout_s:.0f} s"), (servers, urls)
 
 
@@ -83,8 +83,8 @@ def _sglang_available(python: str) -> Check:
     try:
         check_sglang(python)
     except InferenceUnavailable as exc:
-        return Check("engine available", "fail", None, "SGLang importable", exc.message, exc.hint)
-    return Check("engine available", "pass", python, "SGLang importable")
+        return Check("engine available", CheckStatus.FAIL, None, "SGLang importable", exc.message, exc.hint)
+    return Check("engine available", CheckStatus.PASS, python, "SGLang importable")
 
 
 async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]], tok) -> list[Check]:
@@ -95,32 +95,14 @@ async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[i
     try:
         ctx.progress("load test")
         checks = await _load(ctx, client, served.servers, prompts)
-        ctx.progress("log-probs against a forward pass")
-        matched, model = await _produced("log-probs match a forward pass", _logprobs(ctx, client, served.path, prompts))
-        checks.append(matched)  # its model is reused (and perturbed) by the round trip
-        ctx.progress("weight update round trip")
-        checks.append(await _guarded(ctx, "weight update round trip", _weight_round_trip(ctx, client, served.path, model, prompts)))
-        ctx.progress("multi-turn conversation is token-exact")
-        checks.append(await _guarded(ctx, "multi-turn conversation is token-exact", _token_exact(client, tok)))
+        matched, model = await ctx.aproduce("log-probs match a forward pass", lambda: _logprobs(ctx, client, served.path, prompts))
+        checks += matched  # its model is reused (and perturbed) by the round trip
+        checks.append(await ctx.acheck("weight update round trip",
+                                       lambda: _weight_round_trip(ctx, client, served.path, model, prompts)))
+        checks.append(await ctx.acheck("multi-turn conversation is token-exact", lambda: _token_exact(client, tok)))
         return checks
     finally:
         await client.close()
-
-
-async def _guarded(ctx: StageContext, name: str, coro) -> Check:
-    try:
-        return await coro
-    except Exception as exc:  # noqa: BLE001 - becomes a failing check
-        return Check.crashed(name, exc)
-
-
-async def _produced(name: str, coro) -> tuple[Check, object]:
-    """An async check that also produces a value for a later check: (check, value), or (failing check,
-    None) when it raised."""
-    try:
-        return await coro
-    except Exception as exc:  # noqa: BLE001 - becomes a failing check
-        return Check.crashed(name, exc), None
 
 
 async def _load(ctx: StageContext, client: InferenceClient, servers: list, prompts: list[list[int]]) -> list[Check]:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentrl_cli.context import StageContext
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.report import Check, CheckStatus, StageReport
 from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
 from agentrl_cli.sandbox.bwrap import check_bwrap
 from agentrl_cli.sandbox.cgroups import cgroup_support
@@ -46,7 +46,7 @@ def run(ctx: StageContext) -> StageReport:
 def _run(ctx: StageContext, settings: SandboxSettings) -> StageReport:
     cfg = ctx.config.sandbox
     checks = [ctx.check("isolation (bubblewrap namespaces)", lambda: _isolation(cfg))]
-    if checks[0].status != "pass":
+    if checks[0].status != CheckStatus.PASS:
         return ctx.report(checks + [Check.skipped("sandbox checks", "isolation is not available; see the check above")])
     checks.append(ctx.check("seccomp filter", lambda: _seccomp(cfg)))
     checks.append(ctx.check("create/exec/reclaim under concurrency", lambda: _churn(settings, ctx.config.stages.sandbox_concurrency)))
@@ -63,14 +63,14 @@ def _run(ctx: StageContext, settings: SandboxSettings) -> StageReport:
 def _isolation(cfg) -> Check:
     name = "isolation (bubblewrap namespaces)"
     if cfg.backend == "process":
-        return Check(name, "fail", "process backend", "bwrap",
+        return Check(name, CheckStatus.FAIL, "process backend", "bwrap",
                      "sandbox.backend is 'process': agent commands run WITHOUT isolation",
                      "install bubblewrap (`apt-get install bubblewrap`) and set sandbox.backend: bwrap")
     try:
         path = check_bwrap(cfg.bwrap)
     except SandboxUnavailable as exc:
-        return Check(name, "fail", None, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces", exc.message, exc.hint)
-    return Check(name, "pass", path, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces")
+        return Check(name, CheckStatus.FAIL, None, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces", exc.message, exc.hint)
+    return Check(name, CheckStatus.PASS, path, "bubblewrap creates user/pid/ipc/net/uts/cgroup namespaces")
 
 
 def _seccomp(cfg) -> Check:
@@ -174,9 +174,9 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
     sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
     loaded, h = ctx.produce(f"harness {name}: loads", lambda: _build(ctx, name, sandboxes, settings))
     if h is None:
-        return [loaded]
+        return loaded
     try:
-        return [loaded] + _episode_checks(ctx, name, h)
+        return loaded + _episode_checks(ctx, name, h)
     finally:
         h.close()
 
@@ -189,7 +189,7 @@ def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
         measured["sandbox"] = ({"service_url": ctx.config.sandbox.service_url} if sandboxes is None else
                                {"memory_mb": lim.memory_mb, "max_processes": lim.max_processes, "cpu_time_s": lim.cpu_time_s,
                                 "wall_timeout_s": lim.wall_timeout_s})
-    return Check(f"harness {name}: loads", "pass", measured, "registered and constructed from the config"), h
+    return Check(f"harness {name}: loads", CheckStatus.PASS, measured, "registered and constructed from the config"), h
 
 
 def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
@@ -204,7 +204,7 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
         own = task_set(hc, ctx.config.data).select("eval") or task_set(hc, ctx.config.data).select()
         tasks = list({t.meta.get("family", t.task_id): t for t in own}.values())[:4]
     if not tasks:
-        return [Check("harness " + name + ": tasks", "fail", 0, "at least one task",
+        return [Check("harness " + name + ": tasks", CheckStatus.FAIL, 0, "at least one task",
                       f"harness {name} has no tasks", "set harnesses[].tasks or give the harness a task_set()")]
 
     def reset_check() -> Check:

@@ -17,7 +17,8 @@ import uuid
 import httpx
 
 from agentrl_cli.context import StageContext
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
+from agentrl_cli.report import Check, CheckStatus, StageReport
 from agentrl_cli.reward.client import HttpRewardClient
 from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.gold import check_task
@@ -58,11 +59,11 @@ def run(ctx: StageContext) -> StageReport:
             notes.append(f"reward service started on {url} (reward.service_url is not set)")
         client = HttpRewardClient(url, timeout_s=cfg.reward.timeout_s + 5.0, max_retries=cfg.reward.max_retries)
         health = ctx.check("service healthy", lambda: _health(url))
-        if health.status != "pass":
+        if health.status != CheckStatus.PASS:
             return ctx.report([health, Check.skipped("reward checks", "the reward service is not reachable; see above")], notes)
-        episodes: dict = {}
-        checks = [health, ctx.check("scripted episodes score success", lambda: _scripted(cfg, provider, client, episodes))]
-        sample = next(iter(episodes.values()), None)
+        scripted, episodes = ctx.produce("scripted episodes score success", lambda: _scripted(cfg, provider, client))
+        checks = [health, *scripted]
+        sample = next(iter((episodes or {}).values()), None)
         if sample is None:
             return ctx.report(checks + [Check.skipped("reward checks", "no scripted episode could be scored; see above")], notes)
         checks += [
@@ -90,12 +91,14 @@ def _health(url: str) -> Check:
     try:
         r = httpx.get(url + "/health", timeout=5.0)
     except httpx.TransportError as exc:
-        return Check("service healthy", "fail", None, "200 from /health", f"{url}: {type(exc).__name__}: {exc}", hint)
+        return Check("service healthy", CheckStatus.FAIL, None, "200 from /health", f"{url}: {type(exc).__name__}: {exc}", hint)
     return Check.judge("service healthy", r.status_code == 200, r.status_code, "200 from /health", hint)
 
 
-def _scripted(cfg, provider, client, out: dict) -> Check:
-    bad, n = [], 0
+def _scripted(cfg, provider, client) -> tuple[Check, dict[str, ScoreRequest]]:
+    """Every task family's scripted episode scored by the service; the requests, by task id, are
+    what the later checks score again."""
+    bad, n, out = [], 0, {}
     for hc in cfg.harnesses:
         h = create(hc.name, cfg, sandboxes=provider)
         try:
@@ -105,14 +108,14 @@ def _scripted(cfg, provider, client, out: dict) -> Check:
                 req = request_from_episode(traj, h.evidence(traj), trajectory_id=f"stage6-{uuid.uuid4().hex[:8]}")
                 result = client.score(req)
                 n += 1
-                if result.outcome != "success":
+                if result.outcome != Outcome.SUCCESS:
                     bad.append(f"{task.task_id}: {result.status}/{result.outcome} {result.detail}")
                 out[task.task_id] = req
         finally:
             h.close()
     return Check.judge("scripted episodes score success", n > 0 and not bad, f"{n - len(bad)}/{n} success",
                        "every scripted episode scores success", "a verifier disagrees with the harness; see detail",
-                       "; ".join(bad))
+                       "; ".join(bad)), out
 
 
 def _deterministic(cfg, provider, client, reqs: list[ScoreRequest]) -> Check:
@@ -156,7 +159,7 @@ def _failure_classes(client) -> Check:
     base = ScoreRequest(task=TaskIn(task_id=task.task_id, harness=task.harness, prompt=task.prompt, answer=task.answer,
                                     difficulty=task.difficulty, meta=task.meta),
                         trajectory_id="stage6-wrong", steps=[StepIn(action="ANSWER: -1")], final_answer="-1")
-    timed_out = base.model_copy(update={"termination": "timeout", "final_answer": str(task.answer), "trajectory_id": "stage6-timeout"})
+    timed_out = base.model_copy(update={"termination": Termination.TIMEOUT.value, "final_answer": str(task.answer), "trajectory_id": "stage6-timeout"})
     code = base.model_copy(update={"task": base.task.model_copy(update={"meta": {"verify": "tests", "tests": [
         {"id": "t", "args": [], "expected": 1}]}}), "files": [FileIn(path="solution.py", content_b64="eA==")],
         "trajectory_id": "stage6-infra"})
@@ -169,8 +172,8 @@ def _failure_classes(client) -> Check:
     measured = {"wrong answer": [r_wrong.status, r_wrong.components.get("outcome")],
                 "timed-out episode": [r_timeout.status, r_timeout.reward],
                 "sandbox down": [infra.status, infra.reward, infra.attempts]}
-    ok = (r_wrong.status == "fail" and r_wrong.components.get("outcome") == 0.0 and r_timeout.status == "timeout"
-          and r_timeout.reward <= 0.0 and infra.status == "infra_error" and infra.reward == 0.0 and infra.masked
+    ok = (r_wrong.status == RewardStatus.FAIL and r_wrong.components.get("outcome") == 0.0 and r_timeout.status == RewardStatus.TIMEOUT
+          and r_timeout.reward <= 0.0 and infra.status == RewardStatus.INFRA_ERROR and infra.reward == 0.0 and infra.masked
           and infra.attempts == 2)
     return Check.judge("failure classes kept apart", ok, measured,
                        "fail / timeout (reward <= 0) / infra_error (retried, masked, reward 0)",
@@ -217,7 +220,7 @@ def _throughput(client, reqs: list[ScoreRequest], minimum: float) -> Check:
     t0 = time.perf_counter()
     results = client.score_batch(batch)
     rate = len(results) / (time.perf_counter() - t0)
-    errors = sum(r.status == "infra_error" for r in results)
+    errors = sum(r.status == RewardStatus.INFRA_ERROR for r in results)
     return Check.judge("throughput", rate >= minimum and errors == 0, {"scores_per_s": round(rate, 1), "batch": len(batch),
                                                                        "infra_errors": errors},
                        f">= {minimum:g} scores/s, no infra errors", "see the reward service log; raise reward.timeout_s or "

@@ -33,7 +33,8 @@ from agentrl_cli.data.schema import TrajectoryRecord
 from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.store import AlreadyExists
 from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.outcomes import Outcome, Phase
+from agentrl_cli.report import Check, CheckStatus, StageReport
 from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.scorer import Scorer
 from harnesses.contract import play
@@ -56,19 +57,19 @@ def run(ctx: StageContext) -> StageReport:
     try:
         store = _store(cfg, space, tmp)
     except Exception as exc:  # noqa: BLE001 - a store that cannot even be opened is this stage's finding
-        return ctx.report([Check("store reachable", "fail", None, f"{cfg.store} store opens", f"{type(exc).__name__}: {exc}",
+        return ctx.report([Check("store reachable", CheckStatus.FAIL, None, f"{cfg.store} store opens", f"{type(exc).__name__}: {exc}",
                                  "check data.store, data.root and data.s3.* (endpoint_url, bucket, credentials)")])
     try:
         reach = _reachable(store, cfg)
-        if reach.status != "pass":
+        if reach.status != CheckStatus.PASS:
             return ctx.report([reach, Check.skipped("data checks", "the store is not reachable; see above")])
         played, records = ctx.produce("episodes recorded", lambda: _episodes(ctx))
-        checks = [reach, played]
+        checks = [reach, *played]
         if not records:
             return ctx.report(checks + [Check.skipped("data checks", "no episode could be recorded; see above")])
         wrote, written = ctx.produce("write and publish", lambda: _write(store, tmp, records))
         checks += [
-            wrote,
+            *wrote,
             ctx.check("Hive partitions", lambda: _partitions(store, records)),
             ctx.check("schema validation", lambda: _drift(store, tmp, records)),
             ctx.check("compression ratio", lambda: _compression(records, cfg.compression, ctx.config.stages.data_min_compression_ratio)),
@@ -111,8 +112,8 @@ def _reachable(store, cfg) -> Check:
     try:
         n = len(store.list())
     except Exception as exc:  # noqa: BLE001
-        return Check("store reachable", "fail", None, "list succeeds", f"{store.url}: {type(exc).__name__}: {exc}", hint)
-    return Check("store reachable", "pass", {"url": store.url, "objects": n}, "list succeeds")
+        return Check("store reachable", CheckStatus.FAIL, None, "list succeeds", f"{store.url}: {type(exc).__name__}: {exc}", hint)
+    return Check("store reachable", CheckStatus.PASS, {"url": store.url, "objects": n}, "list succeeds")
 
 
 def _remove(store) -> None:
@@ -149,7 +150,7 @@ def _episodes(ctx: StageContext) -> tuple[Check, list[TrajectoryRecord]]:
                     tid = uuid.uuid4().hex
                     result = scorer.score(request_from_episode(traj, ev, trajectory_id=tid))
                     records.append(record_from_episode(traj, run_id=ctx.run.run_id, harness_version=h.version, reward=result,
-                                                       evidence=ev, seed=i, phase="eval", task_set_version=TASK_SET_VERSION,
+                                                       evidence=ev, seed=i, phase=Phase.EVAL, task_set_version=TASK_SET_VERSION,
                                                        trajectory_id=tid))
             finally:
                 h.close()
@@ -281,7 +282,7 @@ def _metrics(store, written: list[TrajectoryRecord]) -> Check:
     rows = compute_metrics(store.read_table(), group_by=("harness",))
     overall = next(r for r in rows if r["harness"] == "all")
     n = len(written)
-    success = sum(r.outcome == "success" for r in written) / n
+    success = sum(r.outcome == Outcome.SUCCESS for r in written) / n
     ok = overall["n"] == n and abs(overall["success_rate"] - success) < 1e-9
     return Check.judge("evaluation metrics", ok, {"n": overall["n"], "success_rate": round(overall["success_rate"], 3),
                                                   "invalid_action_ratio": overall["invalid_action_ratio"]},

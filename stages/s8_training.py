@@ -65,21 +65,11 @@ def _model(ctx: StageContext, out: Trained) -> Check:
 
 
 def _train(ctx, cfg, path, steps: int, **kw):
-    from agentrl_cli.run import TrainingRun
+    from agentrl_cli.run import train
 
-    async def go():
-        training = TrainingRun(cfg, ctx.run.path / "stage8", path, run_id=ctx.run.run_id, phase=ctx.options.phase,
-                               progress=ctx.progress)
-        summary = None
-        try:
-            await training.start()
-            summary = await training.run(steps, on_step=lambda row: ctx.progress(_step_line(row, steps, kw.get("deadline_s"))), **kw)
-            return summary
-        finally:
-            await training.close()
-            if summary is not None:  # what outlived the run's sandbox pools, known once they are closed
-                summary.counters.update(training.sandbox_leaks)
-    return asyncio.run(go())
+    return asyncio.run(train(cfg, ctx.run.path / "stage8", path, steps, run_id=ctx.run.run_id, phase=ctx.options.phase,
+                             progress=ctx.progress,
+                             on_step=lambda row: ctx.progress(_step_line(row, steps, kw.get("deadline_s"))), **kw))
 
 
 def _step_line(row: dict, steps: int, deadline_s: float | None) -> str:

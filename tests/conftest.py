@@ -12,6 +12,12 @@ from typer.testing import CliRunner
 from agentrl_cli.app import app
 
 
+def pytest_addoption(parser):
+    parser.addoption("--harness", action="append", default=[], metavar="NAME_OR_MODULE:CLASS",
+                     help="run the harness contract suite (tests/integration/test_harness_contract.py) on this "
+                          "harness instead of every registered one; repeat for several")
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     for key in list(os.environ):

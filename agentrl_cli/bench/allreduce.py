@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 DEFAULT_SIZES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
 BYTES_PER_SIZE = 16 << 20  # timed bytes per round and message size: iterations = this / size, within [5, 50]
@@ -200,13 +200,13 @@ def checks(result: AllreduceResult, min_busbw_gbps: float) -> list[Check]:
                  "--master-addr/--master-port, that the port is open between nodes and that the rank's host is up; "
                  "`agentrl troubleshoot \"collective communication stuck\"`")
     if result.timed_out:
-        return [Check("all-reduce completes", "fail", {"missing_ranks": result.missing_ranks, "stuck": result.stuck,
+        return [Check("all-reduce completes", CheckStatus.FAIL, {"missing_ranks": result.missing_ranks, "stuck": result.stuck,
                                                         "elapsed_s": result.elapsed_s},
                       "every rank joins and finishes before the deadline", result.error, hint_hang)]
     if result.error and not result.rows:
-        return [Check("all-reduce completes", "fail", None, "the launcher exits 0 with results", result.error,
+        return [Check("all-reduce completes", CheckStatus.FAIL, None, "the launcher exits 0 with results", result.error,
                       "see the launcher output above; `python -m torch.distributed.run --help` for the launcher")]
-    done = Check("all-reduce completes", "pass", {"world_size": result.world_size, "backend": result.backend,
+    done = Check("all-reduce completes", CheckStatus.PASS, {"world_size": result.world_size, "backend": result.backend,
                                                    "elapsed_s": result.elapsed_s}, "every rank joins and finishes")
     correct = Check.judge("all-reduce sums correct", all(r["correct"] for r in result.rows),
                           {r["bytes"]: r["correct"] for r in result.rows},

@@ -15,7 +15,7 @@ import time
 import uuid
 from pathlib import Path
 
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 PROBE_HARNESS = "agentrl-probe"
 
@@ -71,9 +71,9 @@ def _probe(data_config, store, hint: str, where: str) -> list[Check]:
         existing = len(store.list())
         list_ms = (time.perf_counter() - t0) * 1000
     except Exception as exc:  # noqa: BLE001 - an unreachable store is this check's finding
-        return [Check("object store reachable", "fail", None, f"{data_config.store} store lists its objects",
+        return [Check("object store reachable", CheckStatus.FAIL, None, f"{data_config.store} store lists its objects",
                       f"{data_config.store} store at {where}: {type(exc).__name__}: {exc}", hint)]
-    checks = [Check("object store reachable", "pass", {"url": store.url, "objects": existing, "list_ms": round(list_ms, 1)},
+    checks = [Check("object store reachable", CheckStatus.PASS, {"url": store.url, "objects": existing, "list_ms": round(list_ms, 1)},
                     "the store lists its objects")]
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     key = f"harness={PROBE_HARNESS}/date={today}/part-{uuid.uuid4().hex}.parquet"
@@ -87,7 +87,7 @@ def _probe(data_config, store, hint: str, where: str) -> list[Check]:
             outcome = store.publish(first, key)
             put_ms = (time.perf_counter() - t0) * 1000
         except Exception as exc:  # noqa: BLE001
-            return checks + [Check("object store put", "fail", None, "a create-only put succeeds",
+            return checks + [Check("object store put", CheckStatus.FAIL, None, "a create-only put succeeds",
                                    f"{key}: {type(exc).__name__}: {exc}", hint)]
         checks.append(Check.judge("object store put", outcome == "published", {"key": key, "bytes": len(body), "put_ms": round(put_ms, 1),
                                                                                  "outcome": outcome},

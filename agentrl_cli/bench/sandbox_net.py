@@ -19,7 +19,7 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 PROBE = """
 import json, socket, sys
@@ -99,7 +99,7 @@ def _settings(sandbox_config, root: Path):
 def sandbox_network_checks(sandbox_config, harnesses) -> list[Check]:
     name_iso, name_allow = "sandbox network isolated", "sandbox egress allowlist"
     if sandbox_config.backend == "process":
-        return [Check(name_iso, "fail", "process backend", "bwrap", "sandbox.backend is 'process': commands run with the host's network",
+        return [Check(name_iso, CheckStatus.FAIL, "process backend", "bwrap", "sandbox.backend is 'process': commands run with the host's network",
                       "set sandbox.backend: bwrap (install bubblewrap)")]
     if sandbox_config.service_url:
         return [Check.skipped(name_iso, f"sandboxes run on the sandbox service at {sandbox_config.service_url}: run "
@@ -116,7 +116,7 @@ def sandbox_network_checks(sandbox_config, harnesses) -> list[Check]:
             with Sandbox(base) as sb:
                 got = _probe(sb, [("127.0.0.1", decoy.port, "")])
         except SandboxUnavailable as exc:
-            return [Check(name_iso, "fail", None, "a bubblewrap sandbox starts", exc.message, exc.hint)]
+            return [Check(name_iso, CheckStatus.FAIL, None, "a bubblewrap sandbox starts", exc.message, exc.hint)]
         t = got["targets"][f"127.0.0.1:{decoy.port}"]
         ok = not t["connected"] and got["interfaces"] == ["lo"] and decoy.accepted == 0
         checks.append(Check.judge(name_iso, ok, {"host_listener": "refused" if not t["connected"] else "REACHED",

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentrl_cli.fsutil import fsync_dir
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 BLOCK = 4 << 20
 SMALL = 4096
@@ -99,14 +99,14 @@ def checks(res: StorageResult, min_write_mbps: float, min_files_per_s: float,
     hint_dir = (f"make {res.directory} writable (checkpoints go to observe.runs_dir/<run>/checkpoints), or point "
                 "observe.runs_dir at a writable file system")
     if res.write_mbps is None:
-        return [Check("checkpoint dir writable", "fail", res.directory, "a file can be created, written and fsync'd",
+        return [Check("checkpoint dir writable", CheckStatus.FAIL, res.directory, "a file can be created, written and fsync'd",
                       res.error, hint_dir)]
     out = [Check.judge("checkpoint write bandwidth", res.write_mbps >= min_write_mbps, res.write_mbps,
                        f">= {min_write_mbps:g} MB/s sequential with fsync (stages.checkpoint_write_min_mbps)",
                        "slow checkpoint storage: use a parallel or local NVMe file system for observe.runs_dir",
                        f"{res.write_bytes / MB:.0f} MB to {res.directory}")]
     if res.small_files_per_s is None:
-        out.append(Check("small-file create rate", "fail", None, f">= {min_files_per_s:g} files/s", res.error, hint_dir))
+        out.append(Check("small-file create rate", CheckStatus.FAIL, None, f">= {min_files_per_s:g} files/s", res.error, hint_dir))
     else:
         out.append(Check.judge("small-file create rate", res.small_files_per_s >= min_files_per_s, res.small_files_per_s,
                                f">= {min_files_per_s:g} files/s, 4 KiB each, one directory fsync (stages.small_files_min_per_s)",

@@ -7,43 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
-from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, err, load, out, print_json
-from agentrl_cli.errors import EXIT_CHECK_FAILED, UsageError
-from agentrl_cli.render import STYLE, status_text
-from agentrl_cli.report import FAIL, Check, format_measured
+from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, checks_json, err, finish, load, out, print_json
+from agentrl_cli.errors import UsageError
+from agentrl_cli.render import print_table, render_checks
 
 app = typer.Typer(help="Measure collectives, checkpoint storage and the object store (stage 1's checks, one at a time).",
                   no_args_is_help=True)
-
-
-def show_checks(checks: list[Check], title: str) -> None:
-    """The checks as a table on stdout, then each failure or skip with its hint."""
-    console = out()
-    t = Table(title=title, title_justify="left")
-    for col in ("check", "status", "measured", "expected"):
-        t.add_column(col, overflow="fold")
-    for c in checks:
-        t.add_row(c.name, status_text(c.status), format_measured(c.measured), c.expected)
-    console.print(t)
-    for c in checks:
-        if c.status != "pass":
-            console.print(Text.assemble(("  ✗ " if c.status == FAIL else "  ○ ", STYLE[c.status]), (c.name, "bold"),
-                                        f": {c.detail.splitlines()[0] if c.detail else ''}"))
-            if c.hint and c.hint != c.detail:
-                console.print(Text(f"    what to do: {c.hint}", style="dim"))
-
-
-def finish(checks: list[Check]) -> None:
-    if any(c.status == FAIL for c in checks):
-        raise typer.Exit(EXIT_CHECK_FAILED)
-
-
-def checks_json(checks: list[Check]) -> list[dict]:
-    from dataclasses import asdict
-
-    return [asdict(c) for c in checks]
 
 
 @app.command("allreduce")
@@ -100,16 +70,15 @@ def allreduce_cmd(
     result = ar.run_allreduce(spec)
     checks = ar.checks(result, cfg.stages.allreduce_min_gbps)
     if json_out:
-        print_json({"status": "fail" if any(c.status == FAIL for c in checks) else "pass", "result": result.to_dict(),
-                    "checks": checks_json(checks)})
+        print_json(checks_json(checks, result=result.to_dict()))
     else:
         if result.rows:
             t = Table("bytes", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "correct", title="all-reduce", title_justify="left")
             for r in result.rows:
                 t.add_row(str(r["bytes"]), str(r["iters"]), f"{r['time_us']:.1f}", f"{r['algbw_gbps']:.4f}",
                           f"{r['busbw_gbps']:.4f}", "yes" if r["correct"] else "NO")
-            out().print(t)
-        show_checks(checks, "checks")
+            print_table(out(), t)
+        render_checks(out(), checks, "checks")
     finish(checks)
 
 
@@ -150,10 +119,9 @@ def storage_cmd(
     res = storage.measure_storage(target, size_mb or cfg.stages.storage_probe_mb, files or cfg.stages.small_files_count)
     checks = storage.checks(res, cfg.stages.checkpoint_write_min_mbps, cfg.stages.small_files_min_per_s, need, detail)
     if json_out:
-        print_json({"status": "fail" if any(c.status == FAIL for c in checks) else "pass", "result": res.to_dict(),
-                    "checks": checks_json(checks)})
+        print_json(checks_json(checks, result=res.to_dict()))
     else:
-        show_checks(checks, f"storage: {target}")
+        render_checks(out(), checks, f"storage: {target}")
     finish(checks)
 
 
@@ -173,7 +141,7 @@ def store_cmd(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt =
     cfg = load(config, sets).config
     checks = probe_store(cfg.data)
     if json_out:
-        print_json({"status": "fail" if any(c.status == FAIL for c in checks) else "pass", "checks": checks_json(checks)})
+        print_json(checks_json(checks))
     else:
-        show_checks(checks, f"trajectory store ({cfg.data.store})")
+        render_checks(out(), checks, f"trajectory store ({cfg.data.store})")
     finish(checks)

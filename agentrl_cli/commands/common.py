@@ -1,5 +1,6 @@
 """Options shared by every command (`--config`, `--set`, `--json`) and the output helpers:
-results on stdout (human or JSON), errors, hints and progress on stderr."""
+results on stdout (human or JSON), errors, hints and progress on stderr; the JSON object and the
+exit code of a command that ran checks outside the runbook (bench, image)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import typer
 from rich.console import Console
 
 from agentrl_cli.config import LoadedConfig, load_config
+from agentrl_cli.errors import EXIT_CHECK_FAILED
+from agentrl_cli.report import Check, CheckStatus, checks_to_json, overall
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file (default: ./agentrl.yaml if present, else the built-in defaults).",
@@ -36,3 +39,14 @@ def err() -> Console:
 
 def print_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+def checks_json(checks: list[Check], **fields) -> dict:
+    """The `--json` object of a command that ran checks: its status, `fields`, then the checks."""
+    return {"status": overall(checks), **fields, "checks": checks_to_json(checks)}
+
+
+def finish(checks: list[Check]) -> None:
+    """Exit 1 when a check failed (else return: the command exits 0)."""
+    if overall(checks) == CheckStatus.FAIL:
+        raise typer.Exit(EXIT_CHECK_FAILED)

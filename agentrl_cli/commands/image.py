@@ -9,19 +9,14 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from agentrl_cli.commands.bench import checks_json, finish, show_checks
-from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, err, load, out, print_json
-from agentrl_cli.report import FAIL
+from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, checks_json, err, finish, load, out, print_json
+from agentrl_cli.render import print_table, render_checks
 
 app = typer.Typer(help="Lock exact versions per role, render Dockerfiles, verify this environment, build images.",
                   no_args_is_help=True)
 
 LockOpt = Annotated[Optional[Path], typer.Option("--lock", help="Lock file (default: image.lock_file).", show_default=False,
                                                  dir_okay=False)]
-
-
-def _status(checks) -> str:
-    return "fail" if any(c.status == FAIL for c in checks) else "pass"
 
 
 @app.command("lock")
@@ -50,16 +45,15 @@ def lock_cmd(
     checks = lock_checks(lock, cfg.image.allowed_licences)
     tags = image_tags(lock, cfg.cluster.image_registry)
     if json_out:
-        print_json({"status": _status(checks), "lock_file": str(path), "digest": lock["digest"], "python": lock["python"],
-                    "torch_build": lock["torch_build"], "tags": tags,
-                    "roles": {r: {"packages": len(b["packages"]), "missing": b["missing"]} for r, b in lock["roles"].items()},
-                    "checks": checks_json(checks)})
+        print_json(checks_json(checks, lock_file=str(path), digest=lock["digest"], python=lock["python"],
+                               torch_build=lock["torch_build"], tags=tags,
+                               roles={r: {"packages": len(b["packages"]), "missing": b["missing"]} for r, b in lock["roles"].items()}))
     else:
         t = Table("role", "packages", "tag", title=f"image lock {path} (digest {lock['digest'][:12]})", title_justify="left")
         for role, body in lock["roles"].items():
             t.add_row(role, str(len(body["packages"])), tags[role])
-        out().print(t)
-        show_checks(checks, "lock checks")
+        print_table(out(), t)
+        render_checks(out(), checks, "lock checks")
     finish(checks)
 
 
@@ -89,13 +83,13 @@ def render_cmd(
     index = render(lock, out_dir, cfg.cluster.image_registry, cfg.cluster.base_image)
     checks = render_checks(lock, out_dir)
     if json_out:
-        print_json({"status": _status(checks), **index, "checks": checks_json(checks)})
+        print_json(checks_json(checks, **index))
     else:
         t = Table("role", "Dockerfile", "tag", title=f"rendered into {out_dir}", title_justify="left")
         for img in index["images"]:
             t.add_row(img["role"], img["dockerfile"], img["tag"])
-        out().print(t)
-        show_checks(checks, "render checks")
+        print_table(out(), t)
+        render_checks(out(), checks, "render checks")
     finish(checks)
 
 
@@ -127,13 +121,9 @@ def verify_cmd(
     lock = read_lock(path, strict_digest=False)
     checks = verify_checks(lock, role, cfg)
     if json_out:
-        print_json({"status": _status(checks), "lock_file": str(path), "role": role, "digest": lock["digest"],
-                    "checks": checks_json(checks)})
+        print_json(checks_json(checks, lock_file=str(path), role=role, digest=lock["digest"]))
     else:
-        show_checks(checks, f"environment vs {path} (role {role})")
-        for c in checks:
-            if c.status == FAIL and "\n" in c.detail:
-                out().print(c.detail, markup=False)
+        render_checks(out(), checks, f"environment vs {path} (role {role})", verbose=True)
     finish(checks)
 
 
@@ -167,7 +157,7 @@ def build_cmd(
         err().print(f"build context {out_dir}; building {len(index['images'])} images")
     checks += build_checks(index, cfg.image.builder)
     if json_out:
-        print_json({"status": _status(checks), **index, "checks": checks_json(checks)})
+        print_json(checks_json(checks, **index))
     else:
-        show_checks(checks, "image build")
+        render_checks(out(), checks, "image build")
     finish(checks)

@@ -35,6 +35,7 @@ def report_command(
 
     * `agentrl report --json`
     """
+    from agentrl_cli.observe import keys
     from agentrl_cli.observe.run_report import write_report
     from agentrl_cli.rundir import get_run
 
@@ -44,8 +45,8 @@ def report_command(
     rows = data.step_rows()
     last = rows[-1] if rows else {}
     summary = {"run_id": data.run_id, "report": str(path), "metrics_from": data.main_log()[0] or None, "steps": len(rows),
-               "reward_mean_last": last.get("reward/mean"), "goodput": last.get("rollout/goodput"),
-               "time_shares_last": {k: last.get(f"time/{k}_share") for k in ("sampling", "train", "sync")},
+               "reward_mean_last": last.get(keys.REWARD_MEAN), "goodput": last.get(keys.ROLLOUT_GOODPUT),
+               "time_shares_last": {k: last.get(keys.time_share(k)) for k in ("sampling", "train", "sync")},
                "stages": {str(r.get("stage")): r.get("status") for r in data.stage_reports},
                "verify": (data.verify_report or {}).get("status"), "notes": data.notes}
     if json_out:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, out, print_json
 from agentrl_cli.render import status_text
+from agentrl_cli.report import CheckStatus
 from agentrl_cli.rundir import RunDir, get_run, list_runs
 
 app = typer.Typer(help="List and inspect runs (runs/<run_id>/).", no_args_is_help=True)
@@ -72,8 +73,9 @@ def show(run: Annotated[str, typer.Argument(help="Run id, or `latest`.")] = "lat
     console.print("harnesses: " + ", ".join(f"{h['name']}@{h['version']} ({h['image_tag']})" for h in meta.get("harnesses", [])))
     pk = meta.get("packages", {})
     console.print("packages: " + ", ".join(f"{k} {v}" for k, v in pk.items() if v))
-    table = Table("stage", "title", "status", "pass", "fail", "skip", "seconds")
+    shown = (CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.SKIP)
+    table = Table("stage", "title", "status", *(s.value for s in shown), "seconds")
     for n, rep in sorted(reports.items()):
         c = rep.counts()
-        table.add_row(str(n), rep.title, status_text(rep.status), str(c["pass"]), str(c["fail"]), str(c["skip"]), f"{rep.duration_s:.1f}")
+        table.add_row(str(n), rep.title, status_text(rep.status), *(str(c[s]) for s in shown), f"{rep.duration_s:.1f}")
     console.print(table)

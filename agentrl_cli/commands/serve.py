@@ -94,7 +94,9 @@ def inference(
     if engine == "sglang":
         from agentrl_cli.inference.launcher import check_sglang, sglang_command
 
-        inf = cfg.inference.model_copy(update={"host": host})
+        from agentrl_cli.config.load import with_overrides
+
+        inf = with_overrides(cfg, {"inference.host": host}, "--host").inference
         check_sglang(inf.python)
         cmd = sglang_command(inf, str(path), port)
         err().print("exec: " + " ".join(cmd), markup=False)

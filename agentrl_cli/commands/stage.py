@@ -11,15 +11,15 @@ from rich.table import Table
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, RunOpt, SetOpt, load, out, print_json
 from agentrl_cli.context import StageOptions
 from agentrl_cli.errors import UsageError
+from agentrl_cli.outcomes import STAGE8_PHASES, Phase
+from agentrl_cli.report import CheckStatus
 from agentrl_cli.observe.progress import stderr_console
 from agentrl_cli.render import StageProgress, print_table, render_report, render_summary
 from agentrl_cli.rundir import create_run, find_stage_report
-from agentrl_cli.runbook import STAGES, exit_code, parse_selection, run_stages
+from agentrl_cli.runbook import MODEL_STAGES, STAGES, exit_code, parse_selection, run_stages
 
 app = typer.Typer(help="Run the stage runbook (0..8) and read its reports.", no_args_is_help=True)
 
-PHASES = ("smoke", "short", "full")
-MODEL_STAGES = (0, 4, 8)  # stages that load (and on first use build) the model
 
 
 @app.command("list")
@@ -48,7 +48,7 @@ def run(
     config: ConfigOpt = None,
     sets: SetOpt = None,
     strict: Annotated[bool, typer.Option("--strict", help="Treat skipped checks as failures.")] = False,
-    phase: Annotated[str, typer.Option("--phase", help="Stage 8 phase: smoke, short or full.")] = "smoke",
+    phase: Annotated[str, typer.Option("--phase", help="Stage 8 phase: smoke, short or full.")] = Phase.SMOKE.value,
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Reuse or name the run directory (default: a new run).")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show details and tracebacks of failing checks.")] = False,
     json_out: JsonOpt = False,
@@ -63,8 +63,8 @@ def run(
 
     * `agentrl stage run 8 --phase short --set training.total_steps=40`
     """
-    if phase not in PHASES:
-        raise UsageError(f"bad --phase {phase!r}", f"use one of: {', '.join(PHASES)}")
+    if phase not in STAGE8_PHASES:
+        raise UsageError(f"bad --phase {phase!r}", f"use one of: {', '.join(STAGE8_PHASES)}")
     stages = parse_selection(selection)
     loaded = load(config, sets)
     run_dir = create_run(loaded, run_id)
@@ -82,7 +82,7 @@ def run(
                 render_report(console, report, verbose=verbose)
 
     with show:
-        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=phase), on_start=show.start_stage,
+        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=Phase(phase)), on_start=show.start_stage,
                              on_done=on_done, progress=show.message)
     code = exit_code(reports)
     from agentrl_cli.observe.run_report import report_or_reason
@@ -90,7 +90,7 @@ def run(
     report_path, report_error = report_or_reason(run_dir.path, loaded.config.data)
     if json_out:
         print_json({"run_id": run_dir.run_id, "run_dir": str(run_dir.path), "exit_code": code,
-                    "status": "fail" if code else "pass", "report": report_path, "reports": [r.to_dict() for r in reports]})
+                    "status": CheckStatus.FAIL if code else CheckStatus.PASS, "report": report_path, "reports": [r.to_dict() for r in reports]})
     else:
         render_summary(console, reports, str(run_dir.path))
     if report_path:
@@ -124,4 +124,4 @@ def show(
     else:
         render_report(out(), report, verbose=verbose)
         typer.echo(f"run {report.run_id} · started {report.started_at} · {report.duration_s:.1f} s")
-    raise typer.Exit(1 if report.status == "fail" else 0)
+    raise typer.Exit(1 if report.status == CheckStatus.FAIL else 0)

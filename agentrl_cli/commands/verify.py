@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, RunOpt, SetOpt, err, load, out, print_json
 from agentrl_cli.errors import NotFoundError, UsageError
-from agentrl_cli.render import status_text
-from agentrl_cli.report import FAIL, atomic_write_text, format_measured
+from agentrl_cli.render import render_checks
+from agentrl_cli.report import CheckStatus
 from agentrl_cli.rundir import create_run, get_run
 from agentrl_cli.verify import LAYERS, verify
-from agentrl_cli.verify.core import LAYER_KEYS
+from agentrl_cli.verify.core import LAYER_KEYS, write_verify_report
 
 
 def verify_command(
@@ -59,8 +57,7 @@ def verify_command(
     with err().status("verify") as status:
         report = verify(loaded, run_dir, layers=layer or None, strict=strict, measure=not record_only,
                         progress=lambda m: status.update(f"verify: {m}"))
-    atomic_write_text(run_dir.reports / "verify.json", json.dumps(report.to_dict(), indent=2, default=str) + "\n")
-    atomic_write_text(run_dir.reports / "verify.md", report.to_markdown())
+    write_verify_report(report, run_dir.reports)
     from agentrl_cli.observe.run_report import report_or_reason
 
     html, html_error = report_or_reason(run_dir.path, loaded.config.data)
@@ -68,21 +65,14 @@ def verify_command(
         print_json({**report.to_dict(), "run_dir": str(run_dir.path), "report": html})
     else:
         console = out()
-        table = Table("layer", "check", "status", "measured", "expected", title=f"agentrl verify (run {run_dir.run_id})")
-        for lay in LAYERS:
-            for c in report.layers.get(lay.key, []):
-                table.add_row(lay.key, c.name, status_text(c.status), format_measured(c.measured), c.expected)
-        console.print(table)
+        layers = {lay.key: report.layers[lay.key] for lay in LAYERS if lay.key in report.layers}
+        render_checks(console, layers, f"agentrl verify (run {run_dir.run_id})", group="layer")
         console.print(f"judged: {report.judged}")
         for note in report.notes:
             console.print(f"  note: {note}", style="yellow")
-        for c in report.checks():
-            if c.status == FAIL:
-                console.print(f"  ✗ {c.name}: {c.detail.splitlines()[0] if c.detail else format_measured(c.measured)}", style="red")
-                console.print(f"    what to do: {c.hint}", style="dim")
         console.print(f"Report: {run_dir.reports / 'verify.md'}")
-        if report.status == FAIL:
+        if report.status == CheckStatus.FAIL:
             console.print(f"Diagnose: agentrl troubleshoot --run {run_dir.run_id}")
     err().print(f"Run report: {html}  (`agentrl report {run_dir.run_id} --open`)" if html else f"Run report not written: {html_error}",
                 soft_wrap=True)
-    raise typer.Exit(1 if report.status == FAIL else 0)
+    raise typer.Exit(1 if report.status == CheckStatus.FAIL else 0)

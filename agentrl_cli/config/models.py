@@ -13,6 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from agentrl_cli.plugins import PLUGIN_PATH
+
+# the registries' names (agentrl_cli/training/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
+BACKEND_NAMES = ("deepspeed",)
+WEIGHT_SYNC_NAMES = ("disk", "distributed")
+
 
 class Section(BaseModel):
     """Base for every section: unknown keys are errors, assignments are validated."""
@@ -153,7 +159,7 @@ class RewardConfig(Section):
 
 
 class TrainingConfig(Section):
-    backend: Literal["deepspeed"] = Field("deepspeed", description="Training backend implementation")
+    backend: str = Field("deepspeed", description="Training backend: deepspeed, or the `module:Class` path of a TrainingBackend (agentrl_cli/training/backend.py)")
     seq_len_limit: int = Field(2048, ge=64, description="Longest training sequence in tokens (typical on GPUs: 32768)")
     checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (typical on GPUs: 50)")
     resume_from_latest: bool = Field(True, description="Resume from the newest complete checkpoint when one exists")
@@ -173,11 +179,19 @@ class TrainingConfig(Section):
         "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every trajectory weighs the same")
     advantage_std_scale: bool = Field(True, description="Divide each GRPO group's advantages by its reward std; false = mean-centred only (Dr. GRPO), so small process-reward differences in an all-failed group stay small")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm")
-    weight_sync: Literal["disk", "distributed"] = Field("disk", description="Weight sync transport to the inference servers")
+    weight_sync: str = Field("disk", description="Weight sync transport to the inference servers: disk, distributed, or the `module:Class` path of a WeightTransport (agentrl_cli/weightsync/base.py)")
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON to start from (default: templates/deepspeed/zero<stage>.json)")
     seed: int = Field(1234, description="Seed for model init, sampling and data order")
     watchdog_seconds: float = Field(300.0, gt=0, description="A component (server, harness, reward, train step) with work and no progress this long is flagged stuck")
     cpu_threads: int = Field(0, ge=0, le=1024, description="Trainer on CPU: torch threads of each rank; 0 = auto: this host's cores split evenly between the trainer ranks and the embedded inference servers the run starts here")
+
+    @field_validator("backend", "weight_sync")
+    @classmethod
+    def _plugin_name(cls, value: str, info) -> str:
+        known = {"backend": BACKEND_NAMES, "weight_sync": WEIGHT_SYNC_NAMES}[info.field_name]
+        if value not in known and not PLUGIN_PATH.match(value):
+            raise ValueError(f"must be one of {', '.join(known)} or a `module:Class` path, got {value!r}")
+        return value
 
 
 class S3Config(Section):

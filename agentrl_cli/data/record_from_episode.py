@@ -1,41 +1,49 @@
-"""From a finished harness episode to the stored `TrajectoryRecord`: steps with their observations,
-statuses and tool calls, the evidence the verifier saw (as artifacts), the reward and its
-components, the outcome and the counts the metrics and queries use. Token ids, loss mask and
-log-probs are filled in by the rollout, which alone knows them."""
+"""From a finished harness episode to the stored `TrajectoryRecord`, built whole in one call: steps
+with their observations, statuses and tool calls (`agentrl_cli.episode.calls_of`), the evidence the
+verifier saw (as artifacts), the reward and its components, the outcome, the counts the metrics and
+queries use, and the training arrays (token ids, loss mask, log-probs) when the rollout has them.
+
+A stored call counts as failed (`tool_failures`) when its status is one of FAILED_CALL, or when it
+is `ok` but the command it ran exited non-zero (its status is stored as `error`). Statuses and the
+phase are stored as plain strings (their enums' values)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
-from agentrl_cli.outcomes import Outcome, Termination
+import numpy as np
+
 from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, utcnow
-from harnesses.base import Evidence, Trajectory
+from agentrl_cli.episode import Evidence, Observation, Trajectory, calls_of
+from agentrl_cli.outcomes import Outcome, Termination
 
 FAILED_CALL = ("error", "timeout", "rate_limited", "invalid_action")
 
 
-def _tool_calls(observation) -> list[ToolCallRecord]:
-    calls = (observation.info or {}).get("calls") or []
+def _tool_calls(observation: Observation) -> list[ToolCallRecord]:
     out = []
-    for c in calls:
-        if not isinstance(c, dict):
-            continue
-        status = str(c.get("status") or observation.status)
-        if status == "ok" and c.get("exit_code") not in (None, 0):
-            status = "error"
-        out.append(ToolCallRecord(name=str(c.get("tool", "tool")), arguments=json.dumps(c.get("arguments", {}), default=str),
-                                  status=status, latency_ms=float(c.get("latency_ms") or 1000.0 * (c.get("duration_s") or 0.0)),
-                                  retries=int(c.get("retries") or 0)))
+    for c in calls_of(observation):
+        status = "error" if c.status == "ok" and c.exit_code not in (None, 0) else c.status
+        out.append(ToolCallRecord(name=c.name, arguments=json.dumps(c.arguments, default=str), status=status,
+                                  latency_ms=float(c.latency_ms), retries=int(c.retries)))
     return out
+
+
+def _arrays(token_ids, loss_mask, logprobs) -> dict:
+    given = {"token_ids": (token_ids, np.int32), "loss_mask": (loss_mask, np.int8), "logprobs": (logprobs, np.float32)}
+    return {k: np.asarray(v, dtype=dtype) for k, (v, dtype) in given.items() if v is not None}
 
 
 def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, reward=None,
                         evidence: Evidence | None = None, termination: str = Termination.DONE, seed: int = 0,
                         phase: str = "train", group_id: str = "", task_set_version: str = "",
                         weight_versions: list[str] | None = None, trajectory_id: str | None = None,
-                        step_times: list[tuple] | None = None) -> TrajectoryRecord:
-    """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i."""
+                        step_times: list[tuple] | None = None, token_ids=None, loss_mask=None, logprobs=None,
+                        prompt_tokens: int = 0, completion_tokens: int = 0) -> TrajectoryRecord:
+    """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i.
+    `token_ids`, `loss_mask`, `logprobs`: the episode's training sequence, stored as numpy arrays
+    (None: the episode has none, e.g. one played by a script)."""
     task = traj.task
     steps = []
     for i, action in enumerate(traj.actions):
@@ -55,18 +63,20 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
     kwargs = {} if trajectory_id is None else {"trajectory_id": trajectory_id}
     return TrajectoryRecord(
         run_id=run_id, task_id=task.task_id, harness=task.harness, harness_version=harness_version,
-        task_type=str(task.meta.get("family", "")), task_set_version=task_set_version, split=task.split, phase=phase,
+        task_type=str(task.meta.get("family", "")), task_set_version=task_set_version, split=task.split, phase=str(phase),
         group_id=group_id, seed=seed, policy_version_first=versions[0] if versions else "",
         policy_version_last=versions[-1] if versions else "",
         initial_observation=traj.observations[0].text if traj.observations else "",
         steps=steps, final_answer=evidence.final_answer, artifacts=artifacts,
         reward=float(reward.reward) if reward is not None else 0.0,
         reward_components=dict(reward.components) if reward is not None else {},
-        reward_status=reward.status if reward is not None else "unscored",
+        reward_status=str(reward.status) if reward is not None else "unscored",
         flags=list(reward.flags) if reward is not None else [],
-        outcome=reward.outcome if reward is not None else {Termination.TIMEOUT: Outcome.TIMEOUT, Termination.ERROR: Outcome.ERROR,
-                                                           Termination.TRUNCATED: Outcome.TRUNCATED}.get(termination, Outcome.FAIL),
+        outcome=str(reward.outcome if reward is not None else {Termination.TIMEOUT: Outcome.TIMEOUT, Termination.ERROR: Outcome.ERROR,
+                                                               Termination.TRUNCATED: Outcome.TRUNCATED}.get(termination, Outcome.FAIL)),
         turns=len(steps), tool_calls=len(calls), tool_failures=sum(c.status in FAILED_CALL for c in calls),
         invalid_actions=sum(s.observation_status == "invalid_action" for s in steps),
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        **_arrays(token_ids, loss_mask, logprobs),
         started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),
         **kwargs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import agentrl_cli
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 CANDIDATES = ("docker", "podman", "buildah")
 
@@ -88,7 +88,7 @@ def build_checks(index: dict, preferred: str = "auto") -> list[Check]:
     try:
         build_wheel(context)
     except (OSError, subprocess.SubprocessError, StopIteration) as exc:
-        return [Check("image build and probe", "fail", None, "agentrl's wheel builds into the context", str(exc),
+        return [Check("image build and probe", CheckStatus.FAIL, None, "agentrl's wheel builds into the context", str(exc),
                       "build from a source checkout of agentrl (pip install -e .)")]
     timings = {}
     for label, cmd in would:
@@ -96,8 +96,8 @@ def build_checks(index: dict, preferred: str = "auto") -> list[Check]:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
         timings[label] = round(time.monotonic() - t0, 1)
         if proc.returncode != 0:
-            return [Check("image build and probe", "fail", timings, "every image builds and verifies inside",
+            return [Check("image build and probe", CheckStatus.FAIL, timings, "every image builds and verifies inside",
                           f"`{' '.join(cmd)}` failed:\n{(proc.stderr or proc.stdout)[-3000:]}",
                           "if the base image cannot be pulled, pull it or set cluster.base_image to one the builder has")]
-    return [Check("image build and probe", "pass", {"builder": builder.name, "seconds": timings},
+    return [Check("image build and probe", CheckStatus.PASS, {"builder": builder.name, "seconds": timings},
                   "every role image builds and `agentrl image verify` passes inside it")]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from string import Template
 
@@ -124,8 +123,3 @@ def render_checks(lock: dict, out_dir: Path) -> list[Check]:
                         {"images": {i["role"]: i["tag"] for i in index["images"]}, "context": index["context"]},
                         "one base image, every role FROM it, every locked package pinned at its version",
                         "fix templates/docker/ (a placeholder or FROM line) or relock", "\n".join(problems[:20]))]
-
-
-def copy_templates(dest: Path) -> None:
-    """The raw templates, for users who build their own way."""
-    shutil.copytree(TEMPLATE_DIR, dest, dirs_exist_ok=True)

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from agentrl_cli.image.lock import digest_check, installed, normalize
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 DS_OP = re.compile(r"^(?P<op>[a-z0-9_]+)\s*\.+\s*\[(?P<installed>[^\]]*)\]\s*\.+\s*\[(?P<compatible>[^\]]*)\]")
 
@@ -45,7 +45,7 @@ def python_check(lock: dict) -> Check:
 
 def packages_check(lock: dict, role: str, name: str = "packages match the lock") -> Check:
     if role not in lock["roles"]:
-        return Check(name, "fail", role, f"a role of the lock: {', '.join(lock['roles'])}",
+        return Check(name, CheckStatus.FAIL, role, f"a role of the lock: {', '.join(lock['roles'])}",
                      f"the lock has no role {role!r}", "pass --role with one of the lock's roles, or relock")
     bad = package_mismatches(lock, role)
     detail = "\n".join(f"{m['package']}: locked {m['locked']}, installed {m['installed'] or 'not installed'} -> {m['fix']}"
@@ -75,7 +75,7 @@ def _probe_torch() -> dict:
 def device_checks(gpus_per_node: int) -> list[Check]:
     t = _probe_torch()
     if "error" in t:
-        return [Check("torch sees the expected devices", "fail", None, "torch imports", t["error"],
+        return [Check("torch sees the expected devices", CheckStatus.FAIL, None, "torch imports", t["error"],
                       "reinstall torch for this host's hardware (CPU: `pip install torch==2.13.0`; GPUs: the CUDA build)")]
     want = gpus_per_node
     measured = {k: t[k] for k in ("version", "cuda", "devices", "cuda_build")}
@@ -105,7 +105,7 @@ def deepspeed_check() -> Check:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
-        return Check("DeepSpeed report", "fail", None, "ds_report finishes", "ds_report did not finish in 300 s",
+        return Check("DeepSpeed report", CheckStatus.FAIL, None, "ds_report finishes", "ds_report did not finish in 300 s",
                      "run `ds_report` by hand to see where it stops")
     text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
     ops = {m["op"]: (m["installed"].strip(), m["compatible"].strip()) for m in map(DS_OP.match, text.splitlines()) if m}

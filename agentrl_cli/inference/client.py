@@ -224,7 +224,7 @@ class InferenceClient:
                                         ranks_per_server: int = 1, timeout_s: float | None = None) -> None:
         """Every server joins the trainer's weight-update group: server i takes ranks from
         rank_offset = 1 + i * ranks_per_server (the trainer is rank 0). Each call returns only when the
-        whole group has met, so the trainer must join it concurrently (see weight_sync.py)."""
+        whole group has met, so the trainer must join it concurrently (see weightsync/distributed.py)."""
         bodies = {url: {"master_address": master_address, "master_port": int(master_port),
                         "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
                         "group_name": group_name, "backend": backend} for i, url in enumerate(self.urls)}

@@ -23,7 +23,7 @@ from agentrl_cli.inference.metrics import engine_registry
 from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
                                             UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
                                             error_body, parse_generate, parse_model)
-from agentrl_cli.inference.weight_group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
+from agentrl_cli.weightsync.group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
                                                 parse_dtype)
 
 HEALTH_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT

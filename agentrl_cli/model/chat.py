@@ -6,7 +6,9 @@ Tools: a template that renders the `tools=` argument gets the tool schemas that 
 that ignores them (SmolLM2's, Llama-2 style ones) gets the documented fallback: the schemas and
 the Hermes `<tool_call>` convention appended to the system prompt (`FALLBACK_TOOLS`), and tool
 results sent back as a user turn wrapped in `<tool_response>` (the Qwen2.5 convention), since such
-templates know no `tool` role. The harnesses parse Hermes `<tool_call>` blocks either way.
+templates know no `tool` role. A generated turn's tool calls are read in the Hermes `<tool_call>`
+format either way (`ChatRenderer.tool_calls`, the calls the rollout hands a harness as
+`Action.tool_calls`); a template whose model emits another format needs its parser here.
 
 Stop tokens: the tokenizer's eos, the model's generation config eos ids, and the token the template
 closes an assistant turn with (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`...), found by rendering.
@@ -23,6 +25,9 @@ import difflib
 import json
 import weakref
 from dataclasses import dataclass
+
+from agentrl_cli.episode import ToolCall
+from harnesses.parsing import parse_tool_calls
 
 PROBE_TOOL = {"type": "function", "function": {"name": "agentrl_probe_tool_7f3a", "description": "probe",
                                                 "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
@@ -198,6 +203,11 @@ class ChatRenderer:
             ids = self.tok.encode(tail + after[len(before):], add_special_tokens=False)
         self.canonical += ids
         return ids
+
+    def tool_calls(self, text: str) -> list[ToolCall]:
+        """The tool calls of a generated turn, in the order written (none when the conversation has
+        no tools; malformed blocks are left for the harness to answer)."""
+        return parse_tool_calls(text)[0] if self.tools else []
 
     def finish(self, assistant_text: str) -> None:
         """Record the last assistant turn (the one the episode ended on)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from collections import Counter, defaultdict, deque
 
+from agentrl_cli.observe import keys
+
 WINDOW = 4096  # most recent samples kept per latency series (p50/p99 over a recent window)
 SAMPLES_PER_ROW = 256  # newest samples since the last snapshot written into one row, per series
 
@@ -80,8 +82,8 @@ class HarnessStats:
                     fresh.clear()
             for h, errors in self.create_failures.items():
                 for error, n in errors.items():
-                    out[f"env/{h}/create_failures/{error}"] = n
+                    out[keys.env_create_failures(h, error)] = n
             for h, calls in self.tools.items():
                 for (tool, status), n in calls.items():
-                    out[f"env/{h}/tool/{tool}/{status}"] = n
+                    out[keys.env_tool(h, tool, status)] = n
         return out

@@ -1,32 +1,26 @@
-"""What a run's report shows, gathered from the run directory and the trajectory store: the metrics
-logs of its training loops (`<run>/*/metrics.jsonl`), `meta.json` (which harnesses are held out),
-the stage and verify reports, and the run's stored trajectories (evaluation metrics by harness and
-phase, tool-call latencies, reward by harness over policy versions). Every part is optional: an
-older or partial run has what it has. Belongs here: reading and reshaping; drawing is `plots.py`,
-the page is `run_report.py`.
+"""What a run's report shows, gathered from the run's record (`run_record.py`: its metrics logs,
+`meta.json`, the stage and verify reports) and its stored trajectories (evaluation metrics by
+harness and phase, tool-call latencies, reward by harness over policy versions). Every part is
+optional: an older or partial run has what it has. Belongs here: reshaping for the page; reading
+the run directory is `run_record.py`, drawing is `plots.py`, the page is `run_report.py`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl_cli.observe.step_metrics import read_rows
+from agentrl_cli.observe import keys
+from agentrl_cli.observe.run_record import RunRecord, load_record
+from agentrl_cli.outcomes import Outcome
 
 log = logging.getLogger(__name__)
-TRAINING_ORDER = ("stage8", "verify", "stage0")  # the metrics log a report's curves prefer, first found
 
 
 @dataclass
 class RunData:
-    run_id: str
-    path: Path
-    meta: dict = field(default_factory=dict)
-    logs: dict[str, list[dict]] = field(default_factory=dict)  # training dir name -> metrics rows
-    stage_reports: list[dict] = field(default_factory=list)
-    verify_report: dict | None = None
+    record: RunRecord
     eval_table: list[dict] = field(default_factory=list)  # data.metrics.compute_metrics by harness and phase
     tool_latency_ms: dict[str, list[float]] = field(default_factory=dict)  # harness -> tool-call latencies
     turn_generation_ms: dict[str, list[float]] = field(default_factory=dict)  # harness -> turn time minus tool time
@@ -35,45 +29,43 @@ class RunData:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def run_id(self) -> str:
+        return self.record.run.run_id
+
+    @property
+    def path(self) -> Path:
+        return self.record.run.path
+
+    @property
+    def meta(self) -> dict:
+        return self.record.meta
+
+    @property
     def held_out(self) -> set[str]:
-        return {h.get("name") for h in self.meta.get("harnesses", []) if isinstance(h, dict) and h.get("held_out")}
+        return self.record.held_out
+
+    @property
+    def stage_reports(self) -> list[dict]:
+        return [r.to_dict() for r in self.record.reports.values()]
+
+    @property
+    def verify_report(self) -> dict | None:
+        return self.record.verify_report
 
     def main_log(self) -> tuple[str, list[dict]]:
-        for name in (*TRAINING_ORDER, *sorted(self.logs)):
-            if self.logs.get(name):
-                return name, self.logs[name]
-        return "", []
+        return self.record.shown_log()
 
     def step_rows(self) -> list[dict]:
-        return [r for r in self.main_log()[1] if "step" in r and not any(k.startswith("eval/") for k in r)]
+        return [r for r in self.main_log()[1] if keys.STEP in r and not keys.is_eval_row(r)]
 
     def eval_rows(self) -> list[dict]:
-        return [r for r in self.main_log()[1] if any(k.startswith("eval/") for k in r)]
-
-
-def _json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return [r for r in self.main_log()[1] if keys.is_eval_row(r)]
 
 
 def collect(run_path: Path, store=None) -> RunData:
     """Everything the report shows about the run at `run_path`; `store` (a TrajectoryStore) adds the
     trajectory-based parts."""
-    run_path = Path(run_path)
-    data = RunData(run_id=run_path.name, path=run_path, meta=_json(run_path / "meta.json") or {})
-    for metrics in sorted([run_path / "metrics.jsonl", *run_path.glob("*/metrics.jsonl")]):
-        rows = read_rows(metrics)
-        if rows:
-            data.logs[metrics.parent.name if metrics.parent != run_path else "run"] = rows
-    for p in sorted((run_path / "reports").glob("stage-*.json"), key=lambda p: int(p.stem.split("-")[1])
-                    if p.stem.split("-")[1].isdigit() else 99):
-        report = _json(p)
-        if report is not None:
-            data.stage_reports.append(report)
-    data.verify_report = _json(run_path / "reports" / "verify.json")
+    data = RunData(load_record(Path(run_path)))
     if store is not None:
         try:
             _from_trajectories(data, store)
@@ -85,11 +77,9 @@ def collect(run_path: Path, store=None) -> RunData:
 
 
 def _from_trajectories(data: RunData, store) -> None:
-    import pyarrow.compute as pc
-
     from agentrl_cli.data.metrics import compute_metrics
 
-    table = store.read_table(pc.field("run_id") == data.run_id)
+    table = data.record.trajectory_table(store)
     if table.num_rows == 0:
         data.notes.append("the trajectory store holds no trajectory of this run")
         return
@@ -110,7 +100,7 @@ def _from_trajectories(data: RunData, store) -> None:
                 data.turn_generation_ms.setdefault(h, []).append(max(0.0, turn_ms - tool_ms))
         if r.get("reward") is not None:
             v = str(r.get("policy_version_first") or "0")
-            by_version.setdefault(h, {}).setdefault(v, []).append((r["reward"], r.get("outcome") == "success"))
+            by_version.setdefault(h, {}).setdefault(v, []).append((r["reward"], r.get("outcome") == Outcome.SUCCESS))
     for h, versions in by_version.items():
         order = sorted(versions, key=lambda v: (len(v), v))
         xs = [int(v) if v.isdigit() else i for i, v in enumerate(order)]
@@ -119,7 +109,7 @@ def _from_trajectories(data: RunData, store) -> None:
 
 
 def series(rows: list[dict], key: str) -> tuple[list, list]:
-    pts = [(r.get("step"), r.get(key)) for r in rows if isinstance(r.get(key), (int, float))]
+    pts = [(r.get(keys.STEP), r.get(key)) for r in rows if isinstance(r.get(key), (int, float))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
@@ -140,6 +130,6 @@ def harness_levels(rows: list[dict]) -> dict[str, dict]:
     for r in rows:
         for k, v in r.items():
             parts = k.split("/", 2)
-            if len(parts) == 3 and parts[0] in ("env", "infer") and not isinstance(v, list):
+            if len(parts) == 3 and parts[0] in keys.LEVEL_NAMESPACES and not isinstance(v, list):
                 out.setdefault(parts[1], {})[parts[2]] = v
     return out

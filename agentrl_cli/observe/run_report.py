@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from agentrl_cli.observe import plots
+from agentrl_cli.report import CheckStatus
+from agentrl_cli.observe import keys, plots
 from agentrl_cli.observe.run_data import RunData, collect, harness_levels, samples, series
 
 REPORT_NAME = "report.html"
@@ -54,23 +55,23 @@ def _fmt(v) -> str:
 def figures(data: RunData) -> dict[str, tuple[str, bool]]:
     rows = data.step_rows()
     held = data.held_out
-    reward = {"batch mean": series(rows, "reward/mean")}
+    reward = {"batch mean": series(rows, keys.REWARD_MEAN)}
     reward |= {f"{h}{' (held out)' if h in held else ''} mean": xy for h, xy in data.reward_by_version.items()}
     evals = data.eval_rows()
-    names = sorted({k.split("/")[1] for r in evals for k in r if k.startswith("eval/")}, key=lambda h: (h in held, h))
-    success = {f"{h}{' (held out)' if h in held else ''} eval": series(evals, f"eval/{h}/success_rate") for h in names}
+    names = sorted({k.split("/")[1] for r in evals for k in r if k.startswith(keys.EVAL)}, key=lambda h: (h in held, h))
+    success = {f"{h}{' (held out)' if h in held else ''} eval": series(evals, keys.eval_success_rate(h)) for h in names}
     success |= {f"{h}{' (held out)' if h in held else ''} training": xy for h, xy in data.success_by_version.items()}
-    success["batch success rate"] = series(rows, "reward/success_rate")
-    steps = [r.get("step") for r in rows]
-    shares = {label: [r.get(f"time/{key}_share") for r in rows]
+    success["batch success rate"] = series(rows, keys.REWARD_SUCCESS_RATE)
+    steps = [r.get(keys.STEP) for r in rows]
+    shares = {label: [r.get(keys.time_share(key)) for r in rows]
               for label, key in (("sampling wait", "sampling"), ("training", "train"), ("weight sync", "sync"))}
     generation = samples(rows, "generate_ms_samples") or {f"{h} (turn minus tool time)": v
                                                           for h, v in data.turn_generation_ms.items()}
     tool = samples(rows, "tool_ms_samples") or data.tool_latency_ms
-    system = {"cpu %": series(rows, "system/cpu_percent"), "RSS MB": series(rows, "system/rss_mb"),
-              "children RSS MB": series(rows, "system/children_rss_mb")}
+    system = {"cpu %": series(rows, keys.SYSTEM_CPU_PERCENT), "RSS MB": series(rows, keys.SYSTEM_RSS_MB),
+              "children RSS MB": series(rows, keys.SYSTEM_CHILDREN_RSS_MB)}
     gpus = sorted({k.split("/")[1] for r in rows for k in r if k.startswith("system/gpu")})
-    system |= {f"{g} util %": series(rows, f"system/{g}/util_percent") for g in gpus}
+    system |= {f"{g} util %": series(rows, keys.system_gpu(g, "util_percent")) for g in gpus}
     return {
         "reward": plots.lines("Reward", reward, xlabel="step (per harness: policy version)", ylabel="reward",
                               dashed={k for k in reward if "(held out)" in k}),
@@ -82,11 +83,11 @@ def figures(data: RunData) -> dict[str, tuple[str, bool]]:
         "latency_tool": plots.histogram("Tool-call latency", tool),
         "latency_env_step": plots.histogram("Environment step latency", samples(rows, "step_ms_samples")),
         "queue_buffer": plots.lines("Queue length and buffer fill", {
-            "queue length (in flight + buffered)": series(rows, "rollout/queue_length"),
-            "in flight": series(rows, "rollout/in_flight"), "buffer fill": series(rows, "rollout/buffer_fill"),
-            "buffer capacity": series(rows, "rollout/buffer_capacity")}, ylabel="episodes"),
-        "staleness": plots.lines("Staleness", {"dropped stale (cumulative)": series(rows, "rollout/dropped_stale"),
-                                               "mean policy lag": series(rows, "rollout/staleness_mean")}),
+            "queue length (in flight + buffered)": series(rows, keys.ROLLOUT_QUEUE_LENGTH),
+            "in flight": series(rows, keys.ROLLOUT_IN_FLIGHT), "buffer fill": series(rows, keys.ROLLOUT_BUFFER_FILL),
+            "buffer capacity": series(rows, keys.ROLLOUT_BUFFER_CAPACITY)}, ylabel="episodes"),
+        "staleness": plots.lines("Staleness", {"dropped stale (cumulative)": series(rows, keys.ROLLOUT_DROPPED_STALE),
+                                               "mean policy lag": series(rows, keys.ROLLOUT_STALENESS_MEAN)}),
         "system": plots.lines("System", system),
     }
 
@@ -96,7 +97,7 @@ def _checks_table(checks: list[dict]) -> str:
     for c in checks:
         status = str(c.get("status", ""))
         detail = (c.get("detail") or "").splitlines()[:1]
-        hint = c.get("hint") if status in ("fail", "skip") else ""
+        hint = c.get("hint") if status in (CheckStatus.FAIL, CheckStatus.SKIP) else ""
         out.append(f"<tr><td>{_e(c.get('name'))}</td><td class='{_e(status)}'>{_e(status.upper())}</td>"
                    f"<td>{_e(c.get('measured'))}</td><td>{_e(c.get('expected'))}</td><td>{_e(' '.join(detail))}"
                    + (f"<div class='hint'>what to do: {_e(hint)}</div>" if hint else "") + "</td></tr>")
@@ -134,7 +135,7 @@ def render_html(data: RunData) -> str:
              f"<style>{CSS}</style></head><body>", f"<h1>agentrl run {_e(data.run_id)}</h1>",
              f"<p>started {_e(data.meta.get('created_at') or data.meta.get('started_at'))} · config "
              f"{_e(data.meta.get('config_hash'))} · metrics from {_e(data.main_log()[0] or 'no training loop')} · "
-             f"{len(rows)} steps · goodput {_fmt(last.get('rollout/goodput'))}</p>"]
+             f"{len(rows)} steps · goodput {_fmt(last.get(keys.ROLLOUT_GOODPUT))}</p>"]
     parts += [f"<p class='note'>{_e(n)}</p>" for n in data.notes]
     parts.append("<h2>Training</h2><div class='grid'>")
     for name, caption in PLOTS.items():

@@ -2,12 +2,9 @@
 `MetricsLog.append(row)` writes the row to the JSONL log and hands it to the exporters the config
 turns on (a Prometheus endpoint while the run is live, TensorBoard event files).
 
-Keys are namespaced: `train/…` (the learner's losses and diagnostics), `reward/…`, `time/…` (the
-phase times: sampling wait, training, weight sync, and their shares of the step), `sync/…` (weight
-sync), `rollout/…` (counters of the rollout and the buffer), `infer/…` (generation totals),
-`env/<harness>/…` (service levels, from `HarnessStats`), `system/…` (CPU, RSS, accelerators),
-`watchdog/…`. Belongs here: naming and writing the figures; computing them belongs to the parts that
-own them.
+The keys are named in `keys.py` (namespaced: `train/…`, `reward/…`, `time/…`, `sync/…`, `rollout/…`,
+`infer/…`, `env/<harness>/…`, `system/…`, `watchdog/…`). Belongs here: writing the figures;
+computing them belongs to the parts that own them.
 """
 
 from __future__ import annotations
@@ -15,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+
+from agentrl_cli.observe import keys as k
 
 log = logging.getLogger(__name__)
 
@@ -90,24 +89,23 @@ def step_row(*, step: int, version: int, metrics: dict, stats: dict, wait_s: flo
     timers = getattr(controller, "timers", {}) or {}
     generated = c.get("tokens_generated", 0)
     step_s = wait_s + train_s + sync_s
-    return {"step": step, "version": version, "elapsed_s": round(elapsed, 2),
-            **{f"train/{k}": v for k, v in metrics.items()}, **stats,
-            "time/sampling_wait_s": round(wait_s, 3), "time/train_s": round(train_s, 3), "time/sync_s": round(sync_s, 3),
-            "time/sampling_share": _share(wait_s, step_s), "time/train_share": _share(train_s, step_s),
-            "time/sync_share": _share(sync_s, step_s),
-            "sync/seconds": round(sync_s, 3), "sync/weight_version": version,
-            "rollout/tokens_generated": generated, "rollout/in_flight": controller.in_flight,
-            "rollout/buffer_fill": len(buffer), "rollout/buffer_capacity": getattr(buffer, "capacity", None),
-            "rollout/queue_length": controller.in_flight + len(buffer),
-            "rollout/dropped_stale": buffer.counters["dropped_stale"],
-            "rollout/backpressure_waits": c.get("backpressure_waits", 0),
-            "rollout/env_failures": c.get("termination_error", 0) + c.get("termination_timeout", 0),
-            "rollout/episode_errors": c.get("episode_errors", 0),
-            **{f"rollout/{k}": c.get(k, 0) for k in ("aborted_generations", "resumed_generations", "wasted_tokens",
-                                                      "server_retries", "weight_resyncs")},
-            "rollout/infra_errors": c.get("termination_infra_error", 0),
-            "infer/generate_s_total": round(timers.get("generate_s", 0.0), 3),
-            "infer/env_s_total": round(timers.get("env_s", 0.0), 3),
-            "watchdog/stuck_now": len(watchdog.stuck()), **watchdog.report(),
-            "rollout/goodput": round(trained_tokens / generated, 4) if generated else None,
-            "train/mismatch_kl": metrics.get("mismatch_kl")}
+    return {k.STEP: step, k.VERSION: version, k.ELAPSED_S: round(elapsed, 2),
+            **{f"train/{name}": v for name, v in metrics.items()}, **stats,
+            k.TIME_SAMPLING_WAIT_S: round(wait_s, 3), k.TIME_TRAIN_S: round(train_s, 3), k.TIME_SYNC_S: round(sync_s, 3),
+            k.time_share("sampling"): _share(wait_s, step_s), k.time_share("train"): _share(train_s, step_s),
+            k.time_share("sync"): _share(sync_s, step_s),
+            k.SYNC_SECONDS: round(sync_s, 3), k.SYNC_WEIGHT_VERSION: version,
+            k.ROLLOUT_TOKENS_GENERATED: generated, k.ROLLOUT_IN_FLIGHT: controller.in_flight,
+            k.ROLLOUT_BUFFER_FILL: len(buffer), k.ROLLOUT_BUFFER_CAPACITY: getattr(buffer, "capacity", None),
+            k.ROLLOUT_QUEUE_LENGTH: controller.in_flight + len(buffer),
+            k.ROLLOUT_DROPPED_STALE: buffer.counters["dropped_stale"],
+            k.ROLLOUT_BACKPRESSURE_WAITS: c.get("backpressure_waits", 0),
+            k.ROLLOUT_ENV_FAILURES: c.get("termination_error", 0) + c.get("termination_timeout", 0),
+            k.ROLLOUT_EPISODE_ERRORS: c.get("episode_errors", 0),
+            **{k.rollout(name): c.get(name, 0) for name in k.ROLLOUT_COUNTERS},
+            k.ROLLOUT_INFRA_ERRORS: c.get("termination_infra_error", 0),
+            k.INFER_GENERATE_S_TOTAL: round(timers.get("generate_s", 0.0), 3),
+            k.INFER_ENV_S_TOTAL: round(timers.get("env_s", 0.0), 3),
+            k.WATCHDOG_STUCK_NOW: len(watchdog.stuck()), **watchdog.report(),
+            k.ROLLOUT_GOODPUT: round(trained_tokens / generated, 4) if generated else None,
+            k.TRAIN_MISMATCH_KL: metrics.get("mismatch_kl")}

@@ -1,4 +1,5 @@
-"""Build a scoring request from a finished episode: the harness's trajectory, the evidence it
+"""Build a scoring request from a finished episode: the harness's trajectory (its steps and the
+typed tool calls each observation reports, `agentrl_cli.episode.calls_of`), the evidence it
 collected and how the episode ended. The rollout calls this right after an episode, before the
 harness resets (the evidence holds what the sandbox contained)."""
 
@@ -6,15 +7,13 @@ from __future__ import annotations
 
 import base64
 
+from agentrl_cli.episode import Evidence, Observation, Trajectory, calls_of
 from agentrl_cli.reward.models import FileIn, ScoreRequest, StepIn, TaskIn, ToolCallIn
-from harnesses.base import Evidence, Trajectory
 
 
-def step_tool_calls(observation) -> list[ToolCallIn]:
-    """Per-call statuses a harness reported in `info["calls"]` (a call's own status, else the step's)."""
-    calls = (observation.info or {}).get("calls") or []
-    return [ToolCallIn(name=str(c.get("tool", "tool")), status=str(c.get("status", observation.status)))
-            for c in calls if isinstance(c, dict)]
+def step_tool_calls(observation: Observation) -> list[ToolCallIn]:
+    """The calls of one step with their own statuses."""
+    return [ToolCallIn(name=c.name, status=c.status) for c in calls_of(observation)]
 
 
 def request_from_episode(traj: Trajectory, evidence: Evidence | None, *, trajectory_id: str,

@@ -183,19 +183,14 @@ class RolloutController:
         return f"{self.run_id}-{self.phase}-{draw.group_id}-{draw.index}"
 
     def to_record(self, draw: Draw, result: EpisodeResult, scored, tid: str):
-        import numpy as np
-
-        version = _harness_version(draw.task.harness)
-        tasks_version = self.task_set(draw.task.harness).version
-        record = record_from_episode(result.trajectory, run_id=self.run_id, harness_version=version, reward=scored,
-                                     evidence=result.evidence, termination=result.termination, seed=draw.seed,
-                                     phase=self.phase, group_id=draw.group_id, task_set_version=tasks_version,
-                                     weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times)
-        record.token_ids = np.asarray(result.token_ids, dtype=np.int32)
-        record.loss_mask = np.asarray(result.loss_mask, dtype=np.int8)
-        record.logprobs = np.asarray(result.logprobs, dtype=np.float32)
-        record.prompt_tokens, record.completion_tokens = result.prompt_tokens, result.completion_tokens
-        return record
+        """The stored record of a played episode, built whole (its training arrays included)."""
+        return record_from_episode(result.trajectory, run_id=self.run_id, harness_version=_harness_version(draw.task.harness),
+                                   reward=scored, evidence=result.evidence, termination=result.termination, seed=draw.seed,
+                                   phase=self.phase, group_id=draw.group_id,
+                                   task_set_version=self.task_set(draw.task.harness).version,
+                                   weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times,
+                                   token_ids=result.token_ids, loss_mask=result.loss_mask, logprobs=result.logprobs,
+                                   prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
 
     async def _episode_into_buffer(self, draw: Draw) -> None:
         key = f"{draw.group_id}-{draw.index}"

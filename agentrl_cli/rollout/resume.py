@@ -17,8 +17,8 @@ The returned Generation is the concatenation, token for token, so training sees 
 servers sampled; `meta["pieces"]` says how many tokens each server and weight version produced,
 and `weight_version` is the oldest of them (what staleness must be measured by).
 
-Also here: `resync_stale_servers`, which puts the current weights back on a server that restarted
-with its launch weights. Not here: the episode loop (`episode.py`), the HTTP retries (`client.py`).
+Not here: the episode loop (`run_episode.py`), the HTTP retries (`client.py`), putting the current
+weights back on a server that restarted (`weightsync/publisher.py`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-import httpx
 
-from agentrl_cli.httpclient import async_http_client
 from agentrl_cli.inference.client import Generation, InferenceClient, InferenceError, InferenceUnreachable, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -153,42 +151,3 @@ async def _wait_for_server(client: InferenceClient, policy: ResumePolicy, deadli
         if healthy:
             return healthy
         delay = min(delay * 2, policy.max_backoff_s)
-
-
-async def server_weight_version(http: httpx.AsyncClient, url: str, timeout_s: float = 5.0) -> str | None:
-    """The weight version `url` serves (/get_weight_version, else /model_info); None when it does not
-    answer within `timeout_s` (down or hung: left for the resume path and the watchdog)."""
-    for path in ("/get_weight_version", "/model_info"):
-        try:
-            r = await http.get(url + path, timeout=timeout_s)
-        except httpx.TransportError:
-            return None
-        if r.status_code == 200 and "weight_version" in r.json():
-            return str(r.json()["weight_version"])
-    return None
-
-
-async def stale_servers(urls: list[str], version: str, *, headers: dict | None = None) -> dict[str, str]:
-    """The reachable servers that serve another weight version than `version`: url -> theirs."""
-    async with async_http_client(headers=headers or {}) as http:
-        serving = await asyncio.gather(*(server_weight_version(http, u) for u in urls))
-    return {u: v for u, v in zip(urls, serving) if v is not None and v != str(version)}
-
-
-async def resync_stale_servers(urls: list[str], version: str, model_path: str, *, headers: dict | None = None,
-                               timeout_s: float = 600.0) -> list[str]:
-    """Load `model_path` as `version` on every reachable server that serves another version (one that
-    restarted comes back with its launch weights); returns the URLs re-synced. A failed load raises
-    InferenceError; an unreachable server is left for the next check."""
-    synced = []
-    stale = await stale_servers(urls, version, headers=headers)
-    async with async_http_client(timeout=timeout_s, headers=headers or {}) as http:
-        for url, serving in stale.items():
-            log.warning("inference server %s serves weight version %s, the run is at %s: re-syncing", url, serving, version)
-            r = await http.post(url + "/update_weights_from_disk", json={"model_path": str(model_path), "weight_version": str(version)})
-            now = await server_weight_version(http, url)
-            if r.status_code != 200 or not r.json().get("success", False) or now != str(version):
-                raise InferenceError(f"re-syncing weights on {url} failed ({r.status_code}: {r.text[:300]}; serving {now})",
-                                     "check the export path and the server log")
-            synced.append(url)
-    return synced

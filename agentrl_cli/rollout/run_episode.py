@@ -1,6 +1,7 @@
 """One episode, asynchronously: reset the harness, render the conversation with the model's chat
 template, ask the inference server for tokens (with log-probs and the weight version), pass the
-action to the harness, repeat until done, the step limit (`truncated`) or a deadline (`timeout`).
+action (its text and the tool calls the chat renderer parsed from it) to the harness, repeat until
+done, the step limit (`truncated`) or a deadline (`timeout`).
 
 The training sequence is kept as token ids, never re-tokenized: the prompt, then each generated
 segment exactly as the server returned it (loss mask 1, its log-probs), then the environment's
@@ -23,7 +24,7 @@ from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
-from harnesses.base import Action, Observation, Trajectory
+from agentrl_cli.episode import Action, Observation, Trajectory
 
 
 @dataclass
@@ -137,7 +138,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             result.counters["mixed_version_generations"] += 1
         text = tokenizer.decode(strip_stops(out, chat.format), skip_special_tokens=False)
         closed = not out or out[-1] not in chat.stop_ids  # cut by length: closed below unless the episode ends here
-        action = Action(text=text)
+        action = Action(text=text, tool_calls=chat.tool_calls(text))
         traj.actions.append(action)
         t_step = time.perf_counter()
         try:

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentrl_cli.sandbox import files
 from agentrl_cli.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
@@ -36,6 +37,9 @@ from agentrl_cli.sandbox.network import NET_DIR, SCRIPT_PATH, HostRelay, hosts_f
 from agentrl_cli.sandbox.result import ExecResult
 from agentrl_cli.sandbox.seccomp import bpf_program, program_fd
 from agentrl_cli.sandbox.supervisors import Supervisor, support_dir
+
+if TYPE_CHECKING:
+    from agentrl_cli.config.models import HarnessConfig, SandboxConfig
 
 log = logging.getLogger("agentrl.sandbox")
 START_TIMEOUT_S = 30.0
@@ -59,11 +63,11 @@ class SandboxSettings:
     supervisor: str = "auto"  # "auto": the compiled one where a C compiler is, else "python" (supervisors.py)
 
     @classmethod
-    def from_config(cls, c) -> "SandboxSettings":
+    def from_config(cls, c: SandboxConfig) -> "SandboxSettings":
         return cls(backend=c.backend, bwrap=c.bwrap, limits=Limits.from_config(c), seccomp=c.seccomp,
                    workdir_size_mb=c.workdir_size_mb, root_dir=Path(c.root_dir).expanduser(), python=c.python)
 
-    def for_harness(self, harness_config) -> "SandboxSettings":
+    def for_harness(self, harness_config: HarnessConfig) -> "SandboxSettings":
         """These settings with the harness's egress policy: its allowlist when `network: allowlist`."""
         allow = tuple(harness_config.allowlist) if harness_config.network == "allowlist" else ()
         return replace(self, allowlist=allow)

@@ -1,4 +1,5 @@
-"""The learner only: the GRPO loss (`grpo.py`), the trainer backend seam and DeepSpeed behind it
-(`backend.py`, `deepspeed_backend.py`), checkpoints (`checkpoint.py`) and the weight-sync transports
-to the inference servers (`weight_sync.py`). Not here: the run that joins learner, rollout and
-servers (`agentrl_cli/run.py`), nor anything that observes it (`agentrl_cli/observe/`)."""
+"""The learner only: the GRPO loss (`grpo.py`), the trainer backend seam (`backend.py`), its
+registry (`backends.py`) and DeepSpeed behind it (`deepspeed_backend.py`, several ranks through
+`ranks_backend.py` / `rank_worker.py`), checkpoints (`checkpoint.py`). Not here: how weights reach
+the servers (`agentrl_cli/weightsync/`), the run that joins learner, rollout and servers
+(`agentrl_cli/run.py`, `agentrl_cli/loop/`), nor anything that observes it (`agentrl_cli/observe/`)."""

@@ -1,5 +1,7 @@
 """The trainer backend seam: what the training loop, the checkpoint manager and weight sync ask of
-whatever runs the optimizer. One implementation per module (`deepspeed_backend.py` today).
+whatever runs the optimizer. One implementation per module (`deepspeed_backend.py` today), built as
+`Class(model_path: str, training_config: TrainingConfig)` and chosen by `training.backend`: a row
+of `BACKENDS`, or a `module:Class` path (`backend_class`).
 
 What belongs here: the Protocol and its documented contract. What does not: maths (`grpo.py`),
 process-group setup, file layouts of checkpoints.
@@ -10,7 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from agentrl_cli.plugins import load_class
 from agentrl_cli.training.grpo import Sample
+
+BACKENDS: dict[str, str] = {  # training.backend names
+    "deepspeed": "agentrl_cli.training.deepspeed_backend:DeepSpeedBackend",
+}
 
 STEP_METRICS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "mismatch_kl", "lr", "tokens", "samples")
 
@@ -53,6 +60,16 @@ class TrainingBackend(Protocol):
         """The first `n` values of each named parameter, flattened (weight-sync verification)."""
         ...
 
+    def named_tensors(self) -> dict:
+        """Full CPU copies of every parameter under its Hugging Face name (tied ones once), in
+        `named_parameters` order, on rank 0; {} on the other ranks (the `distributed` weight sync)."""
+        ...
+
     def close(self) -> None:
         """Release the engine and any process group this backend created."""
         ...
+
+
+def backend_class(training_config) -> type:
+    """The TrainingBackend class `training_config.backend` names."""
+    return load_class("training backend", training_config.backend, BACKENDS, "training.backend")

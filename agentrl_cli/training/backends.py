@@ -1,10 +1,14 @@
-"""Choose the trainer backend for a run: one DeepSpeed rank in this process, or
-`training.world_size` ranks started through a launcher (`ranks_backend.py`)."""
+"""How a run gets the trainer backend `training.backend` names (`backend.backend_class`): built
+as `Class(model_path, training_config)` in this process when `training.world_size` is 1, else on
+every rank started by the launcher (`ranks_backend.py` drives them, `rank_worker.py` builds each
+rank's backend through the same registry).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl_cli.training.backend import backend_class
 
 def make_backend(model_path: str | Path, cfg, run_dir: Path):
     """A `TrainingBackend` for the platform config `cfg`."""
@@ -12,11 +16,11 @@ def make_backend(model_path: str | Path, cfg, run_dir: Path):
         import torch
 
         from agentrl_cli.inference.launcher import cpu_thread_split
-        from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
 
+        cls = backend_class(cfg.training)
         if not torch.cuda.is_available():  # this process shares the host's cores with the embedded servers
             torch.set_num_threads(cpu_thread_split(cfg)[0])
-        return DeepSpeedBackend(str(model_path), cfg.training)
+        return cls(str(model_path), cfg.training)
     from agentrl_cli.training.ranks_backend import RanksBackend
 
     return RanksBackend(str(model_path), cfg, Path(run_dir))

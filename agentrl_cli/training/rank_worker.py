@@ -4,7 +4,8 @@ every rank (`ranks_backend.py` builds the command line and drives it).
     python -m torch.distributed.run --nproc_per_node 2 --nnodes 1 --master_addr 127.0.0.1 \\
         --master_port 29500 -m agentrl_cli.training.rank_worker --model DIR --control DIR
 
-Every rank builds a `DeepSpeedBackend` (it joins the launcher's process group). Rank 0 also serves
+Every rank builds the `training.backend` backend through `backends.py` (DeepSpeed joins the
+launcher's process group). Rank 0 also serves
 the command channel for the run's process: a `multiprocessing.connection` socket on 127.0.0.1
 (challenge-response with the key in `<control>/authkey`), whose port and the ranks' pids it writes
 to `<control>/channel.json` once every rank is up. Each command is broadcast to every rank, run on
@@ -226,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
 
     from agentrl_cli.config.models import TrainingConfig
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.training.backend import backend_class
 
     config = TrainingConfig.model_validate_json((args.control / CONFIG_FILE).read_text(encoding="utf-8"))
-    backend = DeepSpeedBackend(args.model, config)
+    backend = backend_class(config)(args.model, config)
     try:
         serve(backend, args.control)
     finally:

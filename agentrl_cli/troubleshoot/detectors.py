@@ -13,15 +13,18 @@ import re
 import shutil
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from agentrl_cli.observe import keys
+from agentrl_cli.observe.run_record import RunRecord
+from agentrl_cli.outcomes import Outcome, RewardStatus
+from agentrl_cli.report import CheckStatus
 from agentrl_cli.verify.convergence import learning_progress
 from agentrl_cli.verify.judge import achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
 from agentrl_cli.verify.performance import get
-from agentrl_cli.verify.record import RunRecord
 
 
 @dataclass
@@ -32,41 +35,39 @@ class Hit:
 
 
 @dataclass
-class RunData:
+class DiagnosedRun:
+    """A run's records and the config it ran with, as every detector reads them."""
+
     record: RunRecord
     config: object  # PlatformConfig the run ran with
-    _trajectories: list | None = field(default=None, repr=False)
 
     @property
     def rows(self) -> list[dict]:
         return self.record.rows
 
     def trajectories(self) -> list:
-        if self._trajectories is None:
-            try:
-                self._trajectories = self.record.trajectories(self.config.data)
-            except Exception:  # noqa: BLE001 - no readable store: the trajectory detectors see nothing
-                self._trajectories = []
-        return self._trajectories
+        """Every stored trajectory of the run (empty when the store cannot be read)."""
+        return self.record.trajectories(self.config.data)
 
     def training_trajectories(self) -> list:
-        return [t for t in self.trajectories() if t.phase not in ("baseline", "verify-resume")]
+        """The stored trajectories of the judged loop."""
+        return self.record.training_trajectories(self.config.data)
 
     def episodes(self) -> int:
-        return int(sum((r.get("train/samples") or 0) + (r.get("reward/masked") or 0) for r in self.rows))
+        return int(sum((r.get(keys.TRAIN_SAMPLES) or 0) + (r.get(keys.REWARD_MASKED) or 0) for r in self.rows))
 
     def shares(self) -> dict[str, float]:
-        s = {k: sum(r.get(f"time/{k}") or 0 for r in self.rows) for k in ("sampling_wait_s", "train_s", "sync_s")}
+        s = {phase: sum(r.get(key) or 0 for r in self.rows) for phase, key in keys.PHASE_TIMES.items()}
         total = sum(s.values()) or 1.0
-        return {"sampling": s["sampling_wait_s"] / total, "training": s["train_s"] / total, "sync": s["sync_s"] / total}
+        return {phase: seconds / total for phase, seconds in s.items()}
 
 
 def _r(x, d: int = 4):
     return round(x, d) if isinstance(x, float) and math.isfinite(x) else x
 
 
-def reward_masked(d: RunData, t: dict) -> Hit | None:
-    masked = sum(r.get("reward/masked") or 0 for r in d.rows)
+def reward_masked(d: DiagnosedRun, t: dict) -> Hit | None:
+    masked = sum(r.get(keys.REWARD_MASKED) or 0 for r in d.rows)
     unreachable = sum("reward_service_unreachable" in t_.flags for t_ in d.trajectories())
     episodes = d.episodes()
     frac = masked / episodes if episodes else 0.0
@@ -76,13 +77,13 @@ def reward_masked(d: RunData, t: dict) -> Hit | None:
                f"{masked} of {episodes} episodes were not scored (masked, infra_error); {unreachable} flagged reward_service_unreachable")
 
 
-def failed_check(d: RunData, t: dict) -> Hit | None:
+def failed_check(d: DiagnosedRun, t: dict) -> Hit | None:
     rec = d.record
     found = []
     for layer, checks in ((rec.verify_report or {}).get("layers") or {}).items():
-        found += [(f"verify {layer}", c) for c in checks if c.get("status") == "fail" and t["match"] in c.get("name", "")]
+        found += [(f"verify {layer}", c) for c in checks if c.get("status") == CheckStatus.FAIL and t["match"] in c.get("name", "")]
     for stage, report in rec.reports.items():
-        found += [(f"stage {stage}", c.__dict__) for c in report.checks if c.status == "fail" and t["match"] in c.name]
+        found += [(f"stage {stage}", c.__dict__) for c in report.checks if c.status == CheckStatus.FAIL and t["match"] in c.name]
     if not found:
         return None
     where, c = found[0]
@@ -91,12 +92,12 @@ def failed_check(d: RunData, t: dict) -> Hit | None:
                f"{where} check failed: {c['name']} ({first[:160]})")
 
 
-def reward_at_max(d: RunData, t: dict) -> Hit | None:
+def reward_at_max(d: DiagnosedRun, t: dict) -> Hit | None:
     top = achievable_max_reward(d.config.reward.weights)
-    rewards = [x.reward for x in d.training_trajectories() if x.reward_status != "infra_error"]
+    rewards = [x.reward for x in d.training_trajectories() if x.reward_status != RewardStatus.INFRA_ERROR]
     source = "trajectories"
     if not rewards:
-        rewards, source = d.record.column("reward/mean"), "step means"
+        rewards, source = d.record.column(keys.REWARD_MEAN), "step means"
     if not rewards or top <= 0:
         return None
     frac = sum(r >= 0.999 * top for r in rewards) / len(rewards)
@@ -107,7 +108,7 @@ def reward_at_max(d: RunData, t: dict) -> Hit | None:
                f"{frac:.0%} of {len(rewards)} {source} at the achievable maximum {top:g} (from reward.weights)")
 
 
-def canary_positive(d: RunData, t: dict) -> Hit | None:
+def canary_positive(d: DiagnosedRun, t: dict) -> Hit | None:
     positive = [c for c in d.record.extra.get("canaries", []) if (c.get("outcome_score") or 0) > 0]
     if not positive:
         return None
@@ -115,12 +116,12 @@ def canary_positive(d: RunData, t: dict) -> Hit | None:
                f"{len(positive)} canary task(s) with no correct answer scored positive: {positive[0]['task']}")
 
 
-def _perf(d: RunData):
+def _perf(d: DiagnosedRun):
     rec = d.record
     return (rec.probe, rec.baseline) if rec.probe and rec.baseline else (None, None)
 
 
-def env_latency_vs_baseline(d: RunData, t: dict) -> Hit | None:
+def env_latency_vs_baseline(d: DiagnosedRun, t: dict) -> Hit | None:
     probe, base = _perf(d)
     now, then = get(probe, ("env_step_latency_s",)), get(base, ("env_step_latency_s",))
     if not now or not then or now / then < t["max_ratio"]:
@@ -132,7 +133,7 @@ def env_latency_vs_baseline(d: RunData, t: dict) -> Hit | None:
                f"environment step latency {now:.3g} s vs baseline {then:.3g} s ({ratio:.1f}x)")
 
 
-def share_drift(d: RunData, t: dict) -> Hit | None:
+def share_drift(d: DiagnosedRun, t: dict) -> Hit | None:
     probe, base = _perf(d)
     if probe is None:
         return None
@@ -151,7 +152,7 @@ def share_drift(d: RunData, t: dict) -> Hit | None:
                f"{seg} share {now:.2f} vs baseline {then:.2f}: {seg} is the bottleneck")
 
 
-def sync_share(d: RunData, t: dict) -> Hit | None:
+def sync_share(d: DiagnosedRun, t: dict) -> Hit | None:
     if not d.rows:
         return None
     share = d.shares()["sync"]
@@ -160,18 +161,18 @@ def sync_share(d: RunData, t: dict) -> Hit | None:
     return Hit(share / t["max_share"], {"perf/time_share_sync": _r(share)}, f"weight sync takes {share:.0%} of each step")
 
 
-def reward_flat(d: RunData, t: dict) -> Hit | None:
-    rewards = d.record.column("reward/mean")
+def reward_flat(d: DiagnosedRun, t: dict) -> Hit | None:
+    rewards = d.record.column(keys.REWARD_MEAN)
     if len(rewards) < t["min_steps"]:
         return None
     ok, name, measured, _ = learning_progress(d.record, [h.name for h in d.config.harnesses if not h.held_out])
     if ok:
         return None
-    lrs = d.record.column("train/lr")
+    lrs = d.record.column(keys.TRAIN_LR)
     lr = statistics.median(lrs) if lrs else None
     strength = 1.0 + (0.5 if (measured.get("upper_95") or 0) <= 0.001 else 0.0) + (1.0 if lr is not None and lr <= 1e-9 else 0.0)
     trajs = d.training_trajectories()
-    truncated = sum(t_.outcome == "truncated" for t_ in trajs) / len(trajs) if trajs else None
+    truncated = sum(t_.outcome == Outcome.TRUNCATED for t_ in trajs) / len(trajs) if trajs else None
     if "slope_per_step" in measured:
         summary = (f"reward slope {measured['slope_per_step']} per step (95% bounds {measured['lower_95']}..{measured['upper_95']}) "
                    f"over {len(rewards)} steps; learning rate {lr}")
@@ -181,11 +182,11 @@ def reward_flat(d: RunData, t: dict) -> Hit | None:
         summary = (f"evaluation success {curve} (slope per 100 steps {measured['slope_per_100_steps']}, 95% lower bound "
                    f"{measured['lower_95']}); learning rate {lr}")
         figures = {"eval/<harness>/success_rate": measured}
-    return Hit(strength, {**figures, "train/lr": lr, "train/kl_ref": _r(d.rows[-1].get("train/kl_ref")),
+    return Hit(strength, {**figures, "train/lr": lr, "train/kl_ref": _r(d.rows[-1].get(keys.TRAIN_KL_REF)),
                           "traj/truncated_fraction": _r(truncated)}, summary)
 
 
-def held_out_drop(d: RunData, t: dict) -> Hit | None:
+def held_out_drop(d: DiagnosedRun, t: dict) -> Hit | None:
     rates = d.record.eval_rates()
     held = [h.name for h in d.config.harnesses if h.held_out and h.name in rates]
     train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
@@ -208,7 +209,7 @@ def held_out_drop(d: RunData, t: dict) -> Hit | None:
                f"{g['training_before']:.2f} -> {g['training_after']:.2f} (fell behind by {g['drop']:.2f})")
 
 
-def server_idle_queue(d: RunData, t: dict) -> Hit | None:
+def server_idle_queue(d: DiagnosedRun, t: dict) -> Hit | None:
     figures = d.record.probe or d.record.baseline or {}
     busy, queue = get(figures, ("server_busy_fraction",)), get(figures, ("inference_queue_len_mean",))
     if busy is None or queue is None or busy >= t["max_busy"] or queue < t["min_queue"]:
@@ -218,7 +219,7 @@ def server_idle_queue(d: RunData, t: dict) -> Hit | None:
                f"requests queue ({queue:.1f} waiting on average) while the server is busy only {busy:.0%} of the time")
 
 
-def long_tail_idle_trainer(d: RunData, t: dict) -> Hit | None:
+def long_tail_idle_trainer(d: DiagnosedRun, t: dict) -> Hit | None:
     turns = sorted(x.turns for x in d.training_trajectories())
     if len(turns) < 10 or not d.rows:
         return None
@@ -232,15 +233,15 @@ def long_tail_idle_trainer(d: RunData, t: dict) -> Hit | None:
                f"p99 episode length {p99} turns vs median {med:g}; the trainer waits {share:.0%} of each step")
 
 
-TOOL_KEY = re.compile(r"^env/([^/]+)/tool/(.+)/([^/]+)$")
-CREATE_KEY = re.compile(r"^env/([^/]+)/create_failures/(.+)$")
+TOOL_KEY = re.compile(keys.ENV_TOOL_PATTERN)
+CREATE_KEY = re.compile(keys.ENV_CREATE_FAILURES_PATTERN)
 
 
 def _counts(row: dict, pattern: re.Pattern) -> Counter:
     return Counter({m.groups(): v for k, v in row.items() if (m := pattern.match(k)) and isinstance(v, (int, float))})
 
 
-def tool_failures(d: RunData, t: dict) -> Hit | None:
+def tool_failures(d: DiagnosedRun, t: dict) -> Hit | None:
     """Tool calls by tool and status: from the run's rows (`env/<harness>/tool/<tool>/<status>`,
     cumulative), else from the stored trajectories."""
     if d.rows and _counts(d.rows[-1], TOOL_KEY):
@@ -267,7 +268,7 @@ def tool_failures(d: RunData, t: dict) -> Hit | None:
                f"{rate:.0%} of {len(statuses)} tool calls failed ({'rising' if second > first else 'not rising'}); most: {by[0][0]}")
 
 
-def reset_mismatch(d: RunData, t: dict) -> Hit | None:
+def reset_mismatch(d: DiagnosedRun, t: dict) -> Hit | None:
     seen: dict[str, set] = {}
     for x in d.trajectories():
         seen.setdefault(x.task_id, set()).add(x.initial_observation)
@@ -280,14 +281,14 @@ def reset_mismatch(d: RunData, t: dict) -> Hit | None:
                f"{len(leaky)} task(s) started from different initial observations (e.g. {next(iter(leaky))})")
 
 
-def eval_below_training(d: RunData, t: dict) -> Hit | None:
+def eval_below_training(d: DiagnosedRun, t: dict) -> Hit | None:
     """Evaluation falling behind training: the gap between the training success rate (first and last
     few steps) and the evaluation of the same harnesses (first and last) widened by more than
     `max_gap`. A gap present from the start is the sampling difference (curriculum-drawn tasks at
     temperature 1 vs every evaluation task greedily), not a mismatch."""
     rates = d.record.eval_rates()
     train = [h.name for h in d.config.harnesses if not h.held_out and h.name in rates]
-    success = d.record.column("reward/success_rate")
+    success = d.record.column(keys.REWARD_SUCCESS_RATE)
     if not train or len(success) < 10:
         return None
     window = max(3, len(success) // 10)
@@ -303,8 +304,8 @@ def eval_below_training(d: RunData, t: dict) -> Hit | None:
                f"on the same harnesses (gap widened by {widened:.2f})")
 
 
-def mismatch_kl(d: RunData, t: dict) -> Hit | None:
-    kl = d.record.column("train/mismatch_kl")
+def mismatch_kl(d: DiagnosedRun, t: dict) -> Hit | None:
+    kl = d.record.column(keys.TRAIN_MISMATCH_KL)
     if not kl or statistics.median(kl) < t["max_median"]:
         return None
     med = statistics.median(kl)
@@ -312,10 +313,10 @@ def mismatch_kl(d: RunData, t: dict) -> Hit | None:
                f"median mismatch_kl {med:.3g}: the server samples from other weights than the trainer's")
 
 
-def episode_errors(d: RunData, t: dict) -> Hit | None:
+def episode_errors(d: DiagnosedRun, t: dict) -> Hit | None:
     """Episodes that failed to start or run, with environment creation failures by error
     (`env/<harness>/create_failures/<error>` in the run's rows)."""
-    errors = max((r.get("rollout/episode_errors") or 0 for r in d.rows), default=0)
+    errors = max((r.get(keys.ROLLOUT_EPISODE_ERRORS) or 0 for r in d.rows), default=0)
     kinds = _counts(d.rows[-1], CREATE_KEY) if d.rows else Counter()
     created_failed = int(sum(kinds.values()))
     episodes = d.episodes() + errors
@@ -327,7 +328,7 @@ def episode_errors(d: RunData, t: dict) -> Hit | None:
                f"{failures} of {episodes} episodes failed to create or run an environment" + (f"; most: {next(iter(by))}" if by else ""))
 
 
-def store_growth(d: RunData, t: dict) -> Hit | None:
+def store_growth(d: DiagnosedRun, t: dict) -> Hit | None:
     from agentrl_cli.data.stores import open_store
 
     if d.config.data.store != "local" or not d.rows:
@@ -342,7 +343,7 @@ def store_growth(d: RunData, t: dict) -> Hit | None:
         return None
     written = sum(o.size for o in objects if o.modified >= start)
     hours = max((datetime.now(timezone.utc) - start).total_seconds(), 60.0) / 3600
-    hours = min(hours, max(d.rows[-1].get("elapsed_s") or 60.0, 60.0) / 3600)
+    hours = min(hours, max(d.rows[-1].get(keys.ELAPSED_S) or 60.0, 60.0) / 3600)
     rate = written / hours
     free = shutil.disk_usage(Path(d.config.data.root)).free
     to_full = free / rate if rate else math.inf
@@ -353,34 +354,34 @@ def store_growth(d: RunData, t: dict) -> Hit | None:
                f"the store grew {rate / 1e6:.1f} MB/h: the disk is full in {to_full:.1f} h")
 
 
-def loss_not_finite(d: RunData, t: dict) -> Hit | None:
-    losses = [r.get("train/loss") for r in d.rows]
-    bad = [(r["step"], r.get("train/loss")) for r in d.rows
-           if not isinstance(r.get("train/loss"), (int, float)) or not math.isfinite(r["train/loss"]) or abs(r["train/loss"]) > t["max_abs"]]
+def loss_not_finite(d: DiagnosedRun, t: dict) -> Hit | None:
+    losses = [r.get(keys.TRAIN_LOSS) for r in d.rows]
+    bad = [(r[keys.STEP], r.get(keys.TRAIN_LOSS)) for r in d.rows
+           if not isinstance(r.get(keys.TRAIN_LOSS), (int, float)) or not math.isfinite(r[keys.TRAIN_LOSS]) or abs(r[keys.TRAIN_LOSS]) > t["max_abs"]]
     if not losses or not bad:
         return None
-    return Hit(3.0, {"train/loss": bad[:5], "train/grad_norm": [_r(r.get("train/grad_norm")) for r in d.rows if r["step"] == bad[0][0]]},
+    return Hit(3.0, {"train/loss": bad[:5], "train/grad_norm": [_r(r.get(keys.TRAIN_GRAD_NORM)) for r in d.rows if r[keys.STEP] == bad[0][0]]},
                f"loss {bad[0][1]} at step {bad[0][0]} ({len(bad)} bad steps)")
 
 
-def entropy_check(d: RunData, t: dict) -> Hit | None:
-    entropy = d.record.column("train/entropy")
+def entropy_check(d: DiagnosedRun, t: dict) -> Hit | None:
+    entropy = d.record.column(keys.TRAIN_ENTROPY)
     if len(entropy) < 10:
         return None
     ok, measured = entropy_trend(entropy)
     return None if ok else Hit(1.5, {"train/entropy": measured}, f"entropy median went from {measured['first']} to {measured['last']}")
 
 
-def grad_norm(d: RunData, t: dict) -> Hit | None:
-    norms = d.record.column("train/grad_norm")
+def grad_norm(d: DiagnosedRun, t: dict) -> Hit | None:
+    norms = d.record.column(keys.TRAIN_GRAD_NORM)
     if len(norms) < 5:
         return None
     ok, measured = grad_norm_stable(norms)
     return None if ok else Hit(1.5, {"train/grad_norm": measured}, f"gradient norm max {measured['max']} vs median {measured['median']}")
 
 
-def env_failure_rate(d: RunData, t: dict) -> Hit | None:
-    failures = max((r.get("rollout/env_failures") or 0 for r in d.rows), default=0)
+def env_failure_rate(d: DiagnosedRun, t: dict) -> Hit | None:
+    failures = max((r.get(keys.ROLLOUT_ENV_FAILURES) or 0 for r in d.rows), default=0)
     episodes = d.episodes()
     if not episodes or failures / episodes < t["max_rate"]:
         return None
@@ -388,7 +389,7 @@ def env_failure_rate(d: RunData, t: dict) -> Hit | None:
                f"{failures} of {episodes} episodes ended in environment errors or timeouts")
 
 
-def repeat_variance(d: RunData, t: dict) -> Hit | None:
+def repeat_variance(d: DiagnosedRun, t: dict) -> Hit | None:
     repeats = d.record.extra.get("repeats") or []
     if not repeats:
         return None
@@ -399,7 +400,7 @@ def repeat_variance(d: RunData, t: dict) -> Hit | None:
                f"the same task with the same seed scored with variance {var:.3g}")
 
 
-DETECTORS: dict[str, Callable[[RunData, dict], Hit | None]] = {
+DETECTORS: dict[str, Callable[[DiagnosedRun, dict], Hit | None]] = {
     "reward_masked": reward_masked, "failed_check": failed_check, "reward_at_max": reward_at_max,
     "canary_positive": canary_positive, "env_latency_vs_baseline": env_latency_vs_baseline, "share_drift": share_drift,
     "sync_share": sync_share, "reward_flat": reward_flat, "held_out_drop": held_out_drop,

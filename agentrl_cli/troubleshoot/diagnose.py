@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from agentrl_cli.troubleshoot.detectors import DETECTORS, Hit, RunData
+from agentrl_cli.observe.run_record import load_record
+from agentrl_cli.troubleshoot.detectors import DETECTORS, DiagnosedRun, Hit
 from agentrl_cli.troubleshoot.knowledge import Entry, KnowledgeBase, load_knowledge_base
-from agentrl_cli.verify.record import load_record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def run_config(run, fallback):
 
 def diagnose(run, config, kb: KnowledgeBase | None = None) -> list[Finding]:
     kb = kb or load_knowledge_base()
-    data = RunData(load_record(run), run_config(run, config))
+    data = DiagnosedRun(load_record(run), run_config(run, config))
     findings = []
     for entry in kb.entries:
         hits = []

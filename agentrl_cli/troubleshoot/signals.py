@@ -1,8 +1,8 @@
 """Every signal name the knowledge base may cite, and where the runtime produces it.
 
-- METRICS: keys of a training run's `metrics.jsonl` rows (written by `agentrl_cli/run.py`; `train/*`
-  come from the learner's `train_step`, `env/…` from the harness service levels). A name with
-  `<…>` stands for one key per harness, error, tool or status.
+- METRICS: keys of a training run's `metrics.jsonl` rows (named in `agentrl_cli/observe/keys.py`;
+  `train/*` come from the learner's `train_step`, `env/…` from the harness service levels). A name
+  with `<…>` stands for one key per harness, error, tool or status.
 - BASELINE: figures of the stage-0 loop (`baseline.json`, and verify's `verify/probe.json`), by path.
 - DERIVED: figures the run diagnosis computes from rows, trajectories, logs, reports and the store
   (`detectors.py` produces each under this name).

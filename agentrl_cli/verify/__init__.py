@@ -1,7 +1,7 @@
 """`agentrl verify`: the four-layer acceptance (connectivity, correctness, performance against the
 stage-0 baseline, small-sample convergence) plus the cross-harness check, one module per layer.
 
-`record.py` reads what a run recorded, `judge.py` holds the shared judgements, `measure.py` measures
+`observe/run_record.py` reads what a run recorded, `judge.py` holds the shared judgements, `measure.py` measures
 what is missing (the verification run, the baseline loop again), `core.py` joins them into a report.
 """
 

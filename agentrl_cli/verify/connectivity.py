@@ -18,7 +18,8 @@ from typing import Any, Callable
 import httpx
 
 from agentrl_cli.httpclient import http_client
-from agentrl_cli.report import Check
+from agentrl_cli.outcomes import RewardStatus
+from agentrl_cli.report import Check, CheckStatus
 
 PROBE_DEADLINE_S = 20.0
 HTTP_TIMEOUT_S = 5.0
@@ -61,12 +62,12 @@ def _http_probe(name: str, url: str, fix: str, steps: list[tuple[str, str, dict 
             for method, path, body in steps:
                 r = client.request(method, url.rstrip("/") + path, json=body, timeout=HTTP_TIMEOUT_S * (6 if body else 1))
                 if r.status_code != 200:
-                    return Check(name, "fail", {"address": url, "path": path, "status": r.status_code}, "HTTP 200",
+                    return Check(name, CheckStatus.FAIL, {"address": url, "path": path, "status": r.status_code}, "HTTP 200",
                                  f"{url}{path} answered {r.status_code}: {r.text[:200]}", fix)
     except httpx.HTTPError as exc:
-        return Check(name, "fail", {"address": url, "error": _why(exc)}, "reachable and healthy",
+        return Check(name, CheckStatus.FAIL, {"address": url, "error": _why(exc)}, "reachable and healthy",
                      f"{url} is unreachable: {_why(exc)}", fix)
-    return Check(name, "pass", {"address": url, "seconds": round(time.perf_counter() - t0, 3)}, "reachable and healthy")
+    return Check(name, CheckStatus.PASS, {"address": url, "seconds": round(time.perf_counter() - t0, 3)}, "reachable and healthy")
 
 
 def inference_checks(cfg, run_dir: Path) -> list[Check]:
@@ -90,8 +91,8 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
         finally:
             for s in servers:
                 s.stop()
-        bad = [c for c in checks if c.status != "pass"]
-        return bad[0] if bad else Check(name, "pass", {"addresses": started}, "starts, healthy, generates")
+        bad = [c for c in checks if c.status != CheckStatus.PASS]
+        return bad[0] if bad else Check(name, CheckStatus.PASS, {"addresses": started}, "starts, healthy, generates")
 
     deadline = min(cfg.inference.startup_timeout_s, 240.0) + 30.0
     return [_deadlined(name, deadline, probe, f"{cfg.inference.host}:{cfg.inference.port}",
@@ -121,7 +122,7 @@ def reward_check(cfg) -> Check:
             result = client.score(ScoreRequest.model_validate(req))
         finally:
             client.close()
-        return Check.judge(name, result.status != "infra_error", {"probe": f"a canary task answered {req['final_answer']!r}",
+        return Check.judge(name, result.status != RewardStatus.INFRA_ERROR, {"probe": f"a canary task answered {req['final_answer']!r}",
                                                                   "scored_status": result.status, "reward": result.reward},
                            "scores the probe (any status but infra_error)",
                            "see `agentrl stage run 6`", detail=result.detail)
@@ -136,7 +137,7 @@ def sandbox_check(cfg) -> Check:
            "`agentrl sandbox doctor` names what is missing (bubblewrap, cgroups); `agentrl stage run 5` checks in depth")
     if url:
         health = _http_probe(name, url, fix, [("GET", "/health", None)])
-        if health.status != "pass":
+        if health.status != CheckStatus.PASS:
             return health
 
     def probe() -> Check:
@@ -210,10 +211,10 @@ def _deadlined(name: str, seconds: float, fn: Callable[[], Check], where: str, f
     try:
         return within(seconds, fn)
     except Deadline as exc:
-        return Check(name, "fail", {"address": where, "error": str(exc)}, f"answers within {seconds:g} s",
+        return Check(name, CheckStatus.FAIL, {"address": where, "error": str(exc)}, f"answers within {seconds:g} s",
                      f"{where}: {exc}", fix)
     except Exception as exc:  # noqa: BLE001 - a component that errors is a failing probe, not a crash
-        return Check(name, "fail", {"address": where, "error": _why(exc)[:300]}, "reachable and healthy",
+        return Check(name, CheckStatus.FAIL, {"address": where, "error": _why(exc)[:300]}, "reachable and healthy",
                      f"{where}: {_why(exc)}", fix)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 
+from agentrl_cli.observe import keys
 from agentrl_cli.report import Check
 from agentrl_cli.verify.judge import entropy_trend, eval_rises, grad_norm_stable, reward_rises
 
@@ -27,7 +28,7 @@ def learning_progress(rec, training_harnesses: list[str]) -> tuple[bool, str, di
         ok, measured = eval_rises(curve)
         return (ok, "evaluation success rises (95% lower bound > 0)", {"harnesses": training_harnesses, **measured},
                 "lower bound of the slope of greedy success per evaluated episode > 0")
-    ok, measured = reward_rises(rec.column("reward/mean"))
+    ok, measured = reward_rises(rec.column(keys.REWARD_MEAN))
     return ok, "reward slope positive (95% lower bound > 0)", measured, "lower bound of the slope per step > 0"
 
 
@@ -39,14 +40,14 @@ def checks(ctx) -> list[Check]:
     out = [Check.judge(name, ok, measured, target,
                        "the policy does not improve: check training.learning_rate (not ~0), the reward sign and staleness; "
                        "`agentrl troubleshoot training-not-converging`")]
-    ok, measured = entropy_trend(rec.column("train/entropy"))
+    ok, measured = entropy_trend(rec.column(keys.TRAIN_ENTROPY))
     out.append(Check.judge("entropy neither collapses nor explodes", ok, measured,
                            "median of the last steps within 0.1x-10x of the first steps'",
                            "lower training.learning_rate or add training.entropy_coef; `agentrl troubleshoot entropy-collapse-or-explosion`"))
-    ok, measured = grad_norm_stable(rec.column("train/grad_norm"))
+    ok, measured = grad_norm_stable(rec.column(keys.TRAIN_GRAD_NORM))
     out.append(Check.judge("gradient norm stable", ok, measured, "finite, max <= 100x median",
                            "lower training.learning_rate or training.max_grad_norm; `agentrl troubleshoot grad-norm-unstable`"))
-    kl = rec.column("train/mismatch_kl")
+    kl = rec.column(keys.TRAIN_MISMATCH_KL)
     if kl:
         med = statistics.median(kl)
         out.append(Check.judge("mismatch_kl small (sampler vs trainer log-probs)", med <= MISMATCH_KL_MAX,

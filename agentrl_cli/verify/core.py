@@ -4,16 +4,18 @@ crash), and render JSON and Markdown."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.config import LoadedConfig
-from agentrl_cli.report import FAIL, INFO, PASS, SCHEMA_VERSION, SKIP, Check, apply_strict, format_measured, stage_status
+from agentrl_cli.observe.run_record import RunRecord, load_record
+from agentrl_cli.report import (SCHEMA_VERSION, Check, CheckStatus, apply_strict, atomic_write_text, checks_markdown,
+                                count_statuses, counts_line, stage_status)
 from agentrl_cli.rundir import RunDir, now_iso
 from agentrl_cli.verify import connectivity, convergence, correctness, cross_harness, performance
-from agentrl_cli.verify.record import RunRecord, load_record
 
 
 @dataclass(frozen=True)
@@ -39,27 +41,20 @@ class VerifyContext:
     loaded: LoadedConfig
     run: RunDir
     record: RunRecord
-    _trajectories: list | None = None
 
     @property
     def config(self):
         return self.loaded.config
 
     def trajectories(self) -> list:
-        """The stored training trajectories of the judged loop (empty when the store has none)."""
-        if self._trajectories is None:
-            try:
-                rows = self.record.trajectories(self.config.data)
-            except Exception:  # noqa: BLE001 - an unreadable store is the connectivity layer's finding
-                rows = []
-            phase = "verify" if self.record.training_dir and self.record.training_dir.name == "verify" else None
-            self._trajectories = [t for t in rows if (t.phase == phase if phase else t.phase not in ("baseline", "verify", "verify-resume"))]
-        return self._trajectories
+        """The stored trajectories of the judged loop (empty when the store cannot be read: that is
+        the connectivity layer's finding)."""
+        return self.record.training_trajectories(self.config.data)
 
 
 @dataclass
 class VerifyReport:
-    status: str
+    status: CheckStatus
     layers: dict[str, list]  # layer key -> list of Check
     started_at: str
     duration_s: float
@@ -72,9 +67,9 @@ class VerifyReport:
         return [c for checks in self.layers.values() for c in checks]
 
     def counts(self) -> dict[str, int]:
-        return {s: sum(c.status == s for c in self.checks()) for s in (PASS, FAIL, SKIP, INFO)}
+        return count_statuses(self.checks())
 
-    def layer_status(self) -> dict[str, str]:
+    def layer_status(self) -> dict[str, CheckStatus]:
         return {k: stage_status(v) for k, v in self.layers.items()}
 
     def to_dict(self) -> dict:
@@ -82,29 +77,24 @@ class VerifyReport:
                 "counts": self.counts()}
 
     def to_markdown(self) -> str:
-        c = self.counts()
         out = [f"# agentrl verify — {self.status.upper()}", "",
                f"run `{self.run_id}` · config `{self.config_hash}` · started {self.started_at} · {self.duration_s:.1f} s · "
-               f"{c[PASS]} pass, {c[FAIL]} fail, {c[SKIP]} skip, {c[INFO]} info", "", f"judged: {self.judged}", ""]
+               f"{counts_line(self.checks())}", "", f"judged: {self.judged}", ""]
         out += [f"- {n}" for n in self.notes] + ([""] if self.notes else [])
         for layer in LAYERS:
             if layer.key not in self.layers:
                 continue
             checks = self.layers[layer.key]
-            out += [f"## {layer.title} — {stage_status(checks).upper()}", "", "| check | status | measured | expected |",
-                    "|---|---|---|---|"]
-            for ch in checks:
-                out.append(f"| {_md(ch.name)} | {ch.status} | {_md(format_measured(ch.measured))} | {_md(ch.expected)} |")
-            for ch in checks:
-                if ch.status in (FAIL, SKIP):
-                    first = ch.detail.splitlines()[0] if ch.detail else ""
-                    out.append(f"\n- **{ch.name}** ({ch.status}): {first}" + (f"\n  - what to do: {ch.hint}" if ch.status == FAIL and ch.hint else ""))
-            out.append("")
+            out += [f"## {layer.title} — {stage_status(checks).upper()}", "", *checks_markdown(checks, level=3), ""]
         return "\n".join(out) + "\n"
 
 
-def _md(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+def write_verify_report(report: VerifyReport, reports_dir: Path) -> tuple[Path, Path]:
+    """`reports/verify.{json,md}`."""
+    json_path, md_path = reports_dir / "verify.json", reports_dir / "verify.md"
+    atomic_write_text(json_path, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+    atomic_write_text(md_path, report.to_markdown())
+    return json_path, md_path
 
 
 def verify(loaded: LoadedConfig, run: RunDir, *, layers: list[str] | None = None, strict: bool = False, measure: bool = True,
@@ -124,7 +114,7 @@ def verify(loaded: LoadedConfig, run: RunDir, *, layers: list[str] | None = None
     if must_train or must_probe or any(layer.key == "connectivity" for layer in selected):
         progress("connectivity")
         out["connectivity"] = _layer(LAYERS[0], VerifyContext(loaded, run, record))
-    if (must_train or must_probe) and any(c.status == FAIL for c in out["connectivity"]):
+    if (must_train or must_probe) and any(c.status == CheckStatus.FAIL for c in out["connectivity"]):
         notes.append("components are unreachable (see connectivity): verify started no verification run and no "
                      "baseline loop; fix them and run verify again")
         must_train = must_probe = False

@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from agentrl_cli.report import Check
+from agentrl_cli.outcomes import Outcome, RewardStatus
+from agentrl_cli.observe import keys
+from agentrl_cli.report import Check, CheckStatus
 from agentrl_cli.verify.judge import achievable_max_reward
 
 LOSS_MAX_ABS = 100.0  # a GRPO loss is an advantage-weighted ratio: of order 1, never hundreds
@@ -22,11 +24,11 @@ MAX_FRACTION_LIMIT = 0.9
 
 def loss_check(rec) -> Check:
     name = "loss finite and of sane magnitude"
-    losses = [r.get("train/loss") for r in rec.rows]
+    losses = [r.get(keys.TRAIN_LOSS) for r in rec.rows]
     if not losses:
         return Check.skipped(name, "no trainer step recorded")
-    bad = [(r["step"], r.get("train/loss")) for r in rec.rows
-           if not isinstance(r.get("train/loss"), (int, float)) or not math.isfinite(r["train/loss"])]
+    bad = [(r[keys.STEP], r.get(keys.TRAIN_LOSS)) for r in rec.rows
+           if not isinstance(r.get(keys.TRAIN_LOSS), (int, float)) or not math.isfinite(r[keys.TRAIN_LOSS])]
     big = max((abs(x) for x in losses if isinstance(x, (int, float)) and math.isfinite(x)), default=0.0)
     return Check.judge(name, not bad and big <= LOSS_MAX_ABS,
                        {"steps": len(losses), "not_finite_at": bad[:5], "max_abs": round(big, 4)},
@@ -37,10 +39,10 @@ def loss_check(rec) -> Check:
 def reward_distribution_checks(rec, cfg, trajectories: list | None) -> list[Check]:
     top = achievable_max_reward(cfg.reward.weights)
     if trajectories:
-        rewards = [t.reward for t in trajectories if t.reward_status != "infra_error"]
+        rewards = [t.reward for t in trajectories if t.reward_status != RewardStatus.INFRA_ERROR]
         source = f"{len(rewards)} stored trajectories"
     else:
-        rewards = [r["reward/mean"] for r in rec.rows if isinstance(r.get("reward/mean"), (int, float))]
+        rewards = [r[keys.REWARD_MEAN] for r in rec.rows if isinstance(r.get(keys.REWARD_MEAN), (int, float))]
         source = f"{len(rewards)} step means (no stored trajectories)"
     if not rewards:
         return [Check.skipped("reward distribution", "no scored trajectory recorded")]
@@ -48,7 +50,7 @@ def reward_distribution_checks(rec, cfg, trajectories: list | None) -> list[Chec
         constant = len({round(x, 9) for x in rewards}) <= 1
         at_top = sum(x >= top * 0.999 for x in rewards) / len(rewards)
     else:
-        stds = [r.get("reward/std") or 0.0 for r in rec.rows]
+        stds = [r.get(keys.REWARD_STD) or 0.0 for r in rec.rows]
         constant = max(stds) == 0.0 and len({round(x, 9) for x in rewards}) <= 1
         at_top = sum(x >= top * 0.999 for x in rewards) / len(rewards)  # a step mean at the top: all its rewards are
     spread = {"source": source, "mean": round(statistics.fmean(rewards), 4), "min": round(min(rewards), 4),
@@ -85,7 +87,7 @@ def checkpoint_checks(rec) -> list[Check]:
         out.append(Check.judge("checkpoint loads and training continues from it", bool(resume.get("ok")), resume,
                                "a new run on the directory resumes at the checkpoint's step and takes a step",
                                "the checkpoint does not load: `agentrl troubleshoot checkpoint-unreadable`"))
-    elif recorded is not None and recorded.status in ("pass", "fail"):
+    elif recorded is not None and recorded.status in (CheckStatus.PASS, CheckStatus.FAIL):
         out.append(Check(f"checkpoint loads and training continues from it (stage 8 {smoke.environment.get('phase', 'smoke')})",
                          recorded.status, recorded.measured, recorded.expected, "as stage 8 recorded it", recorded.hint))
     else:
@@ -153,12 +155,12 @@ def canary_live_check(cfg) -> Check:
         return Check.skipped(name, f"the reward did not answer: {exc} (see the connectivity layer)")
     finally:
         client.close()
-    scored = [(q, r) for q, r in zip(reqs, results) if r.status != "infra_error"]
+    scored = [(q, r) for q, r in zip(reqs, results) if r.status != RewardStatus.INFRA_ERROR]
     if not scored:
         return Check.skipped(name, "the reward could not score any canary (see the connectivity layer)")
     positive = [{"task": q.task.task_id, "answer": q.final_answer, "reward": round(r.reward, 4),
                  "outcome_score": r.components.get("outcome")} for q, r in scored
-                if (r.components.get("outcome") or 0) > 0 or r.outcome in ("success", "partial")]
+                if (r.components.get("outcome") or 0) > 0 or r.outcome in (Outcome.SUCCESS, Outcome.PARTIAL)]
     return Check.judge(name, not positive, {"scored": len(scored), "positive": len(positive), "first": positive[:3]},
                        "outcome score 0 on every canary attempt (format and tool-legality components aside)",
                        "the reward pays for answers that cannot be right: a default high score, a verifier that "
@@ -171,7 +173,7 @@ def canary_policy_check(rec) -> Check:
     rates = {k: v for k, v in rec.eval_rates().items() if k.startswith("canary")}
     if not canaries and not rates:
         return Check.skipped(name, "only verify's own run evaluates canaries; this run recorded none")
-    positive = [c for c in (canaries or []) if (c.get("outcome_score") or 0) > 0 or c.get("outcome") in ("success", "partial")]
+    positive = [c for c in (canaries or []) if (c.get("outcome_score") or 0) > 0 or c.get("outcome") in (Outcome.SUCCESS, Outcome.PARTIAL)]
     positive += [{"task": k, "success_rate": v[-1][1]} for k, v in rates.items() if any(rate > 0 for _, rate in v)]
     return Check.judge(name, not positive, {"evaluated": len(canaries or []) + len(rates), "positive": positive[:5]},
                        "outcome score 0 on every canary",

@@ -9,7 +9,7 @@ not the training's doing and is not counted, and a held-out harness scored 0 bef
 
 from __future__ import annotations
 
-from agentrl_cli.report import SKIP, Check
+from agentrl_cli.report import Check, CheckStatus
 from agentrl_cli.verify.judge import UNMEASURABLE, gap_widening
 
 ADVICE = ("adjust the harness mix (harnesses[].weight), unify prompt and tool-description style across harnesses, "
@@ -34,7 +34,7 @@ def checks(ctx) -> list[Check]:
         drop = measured.pop("measurable") and measured["drop"]
         if drop is False:
             reason = UNMEASURABLE.format(name=name)
-            out.append(Check(f"held-out harness {name} vs training harnesses", SKIP, measured, "", reason, reason))
+            out.append(Check(f"held-out harness {name} vs training harnesses", CheckStatus.SKIP, measured, "", reason, reason))
             continue
         out.append(Check.judge(f"held-out harness {name} vs training harnesses", drop <= cfg.verify.cross_harness_max_drop,
                                measured, f"drop <= {cfg.verify.cross_harness_max_drop:g} (training gain minus held-out gain)",

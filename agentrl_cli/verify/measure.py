@@ -65,16 +65,14 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
     import time
 
     from agentrl_cli.rollout.sampler import Draw
-    from agentrl_cli.run import TrainingRun
+    from agentrl_cli.run import training as started
     from harnesses.canaries import canary_tasks
 
     t0 = time.perf_counter()
-    training = TrainingRun(cfg, workdir, path, run_id=run_id, phase="verify", progress=progress)
-    try:
-        await training.start()
+    async with started(cfg, workdir, path, run_id=run_id, phase="verify", progress=progress) as training:
         tasks = eval_tasks(cfg, cfg.verify.eval_tasks_per_family)
         progress("evaluating before training")
-        await _evaluate(training, tasks)
+        await training.evaluate(tasks)  # greedy success per harness, a row of metrics.jsonl
         report = lambda row: progress(f"verify run step {row['step']}: reward {row.get('reward/mean')}")  # noqa: E731
         await training.run(MIN_STEPS, on_step=report)
         left = deadline_s - (time.perf_counter() - t0)
@@ -83,7 +81,7 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
             await training.run(10 ** 6, deadline_s=left, on_step=report, eval_tasks=tasks,
                                eval_every=cfg.stages.short_eval_every_steps)
         progress("evaluating after training")
-        await _evaluate(training, tasks)
+        await training.evaluate(tasks)  # greedy success per harness, a row of metrics.jsonl
         progress("playing the canaries")
         canaries = []
         for i, task in enumerate(t for h in cfg.harnesses for t in canary_tasks(h.name)):
@@ -100,28 +98,12 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
                 rewards.append(scored.reward)
             repeats.append({"task_id": task.task_id, "rewards": rewards})
         return {"steps": training.step, "canaries": canaries, "repeats": repeats}
-    finally:
-        await training.close()
-
-
-async def _evaluate(training, tasks: dict) -> None:
-    """Greedy success per harness, appended to the run's metrics.jsonl as the training run's own
-    evaluations are (`eval/<harness>/success_rate`)."""
-    n = training.cfg.rollout.eval_concurrency
-    limit = asyncio.Semaphore(n) if n > 0 else None
-    names = list(tasks)
-    results = await asyncio.gather(*(training.controller.evaluate(tasks[h], temperature=0.0, limit=limit) for h in names))
-    row = {"step": training.step, "version": training.version,
-           **{f"eval/{h}/success_rate": r["success_rate"] for h, r in zip(names, results)},
-           **{f"eval/{h}/episodes": r["n"] for h, r in zip(names, results)}}
-    with training.metrics_path.open("a", encoding="utf-8") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
     """Copy the newest checkpoint into a fresh directory, start a run there that resumes from it,
     and take one step."""
-    from agentrl_cli.run import TrainingRun
+    from agentrl_cli.run import train
     from agentrl_cli.training.checkpoint import CheckpointManager
 
     latest = CheckpointManager(workdir / "checkpoints").latest()
@@ -132,21 +114,14 @@ def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
     shutil.copytree(workdir / "checkpoints", resume_dir / "checkpoints")
     cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"resume_from_latest": True})})
 
-    async def go():
-        training = TrainingRun(cfg, resume_dir, path, run_id=run_id, phase="verify-resume", progress=progress)
-        try:
-            await training.start()
-            return await training.run(step + 1)
-        finally:
-            await training.close()
-    s = asyncio.run(go())
+    s = asyncio.run(train(cfg, resume_dir, path, step + 1, run_id=run_id, phase="verify-resume", progress=progress))
     ok = s.resumed_from == latest.name and s.start_step == step and s.steps == step + 1
     return {"ok": ok, "checkpoint": latest.name, "resumed_from": s.resumed_from, "start_step": s.start_step, "end_step": s.steps}
 
 
 def baseline_loop(cfg, run, progress, *, as_baseline: bool) -> str:
     """Measure the stage-0 loop: as the run's baseline.json (none existed) or as verify/probe.json."""
-    from stages.s0_baseline import measure
+    from agentrl_cli.baseline import measure
 
     where = run.path / ("stage0" if as_baseline else "verify/probe")
     _, figures = measure(cfg, where, run.run_id, progress)

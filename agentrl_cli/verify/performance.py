@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrl_cli.observe import keys
 from agentrl_cli.report import Check
 from agentrl_cli.verify.judge import relative_drift
 
@@ -89,13 +90,13 @@ def run_figures(rec) -> list[Check]:
     rows = rec.rows
     if not rows:
         return []
-    sampling = sum(r.get("time/sampling_wait_s") or 0 for r in rows)
-    training = sum(r.get("time/train_s") or 0 for r in rows)
-    sync = sum(r.get("time/sync_s") or 0 for r in rows)
+    sampling = sum(r.get(keys.TIME_SAMPLING_WAIT_S) or 0 for r in rows)
+    training = sum(r.get(keys.TIME_TRAIN_S) or 0 for r in rows)
+    sync = sum(r.get(keys.TIME_SYNC_S) or 0 for r in rows)
     total = sampling + training + sync or 1.0
     elapsed = rows[-1].get("elapsed_s") or 0
-    tokens = rows[-1].get("rollout/tokens_generated") or 0
-    samples = sum(r.get("train/samples") or 0 for r in rows)
+    tokens = rows[-1].get(keys.ROLLOUT_TOKENS_GENERATED) or 0
+    samples = sum(r.get(keys.TRAIN_SAMPLES) or 0 for r in rows)
     return [Check.info(f"training run ({rec.training_source}): throughput and time shares",
                        {"tokens_per_s": round(tokens / elapsed, 2) if elapsed else None,
                         "samples_per_min": round(samples / elapsed * 60, 2) if elapsed else None,

@@ -15,7 +15,6 @@ import socket
 import threading
 import time
 from collections import Counter
-from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -36,8 +35,10 @@ from agentrl_cli.rollout.controller import RolloutController
 from agentrl_cli.rollout.resume import ResumePolicy, generate_resumable
 from agentrl_cli.rollout.sampler import TaskSampler
 from agentrl_cli.serving import ServerThread
-from agentrl_cli.run import TrainingRun
 from agentrl_cli.observe.watchdog import Watchdog
+from agentrl_cli.weightsync.base import Published
+from agentrl_cli.weightsync.disk import DiskTransport
+from agentrl_cli.weightsync.publisher import WeightPublisher
 from harnesses.tasks import load_tasks
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
@@ -128,10 +129,11 @@ def test_a_sigkilled_server_restarted_mid_rollout_loses_no_episode_and_gets_the_
     restarted: list = []
     client = InferenceClient(urls, timeout_s=60, max_retries=2, backoff_s=0.05)
     ctl, writer = make_controller(client, random_model_dir, tmp_path, resume_deadline_s=240, resume_max_attempts=40)
-    run = TrainingRun(cfg, tmp_path / "run", random_model_dir, run_id="faults")  # only its re-sync, not a whole run
-    run.client, run.controller = client, ctl
-    run.sync = SimpleNamespace(history=[{"version": 7, "path": str(trained)}])
-    ctl.on_recovered = run.resync_servers
+    # only the run's re-sync, not a whole run: the publisher last published version 7 from `trained`
+    publisher = WeightPublisher(DiskTransport(client, tmp_path / "weights"), client, launch_path=random_model_dir,
+                                counters=ctl.counters)
+    publisher.last = Published(7, "disk", path=str(trained))
+    ctl.on_recovered = publisher.resync_servers
 
     async def version() -> str:
         async with httpx.AsyncClient() as http:

@@ -16,11 +16,14 @@ import torch
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.inference import HFEngine, create_app
 from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.inference.weight_group import listen, open_group
+from agentrl_cli.weightsync.group import listen, open_group
 from agentrl_cli.model.tiny import build_random
 from agentrl_cli.serving import ServerThread
 from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-from agentrl_cli.training.weight_sync import DistributedWeightSync, WeightSyncError, make_weight_sync
+from agentrl_cli.weightsync.base import WeightSyncError
+from agentrl_cli.weightsync.disk import DiskTransport
+from agentrl_cli.weightsync.distributed import DistributedTransport
+from agentrl_cli.weightsync.publisher import WeightPublisher
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +96,7 @@ def test_distributed_sync_loads_the_trainers_weights_and_bumps_the_version(serve
 
     async def go():
         client = InferenceClient(url)
-        sync = make_weight_sync("distributed", client, None, backend="gloo")
+        sync = WeightPublisher(DistributedTransport(client, backend="gloo"), client)
         try:
             entry = await sync.sync(backend, 11)
             reported = await client.get_weights_by_name("lm_head.weight", 2)
@@ -103,7 +106,7 @@ def test_distributed_sync_loads_the_trainers_weights_and_bumps_the_version(serve
             await client.close()
 
     sync, entry, reported = run(go)
-    assert isinstance(sync, DistributedWeightSync) and sync.history == [entry]
+    assert isinstance(sync.transport, DistributedTransport) and sync.history == [entry]
     assert entry["version"] == 11 and entry["transport"] == "distributed" and entry["verified_tensors"] == 3
     assert entry["tensors"] == len(backend.named_tensors()) and entry["bytes"] > 0
     assert engine.weight_version == "11"
@@ -119,7 +122,7 @@ def test_second_sync_reuses_the_group_and_close_leaves_it(server, backend):
 
     async def go():
         client = InferenceClient(url)
-        sync = DistributedWeightSync(client, backend="gloo", timeout_s=30)
+        sync = WeightPublisher(DistributedTransport(client, backend="gloo", timeout_s=30), client)
         try:
             perturb(backend, seed=2)
             first = await sync.sync(backend, 21)
@@ -134,7 +137,7 @@ def test_second_sync_reuses_the_group_and_close_leaves_it(server, backend):
             await client.close()
 
     sync, first, second, group = run(go)
-    assert sync.groups_opened == 1 and group.world_size == 2 and group.rank == 1
+    assert sync.transport.groups_opened == 1 and group.world_size == 2 and group.rank == 1
     assert first["init_s"] > 0 and second["init_s"] == 0
     assert engine.weight_version == "22" and [h["version"] for h in sync.history] == [21, 22]
     with pytest.raises(KeyError):
@@ -195,7 +198,7 @@ def test_a_refused_init_cancels_the_trainers_wait_and_names_the_fix(server, back
 
     async def go():
         client = InferenceClient(url)
-        sync = DistributedWeightSync(client, backend="gloo", group_name="taken", timeout_s=60)
+        sync = WeightPublisher(DistributedTransport(client, backend="gloo", group_name="taken", timeout_s=60), client)
         try:
             with pytest.raises(WeightSyncError) as info:
                 await asyncio.wait_for(sync.sync(backend, 31), 20)  # well before the 60 s rendezvous timeout
@@ -206,7 +209,7 @@ def test_a_refused_init_cancels_the_trainers_wait_and_names_the_fix(server, back
     sync, error = run(go)
     stale.close()
     assert "could not open weight-update group 'taken'" in str(error) and "already initialized" in str(error)
-    assert sync.group is None and sync.history == []
+    assert sync.transport.group is None and sync.history == []
     with pytest.raises(KeyError):
         groups.get("taken")  # the failed attempt left no group behind, so the next sync can start clean
 
@@ -217,8 +220,8 @@ def test_disk_and_distributed_transports_leave_identical_weights(server, backend
 
     async def go():
         client = InferenceClient(url)
-        disk = make_weight_sync("disk", client, tmp_path / "weights")
-        dist = DistributedWeightSync(client, backend="gloo", load_format="flattened_bucket", timeout_s=30)
+        disk = WeightPublisher(DiskTransport(client, tmp_path / "weights"), client)
+        dist = WeightPublisher(DistributedTransport(client, backend="gloo", load_format="flattened_bucket", timeout_s=30), client)
         try:
             await disk.sync(backend, 41)
             via_disk = server_weights(engine)

@@ -3,9 +3,11 @@
 run, never acted on) say so in their description ("recorded only").
 
 A key counts as read when the code accesses it through its section (`cfg.rollout.concurrency`,
-`config.sandbox.pool_size`) or through a name bound to that section (`r = cfg.rollout` then
-`r.concurrency`; `for h in cfg.harnesses` then `h.cpu`). Names so common that any object has them
-(`name`, `port`, ...) need one of those forms; rarer names also count when accessed as `.name`.
+`config.sandbox.pool_size`) or through a name bound to that section in the same file (`r =
+cfg.rollout` then `r.concurrency`; `for h in cfg.harnesses` then `h.cpu`). Keys resolve by section:
+a name bound to `cfg.sandbox` in one file does not read `training.backend` in another. Names so
+common that any object has them (`name`, `port`, ...) need one of those forms; rarer names also
+count when accessed as `.name`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ GENERIC = {"name", "host", "port", "python", "backend", "mode", "seed", "weight"
            "network", "allowlist", "minutes", "enabled", "steps", "bwrap", "seccomp", "lease_seconds", "replicas"}
 
 
-def runtime_source() -> str:
+def runtime_sources() -> list[str]:
+    """The source of every runtime file, one string per file (aliases do not cross files)."""
     files = [p for d in ("agentrl_cli", "stages", "harnesses") for p in (ROOT / d).rglob("*.py")
              if "config" not in p.relative_to(ROOT / d).parts[:1]]
-    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+    return [p.read_text(encoding="utf-8") for p in files]
 
 
 def fields(model: type[BaseModel], section: str = "", path: str = ""):
@@ -48,7 +51,8 @@ def aliases(src: str, section: str) -> set[str]:
     found |= set(re.findall(rf"\((\w+)\s+for\s+\w+\s+in\s+[\w.()]*\.{section}\b", lines))
     found |= {m[0] for m in re.findall(rf"(\w+)\s*=\s*next\(\(?(\w+) for \2 in [\w.()]*\.{section}\b", lines)}
     typed = "\n".join(line for line in src.splitlines() if "Config" in line)
-    found |= set(re.findall(rf"(\w+)\s*:\s*\w*{section.capitalize()}\w*Config\b", typed))
+    kinds = {section.capitalize(), section.capitalize().removesuffix("es")}  # HarnessConfig: one of cfg.harnesses
+    found |= set(re.findall(rf"(\w+)\s*:\s*[\"']?\w*(?:{'|'.join(kinds)})\w*Config\b", typed))
     return found | {f"{section}_config", f"{section}_cfg"}  # the house names for a section passed as a parameter
 
 
@@ -67,12 +71,19 @@ def is_read(src: str, section: str, field: str, known: dict | None = None) -> bo
 
 
 def test_every_config_key_is_read_by_the_runtime_or_marked_recorded_only():
-    src = runtime_source()
     all_fields = list(fields(PlatformConfig))
-    known = {section: aliases(src, section) for section in {f[1] for f in all_fields} if section}
+    sections = {f[1] for f in all_fields if f[1]}
+    files = [(src, {section: aliases(src, section) for section in sections}) for src in runtime_sources()]
     dead = [key for key, section, field, description in all_fields
-            if "recorded only" not in description and not is_read(src, section, field, known)]
+            if "recorded only" not in description and not any(is_read(src, section, field, known) for src, known in files)]
     assert dead == [], f"config keys no code reads (implement them, remove them, or mark them 'recorded only'): {dead}"
+
+
+def test_a_name_bound_to_another_section_reads_nothing():
+    sandbox_file = "def f(cfg):\n    s = cfg.sandbox\n    return s.backend\n"
+    training_file = "def g(cfg):\n    t = cfg.training\n    return t.seq_len_limit\n"
+    known = {"training": aliases(training_file, "training") | aliases(sandbox_file, "training")}
+    assert is_read(sandbox_file, "sandbox", "backend") and not is_read(sandbox_file, "training", "backend", known)
 
 
 def test_the_check_finds_a_key_nothing_reads():

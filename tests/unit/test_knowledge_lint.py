@@ -30,7 +30,8 @@ def test_every_signal_named_by_an_entry_is_emitted():
 
 def test_the_signal_registry_matches_the_code_that_writes_each_signal():
     run_py = _source("agentrl_cli", "run.py") + "".join(p.read_text(encoding="utf-8")
-                                                        for p in sorted((ROOT / "agentrl_cli" / "observe").glob("*.py")))
+                                                        for d in ("observe", "loop", "weightsync")
+                                                        for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py")))
     learner = _source("agentrl_cli", "training", "deepspeed_backend.py")
     for name in signals.METRICS:
         group, key = name.split("/", 1)
@@ -41,7 +42,7 @@ def test_the_signal_registry_matches_the_code_that_writes_each_signal():
             assert f'f"{template}"' in run_py or f'f"{template.replace("{h}", "{n}")}"' in run_py, name
         else:
             assert f'"{name}"' in run_py or f'"{key}"' in run_py, name
-    stage0 = _source("stages", "s0_baseline.py") + _source("agentrl_cli", "verify", "server_load.py")
+    stage0 = _source("agentrl_cli", "baseline.py") + _source("agentrl_cli", "verify", "server_load.py")
     for name, path in signals.BASELINE.items():
         assert f'"{path[0]}"' in stage0, name
     detectors = _source("agentrl_cli", "troubleshoot", "detectors.py")

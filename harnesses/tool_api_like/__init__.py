@@ -1,9 +1,14 @@
 """tool_api_like: a calculator/lookup HTTP API on loopback, reached only through the tool caller.
 
 Convention: Hermes-style `<tool_call>` blocks; tools `calculator`, `lookup`, `list_keys`, and
-`final_answer` to end the episode. The API runs as a loopback service (started by the harness
+`final_answer` to end the episode (it ends the episode and is no call of the API, so
+`Observation.calls` holds the API calls only). The API runs as a loopback service (started by the harness
 unless `service_url` is given) with configurable latency, failure rate and rate limits; every call
 goes through `ToolCaller` (timeouts, layered retries, circuit breaker, explicit status, call log).
+
+This folder is the whole plug-in: the class and its hooks here, its task families (`tasks.py`) and
+its scripted solutions (`solutions.py`); its committed task set is `harnesses/tasksets/tool_api_like.jsonl`.
+The API service itself is `harnesses.tool_service`.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import json
 
 from agentrl_cli.httpclient import http_client
 from agentrl_cli.tools import CallLog, ToolCaller, ToolSpec, http_tool
-from harnesses.base import Action, Evidence, Observation, TaskSpec, Trajectory
-from harnesses.parsing import answers_match, parse_tool_calls
+from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCallResult, Trajectory
+from harnesses.builtin import CommittedTasks
+from harnesses.parsing import action_calls, answers_match, tool_call
 from harnesses.sandboxed import clip, function_tool, worst
-from harnesses.tasks import load_tasks
+from harnesses.tool_api_like import solutions
+from harnesses.tool_api_like.tasks import FAMILIES
 from harnesses.tool_service import Faults, ToolService
 
 SYSTEM_PROMPT = """You can call a calculator and a lookup API. Call a tool with
@@ -29,12 +36,24 @@ _episodes = itertools.count()
 
 
 def all_tables() -> dict[str, dict]:
-    return {t.meta["table"]: t.meta["rows"] for t in load_tasks("tool_api_like") if "table" in t.meta}
+    return {t.meta["table"]: t.meta["rows"] for t in ToolApiLike.task_set().tasks if "table" in t.meta}
 
 
-class ToolApiLike:
+class ToolApiLike(CommittedTasks):
     name = "tool_api_like"
     version = "1.0"
+    FAMILIES = FAMILIES
+
+    # -- optional hooks (harnesses.base) ------------------------------------------------------------
+    @classmethod
+    def scripted_action(cls, task: TaskSpec, turn: int) -> str | None:
+        return solutions.scripted_action(task, turn)
+
+    @classmethod
+    def wrong_action(cls, task: TaskSpec) -> str:
+        return tool_call("final_answer", answer=-1)
+
+    # -- contract -----------------------------------------------------------------------------------
 
     def __init__(self, service_url: str | None = None, faults: Faults | None = None, timeout_s: float = 5.0,
                  call_log: CallLog | None = None, run_id: str = "") -> None:
@@ -78,11 +97,11 @@ class ToolApiLike:
         if self.task is None:
             return Observation(text="no episode is running: reset first", status="invalid_action", done=True)
         self.steps += 1
-        calls, errors = parse_tool_calls(action.text) if not action.tool_calls else (action.tool_calls, [])
+        calls, errors = action_calls(action)
         if not calls:
             why = "; ".join(errors) if errors else "no tool call found; call a tool or final_answer"
             return Observation(text=f"invalid action: {why}", status="invalid_action")
-        texts, statuses, infos, done = [], [], [], False
+        texts, statuses, results, done = [], [], [], False
         for call in calls:
             if call.name == "final_answer":
                 if "answer" not in call.arguments:
@@ -97,8 +116,10 @@ class ToolApiLike:
             shown = json.dumps(result.output) if result.status in ("ok", "empty") else (result.error or result.status)
             texts.append(f"{call.name} -> {clip(shown, 1000)}" + (f" [{result.status}]" if result.status != "ok" else ""))
             statuses.append(result.status)
-            infos.append({"tool": result.tool, "status": result.status, "latency_ms": result.latency_ms, "retries": result.retries})
-        return Observation(text="\n".join(texts), status=worst(statuses), done=done, info={"calls": infos, "parse_errors": errors})
+            results.append(ToolCallResult(name=result.tool, arguments=dict(call.arguments), status=result.status,
+                                          latency_ms=result.latency_ms, retries=result.retries, output=texts[-1]))
+        return Observation(text="\n".join(texts), status=worst(statuses), done=done, info={"parse_errors": errors},
+                           calls=results)
 
     def evidence(self, trajectory: Trajectory) -> Evidence:
         answered = self.answer is not None and trajectory.task.task_id == getattr(self.task, "task_id", None)

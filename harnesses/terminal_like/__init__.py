@@ -4,16 +4,22 @@ Convention: Hermes-style `<tool_call>` blocks calling `run_shell`; the episode e
 `ANSWER: <value>`. The shell's working directory and exported variables persist between calls.
 Tasks are about files and text (count, find, transform) and are verified against the answer or
 against the sandbox's final state.
+
+This folder is the whole plug-in: the class and its hooks here, its task families (`tasks.py`) and
+its scripted solutions (`solutions.py`); its committed task set is `harnesses/tasksets/terminal_like.jsonl`.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from harnesses.base import Action, Evidence, Observation, ToolCall, Trajectory
-from harnesses.parsing import answers_match, parse_answer, parse_tool_calls
-from harnesses.sandboxed import SandboxHarness, exec_observation, function_tool
 from agentrl_cli.sandbox.files import UnsafePath
+from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCall, Trajectory
+from harnesses.builtin import CommittedTasks
+from harnesses.parsing import action_calls, answers_match, parse_answer
+from harnesses.sandboxed import SandboxHarness, exec_observation, function_tool
+from harnesses.terminal_like import solutions
+from harnesses.terminal_like.tasks import FAMILIES
 
 SYSTEM_PROMPT = """You operate a Linux shell in /work. Run a command with
 <tool_call>
@@ -22,9 +28,26 @@ SYSTEM_PROMPT = """You operate a Linux shell in /work. Run a command with
 When you know the result, reply with a final line: ANSWER: <value>"""
 
 
-class TerminalLike(SandboxHarness):
+class TerminalLike(CommittedTasks, SandboxHarness):
     name = "terminal_like"
     version = "1.0"
+    FAMILIES = FAMILIES
+    SLIP = solutions.SLIP
+
+    # -- optional hooks (harnesses.base) ------------------------------------------------------------
+    @classmethod
+    def scripted_action(cls, task: TaskSpec, turn: int) -> str | None:
+        return solutions.scripted_action(task, turn)
+
+    @classmethod
+    def slip_action(cls, task: TaskSpec, turn: int, echo: bool = True) -> str | None:
+        return solutions.slip_action(task, turn)
+
+    @classmethod
+    def wrong_action(cls, task: TaskSpec) -> str:
+        return "ANSWER: -1"
+
+    # -- contract -----------------------------------------------------------------------------------
 
     def system_prompt(self) -> str:
         return SYSTEM_PROMPT
@@ -34,7 +57,7 @@ class TerminalLike(SandboxHarness):
                               {"command": {"type": "string", "description": "the bash command"}}, ["command"])]
 
     def parse(self, action: Action) -> tuple[list[ToolCall], list[str], bool]:
-        calls, errors = parse_tool_calls(action.text) if not action.tool_calls else (action.tool_calls, [])
+        calls, errors = action_calls(action)
         return calls, errors, parse_answer(action.text) is not None
 
     def no_action_hint(self) -> str:

@@ -1,7 +1,7 @@
 """The weight-update process group: the trainer (rank 0) broadcasts full parameters to inference
 servers (ranks 1..N), as SGLang's `init_weights_update_group` / `update_weights_from_distributed`
-do. Both sides use this module: the trainer in `training/weight_sync.py`, the embedded server in
-`hf_server.py`.
+do. Both sides use this module: the trainer in `weightsync/distributed.py`, the embedded server in
+`inference/hf_server.py`.
 
 The group is stateless with respect to `torch.distributed`: a `TCPStore` and a `ProcessGroupGloo`
 (or `ProcessGroupNCCL` on CUDA) built directly, never registered as, nor touching, any default
@@ -12,7 +12,7 @@ GLOO_SOCKET_IFNAME names an interface. Every wait has a timeout (DEFAULT_TIMEOUT
 wait for the others can be cancelled, so a refused HTTP call never leaves the trainer hanging.
 
 What does not belong here: HTTP shapes (`hf_server.py`), loading tensors into a model (`engine.py`),
-what to send and when (`training/weight_sync.py`).
+what to send (`weightsync/distributed.py`) and when (`weightsync/publisher.py`).
 """
 
 from __future__ import annotations

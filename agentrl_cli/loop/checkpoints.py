@@ -1,0 +1,95 @@
+"""Checkpoints of a training run: when one is due, writing it (in the background while the next
+step's samples come in, when the run overlaps), and resuming from the newest.
+
+A checkpoint holds the trainer's engine and the run's own state: step, weight version, sampler
+position, RNGs, the buffer's untrained episodes and the draws in flight. Resume restores all of
+it: buffered episodes are read back from the store, in-flight draws run again first, and a draw
+repeated after the resume reuses its stored trajectory instead of storing it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agentrl_cli.training.checkpoint import rng_state, set_rng_state
+
+
+class CheckpointSchedule:
+    def __init__(self, run, *, overlap: bool) -> None:
+        self.run, self.overlap = run, overlap
+        self.interval = run.cfg.training.checkpoint_interval_steps
+        self._task: asyncio.Task | None = None
+
+    def due(self, step: int, steps: int) -> bool:
+        return step % self.interval == 0 or step == steps
+
+    async def save(self, step: int, steps: int) -> str | None:
+        """Write the checkpoint of `step`; in the background when overlapping and not the last step
+        (its name then comes from `wait`)."""
+        if self.overlap and step < steps:
+            self._task = asyncio.create_task(self._write())
+            return None
+        return await self._write()
+
+    async def wait(self) -> str | None:
+        """The name of the checkpoint being written in the background, once written."""
+        task, self._task = self._task, None
+        return await task if task is not None else None
+
+    async def _write(self) -> str:
+        # one event-loop turn (no await) takes the state: every finished episode is published and
+        # either in the buffer snapshot or still in flight; resume reloads the one and re-runs the
+        # other. The engine's weights stay as they are until the save returns (the next train step
+        # awaits it).
+        run = self.run
+        run.writer.flush()
+        state = {"step": run.step, "version": run.version, "sampler": run.sampler.state_dict(), "rng": rng_state(),
+                 "buffer": run.buffer.state_dict(), "inflight": run.controller.snapshot()}
+        path = await asyncio.to_thread(run.ckpt.save, run.step,
+                                       lambda d: run.backend.save_checkpoint(d / "engine", state),
+                                       {"version": run.version, "run_id": run.run_id})
+        return path.name
+
+
+async def resume(run, latest) -> None:
+    """Restore `run` from the checkpoint directory `latest` and bring the servers to its weights."""
+    state = await asyncio.to_thread(run.backend.load_checkpoint, latest / "engine")
+    run.step, run.version = int(state["step"]), int(state["version"])
+    run.sampler.load_state_dict(state["sampler"])
+    set_rng_state(state["rng"])
+    await _reload_buffer(run, state.get("buffer", {}).get("pending", []))
+    run.controller.restore(state.get("inflight", []))
+    run.controller.stored_ids = await asyncio.to_thread(_stored_ids, run)
+    run.controller.fetch = lambda tid: _fetch(run, tid)
+    run.resumed_from = latest.name
+    await run.publisher.sync_retrying(run.backend, run.version)
+
+
+def _stored_ids(run) -> set[str]:
+    import pyarrow.compute as pc
+
+    table = run.writer.store.read_table((pc.field("run_id") == run.run_id) & (pc.field("phase") == run.phase))
+    return set(table.column("trajectory_id").to_pylist())
+
+
+def _fetch(run, tid: str):
+    from agentrl_cli.data.writer import find_trajectory
+
+    return find_trajectory(run.writer.store, tid)
+
+
+async def _reload_buffer(run, ids: list[str]) -> set[str]:
+    """Put the checkpoint's untrained episodes back into the buffer, from the store; the ids found."""
+    import pyarrow.compute as pc
+
+    from agentrl_cli.data.writer import read_records
+    from agentrl_cli.rollout.buffer import Episode
+    from agentrl_cli.rollout.controller import version_number
+
+    if not ids:
+        return set()
+    records = await asyncio.to_thread(read_records, run.writer.store, pc.field("trajectory_id").isin(ids))
+    for r in sorted(records, key=lambda r: ids.index(r.trajectory_id)):
+        await run.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first),
+                                     run.controller.reward_of_record(r)))  # generated before the resume
+    return {r.trajectory_id for r in records}

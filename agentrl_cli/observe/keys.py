@@ -1,0 +1,122 @@
+"""The names of a run's metrics, defined once: the keys of the rows of `metrics.jsonl` that the
+training loop writes and the run's readers (the HTML report, verify, troubleshoot) read.
+
+Keys are namespaced as CleanRL's are: `train/…` (the learner's losses and diagnostics; its
+`train_step` returns them unprefixed), `reward/…` (the batch's rewards), `time/…` (the phase times of
+a step and their shares), `sync/…` (weight sync), `rollout/…` (counters of the rollout and the
+buffer), `infer/…` (generation totals, and `infer/<harness>/…`), `env/<harness>/…` (service levels),
+`eval/<harness>/…` (one row per evaluation), `system/…` (CPU, RSS, accelerators), `watchdog/…`.
+A name with a harness (or a tool, an error, a status) in it is built by a function here.
+
+Belongs here: names. Computing a figure belongs to the part that owns it; writing a row is
+`step_metrics.py`'s.
+"""
+
+from __future__ import annotations
+
+STEP, VERSION, ELAPSED_S = "step", "version", "elapsed_s"
+
+TRAIN_LOSS = "train/loss"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_ENTROPY = "train/entropy"
+TRAIN_LR = "train/lr"
+TRAIN_KL_REF = "train/kl_ref"
+TRAIN_MISMATCH_KL = "train/mismatch_kl"
+TRAIN_SAMPLES = "train/samples"  # samples the step trained on
+
+REWARD_MEAN = "reward/mean"
+REWARD_STD = "reward/std"
+REWARD_SUCCESS_RATE = "reward/success_rate"
+REWARD_MASKED = "reward/masked"  # episodes of the batch not scored (infra_error), masked from training
+
+TIME_SAMPLING_WAIT_S = "time/sampling_wait_s"  # the trainer waiting for a batch
+TIME_TRAIN_S = "time/train_s"
+TIME_SYNC_S = "time/sync_s"
+PHASE_TIMES = {"sampling": TIME_SAMPLING_WAIT_S, "training": TIME_TRAIN_S, "sync": TIME_SYNC_S}  # the three timed phases
+
+
+def time_share(part: str) -> str:
+    """`time/<part>_share`, part one of sampling, train, sync: the part's share of the step."""
+    return f"time/{part}_share"
+
+
+SYNC_SECONDS = "sync/seconds"
+SYNC_WEIGHT_VERSION = "sync/weight_version"
+
+ROLLOUT_TOKENS_GENERATED = "rollout/tokens_generated"
+ROLLOUT_IN_FLIGHT = "rollout/in_flight"
+ROLLOUT_BUFFER_FILL = "rollout/buffer_fill"
+ROLLOUT_BUFFER_CAPACITY = "rollout/buffer_capacity"
+ROLLOUT_QUEUE_LENGTH = "rollout/queue_length"  # in flight + buffered
+ROLLOUT_DROPPED_STALE = "rollout/dropped_stale"  # cumulative
+ROLLOUT_STALENESS_MEAN = "rollout/staleness_mean"  # mean policy lag of the trained episodes
+ROLLOUT_BACKPRESSURE_WAITS = "rollout/backpressure_waits"
+ROLLOUT_ENV_FAILURES = "rollout/env_failures"  # episodes ended by an environment error or timeout
+ROLLOUT_EPISODE_ERRORS = "rollout/episode_errors"  # episodes that failed to start or run
+ROLLOUT_INFRA_ERRORS = "rollout/infra_errors"
+ROLLOUT_GOODPUT = "rollout/goodput"  # trained tokens / generated tokens
+ROLLOUT_COUNTERS = ("aborted_generations", "resumed_generations", "wasted_tokens", "server_retries", "weight_resyncs")
+
+
+def rollout(counter: str) -> str:
+    """`rollout/<counter>`: a counter of the rollout controller (ROLLOUT_COUNTERS)."""
+    return f"rollout/{counter}"
+
+
+INFER_GENERATE_S_TOTAL = "infer/generate_s_total"
+INFER_ENV_S_TOTAL = "infer/env_s_total"
+WATCHDOG_STUCK_NOW = "watchdog/stuck_now"
+
+SYSTEM_CPU_PERCENT = "system/cpu_percent"
+SYSTEM_RSS_MB = "system/rss_mb"
+SYSTEM_CHILDREN_RSS_MB = "system/children_rss_mb"
+
+EVAL = "eval/"
+EVAL_SUCCESS_RATE = "success_rate"
+EVAL_EPISODES = "episodes"
+
+
+def eval_success_rate(h: str) -> str:
+    """`eval/<harness>/success_rate`: the harness's greedy success in an evaluation row."""
+    return f"eval/{h}/success_rate"
+
+
+def eval_episodes(h: str) -> str:
+    """`eval/<harness>/episodes`: how many episodes that success rate is over."""
+    return f"eval/{h}/episodes"
+
+
+def eval_harness(key: str, figure: str = EVAL_SUCCESS_RATE) -> str | None:
+    """The harness of an `eval/<harness>/<figure>` key, else None."""
+    parts = key.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "eval" and parts[2] == figure else None
+
+
+def is_eval_row(row: dict) -> bool:
+    """An evaluation's row (it carries `eval/…` keys), not a trainer step's."""
+    return any(k.startswith(EVAL) for k in row)
+
+
+def is_step_row(row: dict) -> bool:
+    """A trainer step's row: it carries the step's loss."""
+    return TRAIN_LOSS in row
+
+
+def env_tool(h: str, tool: str, status: str) -> str:
+    """`env/<harness>/tool/<tool>/<status>`: tool calls so far with that status (cumulative)."""
+    return f"env/{h}/tool/{tool}/{status}"
+
+
+def env_create_failures(h: str, error: str) -> str:
+    """`env/<harness>/create_failures/<error>`: environment creations that failed with `error`."""
+    return f"env/{h}/create_failures/{error}"
+
+
+ENV_TOOL_PATTERN = r"^env/([^/]+)/tool/(.+)/([^/]+)$"  # groups: harness, tool, status
+ENV_CREATE_FAILURES_PATTERN = r"^env/([^/]+)/create_failures/(.+)$"  # groups: harness, error
+LEVEL_NAMESPACES = ("env", "infer")  # `<ns>/<harness>/<figure>`: per-harness service levels
+
+
+def system_gpu(gpu: str, figure: str) -> str:
+    """`system/<gpu>/<figure>`, gpu as `gpu0`."""
+    return f"system/{gpu}/{figure}"

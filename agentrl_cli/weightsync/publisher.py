@@ -1,0 +1,200 @@
+"""When and to whom a run's weights go, through any `WeightTransport`.
+
+- `sync(backend, version)`: prepare, publish, verify; the history row. Raises on failure.
+- `sync_retrying(...)`: the run's blocking sync; a failure (a server restarting mid-sync) waits for
+  the servers (`rollout.resume_deadline_s`) and tries once more.
+- `start(backend, version)` / `wait()`: async mode's overlap. The weights are read off the trainer
+  now; the servers load and verify them while the trainer steps on. A publish that failed makes
+  the next step sync in full.
+- `before_step(backend, version)`: a server that serves another version than the last published
+  (it restarted with its launch weights) gets the current weights again (`transport.resend`, else a
+  full sync) before generating resumes; also the rollout's `on_recovered` hook (`resync_servers`).
+
+Every publish is verified: a few sampled tensors are read back from every server with
+`get_weights_by_name` and compared with the trainer's values taken when the weights were read; a
+difference fails loudly (`WeightSyncError`) instead of letting the rollout sample from weights
+nobody trained. One lock keeps a re-sync from interleaving with a publish. Counters (into the
+rollout's): `weight_sync_retries`, `weight_resyncs`, `weight_resync_failures`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
+
+from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
+from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError, WeightTransport
+from agentrl_cli.weightsync.servers import load_from_disk, stale_servers
+
+log = logging.getLogger(__name__)
+
+VERIFY_NAMES = ("model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "lm_head.weight")
+SYNC_ERRORS = (InferenceError, WeightSyncError, *TRANSPORT_ERRORS)
+
+
+class WeightPublisher:
+    def __init__(self, transport: WeightTransport, client, *, launch_path: str | Path | None = None,
+                 counters: Counter | None = None, watchdog=None, resume_deadline_s: float = 300.0,
+                 verify_names: tuple[str, ...] = VERIFY_NAMES, sample: int = 16, tolerance: float = 1e-6) -> None:
+        self.transport, self.client = transport, client
+        self.launch_path = None if launch_path is None else str(launch_path)
+        self.counters = counters if counters is not None else Counter()
+        self.watchdog, self.resume_deadline_s = watchdog, resume_deadline_s
+        self.verify_names, self.sample, self.tolerance = verify_names, sample, tolerance
+        self.history: list[dict] = []
+        self.last: Published | None = None  # the newest version every server loaded and verified
+        self.full_sync_due = False  # a server needs weights the transport cannot re-send to it alone
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task | None = None
+
+    def _busy(self):
+        return self.watchdog.busy("weight_sync") if self.watchdog is not None else nullcontext()
+
+    # ---- one version ------------------------------------------------------------------------------
+
+    async def prepare(self, backend, version: int) -> Prepared:
+        """Read `version`'s weights off the trainer and the values to verify them by."""
+        t0 = time.perf_counter()
+        with self._busy():
+            prepared = await self.transport.prepare(backend, version)
+            prepared.reference = await asyncio.to_thread(self._reference, backend)
+        prepared.read_s = time.perf_counter() - t0
+        return prepared
+
+    async def publish(self, prepared: Prepared) -> dict:
+        """Every server loads `prepared`; the read-back is checked; returns the history row."""
+        t0 = time.perf_counter()
+        with self._busy():
+            published = await self.transport.publish(prepared)
+            loaded = time.perf_counter()
+            published.verified_tensors = await self.verify(prepared.reference)
+        done = time.perf_counter()
+        published.timings = {"export_s": prepared.read_s, **published.timings, "verify_s": done - loaded}
+        published.seconds = prepared.read_s + done - t0
+        self.last = published
+        entry = published.as_entry()
+        self.history.append(entry)
+        return entry
+
+    async def sync(self, backend, version: int) -> dict:
+        return await self.publish(await self.prepare(backend, version))
+
+    async def sync_retrying(self, backend, version: int) -> dict:
+        async with self._lock:
+            try:
+                return await self.sync(backend, version)
+            except SYNC_ERRORS as exc:
+                log.error("weight sync to version %s failed (%s); waiting for the servers and retrying", version, exc)
+                self.counters["weight_sync_retries"] += 1
+            await self.client.wait_healthy(self.resume_deadline_s)
+            return await self.sync(backend, version)
+
+    # ---- overlap with training (async mode) -------------------------------------------------------
+
+    @property
+    def publishing(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self, backend, version: int) -> None:
+        prepared = await self.prepare(backend, version)
+
+        async def publish() -> dict:
+            async with self._lock:
+                return await self.publish(prepared)
+        self._task = asyncio.create_task(publish())
+
+    async def wait(self) -> dict | None:
+        """The publish in flight, if any: its history row, or None when there was none or it failed
+        (then the next step syncs in full)."""
+        task, self._task = self._task, None
+        if task is None:
+            return None
+        try:
+            return await task
+        except SYNC_ERRORS as exc:
+            log.error("publishing weights to the servers failed (%s); the next step syncs again", exc)
+            self.counters["weight_sync_retries"] += 1
+            self.full_sync_due = True
+            return None
+
+    # ---- servers that restarted -------------------------------------------------------------------
+
+    async def before_step(self, backend, version: int) -> dict | None:
+        """Bring restarted servers up to date, with a full sync when one is due; returns the row of
+        a publish that finished meanwhile (the full sync waits for it first)."""
+        if not self.publishing:  # a publish in flight brings every server up to date itself
+            await self.resync_servers()
+        if not self.full_sync_due:
+            return None
+        self.full_sync_due = False
+        finished = await self.wait()
+        await self.sync_retrying(backend, version)
+        self.counters["weight_resyncs"] += 1
+        return finished
+
+    async def resync_servers(self) -> None:
+        """Give every server that serves another version than the last published the current weights
+        again; counted as `weight_resyncs`."""
+        async with self._lock:
+            last = self.last or Published(0, "launch", path=self.launch_path)
+            try:
+                stale = await stale_servers(self.client.urls, str(last.version), headers=self.client.headers)
+                if not stale:
+                    return
+                if self.last is None:
+                    resent = bool(last.path) and bool(await load_from_disk(list(stale), last.path, "0",
+                                                                           headers=self.client.headers))
+                else:
+                    resent = await self.transport.resend(list(stale), last)
+            except InferenceError as exc:
+                log.error("re-syncing weights failed: %s", exc.message)
+                self.counters["weight_resync_failures"] += 1
+                return
+        if resent:
+            self.counters["weight_resyncs"] += len(stale)
+        else:
+            self.full_sync_due = True
+
+    # ---- verification -----------------------------------------------------------------------------
+
+    def _reference(self, backend) -> dict[str, list[float]]:
+        names = dict(backend.parameter_names())
+        picked = [n for n in self.verify_names if n in names] or list(names)[:1]
+        return backend.named_parameter_sample(picked, self.sample)
+
+    async def verify(self, ours: dict[str, list[float]]) -> int:
+        """Compare the first values of a few parameters on every server with `ours`; the count checked."""
+        names = list(ours)
+        answers = await asyncio.gather(*(self.client.get_weights_by_name(name, 1) for name in names))
+        for name, answer in zip(names, answers):
+            for url, rows in answer.items():
+                theirs = _flatten(rows)[: self.sample]
+                mine = ours[name][: len(theirs)]
+                worst = max((abs(a - b) for a, b in zip(mine, theirs)), default=float("inf"))
+                if not theirs or worst > self.tolerance:
+                    hint = getattr(self.transport, "hint", "")
+                    raise WeightSyncError(f"weights on {url} differ from the trainer's after {self.transport.name} sync "
+                                          f"({name}: max diff {worst:.3g})",
+                                          f"the server did not load the trainer's weights; check its log ({hint})")
+        return len(names)
+
+    async def close(self) -> None:
+        """Wait for a publish in flight, then release what the transport holds."""
+        await self.wait()
+        await self.transport.close()
+
+
+def _flatten(rows) -> list[float]:
+    out: list[float] = []
+    stack = [rows]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(reversed(x))
+        else:
+            out.append(float(x))
+    return out
