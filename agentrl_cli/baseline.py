@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import asyncio
 
+from agentrl_cli.observe import keys
+from agentrl_cli.outcomes import Phase
+
 STEPS = 2
 
 
 def baseline_config(cfg):
     """The smallest loop: groups of 2, one micro-batch of 4 per step, a sync after every step."""
-    return cfg.model_copy(update={
-        "rollout": cfg.rollout.model_copy(update={"group_size": 2, "concurrency": min(cfg.rollout.concurrency, 8),
-                                                  "weight_sync_interval_steps": 1, "mode": "sync",
-                                                  "max_steps_per_trajectory": min(cfg.rollout.max_steps_per_trajectory, 4)}),
-        "training": cfg.training.model_copy(update={"micro_batch_size": 4, "gradient_accumulation_steps": 1,
-                                                    "checkpoint_interval_steps": 10_000, "resume_from_latest": False,
-                                                    "world_size": 1}),
-    })
+    from agentrl_cli.config.load import with_overrides
+
+    return with_overrides(cfg, {
+        "rollout.group_size": 2, "rollout.concurrency": min(cfg.rollout.concurrency, 8), "rollout.weight_sync_interval_steps": 1,
+        "rollout.mode": "sync", "rollout.max_steps_per_trajectory": min(cfg.rollout.max_steps_per_trajectory, 4),
+        "training.micro_batch_size": 4, "training.gradient_accumulation_steps": 1,
+        "training.checkpoint_interval_steps": 10_000, "training.resume_from_latest": False, "training.world_size": 1,
+    }, "the stage-0 baseline loop")
 
 
 def measure(cfg, workdir, run_id: str, progress=lambda message: None):
@@ -39,7 +42,7 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None):
     path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
 
     async def go():
-        async with training(cfg, workdir, path, run_id=run_id, phase="baseline", progress=progress) as run:
+        async with training(cfg, workdir, path, run_id=run_id, phase=Phase.BASELINE, progress=progress) as run:
             load = ServerLoad().start(run.client.urls)
             try:
                 summary = await run.run(STEPS)
@@ -51,12 +54,12 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None):
 
 
 def loop_figures(summary) -> dict:
-    sampling = sum(m["time/sampling_wait_s"] for m in summary.metrics)
-    training = sum(m["time/train_s"] for m in summary.metrics)
-    sync = sum(m["time/sync_s"] for m in summary.metrics)
+    sampling = sum(m[keys.TIME_SAMPLING_WAIT_S] for m in summary.metrics)
+    training = sum(m[keys.TIME_TRAIN_S] for m in summary.metrics)
+    sync = sum(m[keys.TIME_SYNC_S] for m in summary.metrics)
     timed = sampling + training + sync
     total = timed or 1.0
-    wall = max((m.get("elapsed_s") or 0.0) for m in summary.metrics) or total
+    wall = max((m.get(keys.ELAPSED_S) or 0.0) for m in summary.metrics) or total
     c, t = summary.counters, summary.timers
     episodes = sum(v for k, v in c.items() if k.startswith("termination_"))
     failed = c.get("termination_error", 0) + c.get("termination_timeout", 0)
@@ -77,10 +80,10 @@ def loop_figures(summary) -> dict:
         "episodes": episodes,
         "token_exact": {"episodes": c.get("token_exact_episodes", 0), "mismatches": c.get("token_exact_mismatches", 0),
                         "retokenized": c.get("token_exact_retokenized", 0)},
-        "samples_per_s": round(sum(m.get("train/samples") or 0 for m in summary.metrics) / wall, 3) if wall else 0.0,
+        "samples_per_s": round(sum(m.get(keys.TRAIN_SAMPLES) or 0 for m in summary.metrics) / wall, 3) if wall else 0.0,
         "step_breakdown": step_breakdown(summary.metrics),
-        "loss": [m.get("train/loss") for m in summary.metrics],
-        "reward_mean": [m.get("reward/mean") for m in summary.metrics],
+        "loss": [m.get(keys.TRAIN_LOSS) for m in summary.metrics],
+        "reward_mean": [m.get(keys.REWARD_MEAN) for m in summary.metrics],
     }
 
 
@@ -91,7 +94,7 @@ def step_breakdown(rows: list[dict]) -> dict:
     """Mean seconds per step of each `time/*` part the run records (those it recorded)."""
     out = {}
     for key in BREAKDOWN:
-        values = [r[f"time/{key}"] for r in rows if r.get(f"time/{key}") is not None]
+        values = [r[keys.time_part(key)] for r in rows if r.get(keys.time_part(key)) is not None]
         if values:
             out[key] = round(sum(values) / len(values), 4)
     return out

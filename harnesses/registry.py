@@ -11,10 +11,10 @@ process runs is seen by the next process.
 from __future__ import annotations
 
 import functools
-import importlib
 from importlib import metadata
 
 from agentrl_cli.errors import NotFoundError
+from agentrl_cli.plugins import import_target
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
@@ -40,12 +40,7 @@ def resolve(name: str) -> type:
         raise NotFoundError(f"unknown harness {name!r}; registered: {known}",
                             f"use a registered name, a `module:Class` path, or register one under the "
                             f"`{ENTRY_POINT_GROUP}` entry-point group")
-    module_name, _, attr = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise NotFoundError(f"harness {name!r} points at {target!r}, which cannot be loaded: {exc}",
-                            "check the module path and that its package is installed") from None
+    return import_target(f"harness {name!r}", target)
 
 
 def harness_version(name: str) -> str:

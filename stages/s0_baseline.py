@@ -20,38 +20,31 @@ import math
 
 from agentrl_cli.baseline import STEPS, measure
 from agentrl_cli.context import StageContext
+from agentrl_cli.observe import keys
 from agentrl_cli.report import Check, StageReport, atomic_write_text
 
 MIN_TIMED_FRACTION = 0.8  # the three timed phases must account for most of the loop's wall time
 
 
 def run(ctx: StageContext) -> StageReport:
-    loop = Loop()
-    checks = [ctx.check("whole loop once: rollout, reward, train step, weight sync", lambda: loop.once(ctx))]
-    if loop.summary is None or not loop.summary.metrics:
+    checks, baseline = ctx.produce("whole loop once: rollout, reward, train step, weight sync", lambda: loop_once(ctx))
+    if not baseline:
         return ctx.report(checks + [Check.skipped("baseline figures", "the loop did not complete; see above")])
-    baseline = loop.figures
     atomic_write_text(ctx.run.path / "baseline.json", json.dumps(baseline, indent=2) + "\n")
     checks += figure_checks(baseline)
     return ctx.report(checks, [f"baseline written to {ctx.run.path / 'baseline.json'}"], environment={"baseline": baseline})
 
 
-class Loop:
-    """The loop check's result, handed to the figure checks."""
-
-    summary = None
-    figures: dict = {}
-
-    def once(self, ctx: StageContext) -> Check:
-        self.summary, self.figures = measure(ctx.config, ctx.run.path / "stage0", ctx.run.run_id, ctx.progress)
-        summary = self.summary
-        synced = [s for s in summary.syncs if s["verified_tensors"] > 0]
-        losses = [m.get("train/loss") for m in summary.metrics]
-        ok = summary.steps == STEPS and len(synced) == STEPS and all(isinstance(x, float) and math.isfinite(x) for x in losses)
-        return Check.judge("whole loop once: rollout, reward, train step, weight sync", ok,
-                           {"steps": summary.steps, "verified_syncs": len(synced), "losses": losses},
-                           f"{STEPS} steps, each followed by a verified weight sync, finite loss",
-                           "see runs/<run_id>/stage0/logs and metrics.jsonl; run stages 4-6 to narrow it down")
+def loop_once(ctx: StageContext) -> tuple[Check, dict]:
+    """The loop's check, and its figures for the checks after it ({} when no step completed)."""
+    summary, figures = measure(ctx.config, ctx.run.path / "stage0", ctx.run.run_id, ctx.progress)
+    synced = [s for s in summary.syncs if s["verified_tensors"] > 0]
+    losses = [m.get(keys.TRAIN_LOSS) for m in summary.metrics]
+    ok = summary.steps == STEPS and len(synced) == STEPS and all(isinstance(x, float) and math.isfinite(x) for x in losses)
+    return Check.judge("whole loop once: rollout, reward, train step, weight sync", ok,
+                       {"steps": summary.steps, "verified_syncs": len(synced), "losses": losses},
+                       f"{STEPS} steps, each followed by a verified weight sync, finite loss",
+                       "see runs/<run_id>/stage0/logs and metrics.jsonl; run stages 4-6 to narrow it down"), figures
 
 
 def figure_checks(baseline: dict) -> list[Check]:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import math
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_cli.config import PlatformConfig
 from agentrl_cli.context import StageContext
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.observe import keys
+from agentrl_cli.outcomes import STAGE8_PHASES, Phase
+from agentrl_cli.report import Check, CheckStatus, StageReport
 from agentrl_cli.run import RunSummary
 from agentrl_cli.verify.judge import UNMEASURABLE, achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
 
@@ -34,34 +34,24 @@ EVAL_TASKS_PER_FAMILY = 12
 MIN_SHORT_STEPS = 5  # the entropy trend compares windows of at least 5 steps
 
 
-@dataclass
-class Trained:
-    """What one check produced for the checks after it: the model path, a run's summary, its config."""
-
-    path: Path | None = None
-    summary: RunSummary | None = None
-    cfg: PlatformConfig | None = None
-
-
 def run(ctx: StageContext) -> StageReport:
     phase = ctx.options.phase
-    if phase not in ("smoke", "short", "full"):
-        return ctx.report([Check("phase", "fail", phase, "smoke, short or full", f"unknown phase {phase!r}",
+    if phase not in STAGE8_PHASES:
+        return ctx.report([Check("phase", CheckStatus.FAIL, phase, ", ".join(STAGE8_PHASES), f"unknown phase {phase!r}",
                                  "agentrl stage run 8 --phase smoke")])
-    model = Trained()
-    checks = [ctx.check("model", lambda: _model(ctx, model))]
-    if model.path is None:
+    checks, path = ctx.produce("model", lambda: _model(ctx))
+    if path is None:
         return ctx.report(checks + [Check.skipped("training", "no model; see above")])
-    phases = {"smoke": _smoke, "short": _short, "full": _full}
-    return ctx.report(checks + phases[phase](ctx, model.path), environment={"phase": phase})
+    phases = {Phase.SMOKE: _smoke, Phase.SHORT: _short, Phase.FULL: _full}
+    return ctx.report(checks + phases[phase](ctx, path), environment={"phase": phase})
 
 
-def _model(ctx: StageContext, out: Trained) -> Check:
+def _model(ctx: StageContext) -> tuple[Check, Path]:
     from agentrl_cli.model.resolve import resolve_model_path
 
     ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
-    out.path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
-    return Check("model", "pass", str(out.path), "resolves to a model directory")
+    path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
+    return Check("model", CheckStatus.PASS, str(path), "resolves to a model directory"), path
 
 
 def _train(ctx, cfg, path, steps: int, **kw):
@@ -75,12 +65,12 @@ def _train(ctx, cfg, path, steps: int, **kw):
 def _step_line(row: dict, steps: int, deadline_s: float | None) -> str:
     """One progress line per trainer step: step, loss, reward, the latest evaluation and time left
     (to `steps` at the pace so far, or to the deadline when that comes first)."""
-    elapsed, step = row.get("elapsed_s") or 0.0, row["step"]
+    elapsed, step = row.get(keys.ELAPSED_S) or 0.0, row[keys.STEP]
     left = elapsed / max(1, step) * max(0, steps - step) if steps < 10 ** 6 else float("inf")
     if deadline_s is not None:
         left = min(left, max(0.0, deadline_s - elapsed))
-    evals = {k.split("/")[1]: v for k, v in row.items() if k.startswith("eval/") and k.endswith("/success_rate")}
-    loss, reward = row.get("train/loss"), row.get("reward/mean")
+    evals = {keys.eval_harness(k): v for k, v in row.items() if keys.eval_harness(k)}
+    loss, reward = row.get(keys.TRAIN_LOSS), row.get(keys.REWARD_MEAN)
     parts = [f"step {step}/{steps}" if steps < 10 ** 6 else f"step {step}",
              f"loss {loss:.4f}" if isinstance(loss, float) else "loss n/a",
              f"reward {reward:.3f}" if isinstance(reward, float) else "reward n/a"]
@@ -92,18 +82,14 @@ def _step_line(row: dict, steps: int, deadline_s: float | None) -> str:
 
 
 def _smoke(ctx: StageContext, path) -> list[Check]:
-    cfg = ctx.config
-    steps = cfg.stages.smoke_steps
-    interval = max(1, min(cfg.training.checkpoint_interval_steps, steps // 2))
-    cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"checkpoint_interval_steps": interval,
-                                                                            "resume_from_latest": True})})
-    first = Trained(cfg=cfg)
-    checks = [ctx.check("loss finite", lambda: _first_smoke_run(ctx, path, steps, first))]
-    a = first.summary
+    steps = ctx.config.stages.smoke_steps
+    interval = max(1, min(ctx.config.training.checkpoint_interval_steps, steps // 2))
+    cfg = ctx.derive({"training.checkpoint_interval_steps": interval, "training.resume_from_latest": True}, "stage 8 smoke")
+    checks, a = ctx.produce("loss finite", lambda: _first_smoke_run(ctx, cfg, path, steps))
     if a is None:
         return checks + [Check.skipped("smoke checks", "the first run failed; see above")]
-    rewards = [m.get("reward/mean") for m in a.metrics if m.get("reward/mean") is not None]
-    stds = [m.get("reward/std") or 0.0 for m in a.metrics]
+    rewards = [m.get(keys.REWARD_MEAN) for m in a.metrics if m.get(keys.REWARD_MEAN) is not None]
+    stds = [m.get(keys.REWARD_STD) or 0.0 for m in a.metrics]
     top = achievable_max_reward(cfg.reward.weights)
     degenerate = not rewards or (max(stds) == 0.0 and len(set(rewards)) <= 1)
     all_max = bool(rewards) and min(rewards) >= top * 0.999 and max(stds) == 0
@@ -131,12 +117,12 @@ def _pools_clean(a: RunSummary) -> Check:
                        "and see docs/security.md row 4")
 
 
-def _first_smoke_run(ctx, path, steps: int, out: Trained) -> Check:
-    out.summary = _train(ctx, out.cfg, path, steps)
-    losses = [m.get("train/loss") for m in out.summary.metrics]
+def _first_smoke_run(ctx, cfg, path, steps: int) -> tuple[Check, RunSummary]:
+    summary = _train(ctx, cfg, path, steps)
+    losses = [m.get(keys.TRAIN_LOSS) for m in summary.metrics]
     ok = len(losses) == steps and all(isinstance(x, float) and math.isfinite(x) for x in losses)
     return Check.judge("loss finite", ok, {"steps": len(losses), "first": _r(losses[:1]), "last": _r(losses[-1:])},
-                       f"{steps} steps, every loss finite", "lower training.learning_rate; see metrics.jsonl")
+                       f"{steps} steps, every loss finite", "lower training.learning_rate; see metrics.jsonl"), summary
 
 
 def _resume(ctx, cfg, path, steps: int, a: RunSummary) -> Check:
@@ -173,12 +159,9 @@ def _eval_tasks(cfg) -> dict:
 
 
 def _short(ctx: StageContext, path) -> list[Check]:
-    from agentrl_cli.config.load import with_overrides
-
     recipe = ctx.config.stages.short_recipe
-    trained = Trained(cfg=with_overrides(ctx.config, recipe, "stages.short_recipe") if recipe else ctx.config)
-    checks = [ctx.check("trained", lambda: _short_run(ctx, path, recipe, trained))]
-    s, cfg = trained.summary, trained.cfg
+    cfg = ctx.derive(recipe or {}, "stages.short_recipe")
+    checks, s = ctx.produce("trained", lambda: _short_run(ctx, cfg, path, recipe))
     if s is None or len(s.evals) < 2:
         return checks + [Check.skipped("short checks", "training did not complete; see above")]
     train_names = [h.name for h in cfg.harnesses if not h.held_out]
@@ -205,28 +188,28 @@ def _short(ctx: StageContext, path) -> list[Check]:
                                   "during training (their gain minus its own)",
                                   "the policy learned interface conventions: adjust harnesses[].weight, unify prompt and "
                                   "tool-description style, add environment variety"))
-    ok_entropy, measured = entropy_trend([m.get("train/entropy") for m in s.metrics if m.get("train/entropy") is not None])
+    ok_entropy, measured = entropy_trend([m.get(keys.TRAIN_ENTROPY) for m in s.metrics if m.get(keys.TRAIN_ENTROPY) is not None])
     checks.append(Check.judge("entropy neither collapses nor explodes", ok_entropy, measured,
                               "median of the last steps within 0.1x-10x of the first steps'",
                               "lower training.learning_rate or add training.entropy_coef"))
-    ok_norm, measured = grad_norm_stable([m.get("train/grad_norm") for m in s.metrics if m.get("train/grad_norm") is not None])
+    ok_norm, measured = grad_norm_stable([m.get(keys.TRAIN_GRAD_NORM) for m in s.metrics if m.get(keys.TRAIN_GRAD_NORM) is not None])
     checks.append(Check.judge("gradient norm stable", ok_norm, measured, "finite, max <= 100x median",
                               "lower training.learning_rate or training.max_grad_norm"))
     return checks
 
 
-def _short_run(ctx, path, recipe, out: Trained) -> Check:
-    minutes, cfg = ctx.config.stages.short_minutes, out.cfg
+def _short_run(ctx, cfg, path, recipe) -> tuple[Check, RunSummary]:
+    minutes = ctx.config.stages.short_minutes
     # whichever comes first: stages.short_minutes or training.total_steps
-    s = out.summary = _train(ctx, cfg, path, steps=cfg.training.total_steps, deadline_s=minutes * 60, eval_tasks=_eval_tasks(cfg),
-                             eval_every=cfg.stages.short_eval_every_steps)
-    trained = [m for m in s.metrics if m.get("train/samples")]
+    s = _train(ctx, cfg, path, steps=cfg.training.total_steps, deadline_s=minutes * 60, eval_tasks=_eval_tasks(cfg),
+               eval_every=cfg.stages.short_eval_every_steps)
+    trained = [m for m in s.metrics if m.get(keys.TRAIN_SAMPLES)]
     return Check.judge("trained", len(trained) >= MIN_SHORT_STEPS and len(s.evals) >= 2,
                        {"steps": s.steps, "steps_with_samples": len(trained), "evaluations": len(s.evals),
                         "minutes": minutes, "recipe": recipe},
                        f">= {MIN_SHORT_STEPS} steps that trained on samples within {minutes:g} minutes, evaluated before and after",
                        "too few steps for the trend checks: raise stages.short_minutes, or lower rollout.group_size / "
-                       "training.micro_batch_size so a step takes less time")
+                       "training.micro_batch_size so a step takes less time"), s
 
 
 def _full(ctx: StageContext, path) -> list[Check]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from agentrl_cli.observe import keys
+
 
 async def evaluate(run, eval_tasks: dict) -> dict:
     """The row of one evaluation of `eval_tasks` (harness -> tasks) at the run's current step."""
@@ -13,7 +15,7 @@ async def evaluate(run, eval_tasks: dict) -> dict:
     n = run.cfg.rollout.eval_concurrency
     limit = asyncio.Semaphore(n) if n > 0 else None
     results = await asyncio.gather(*(run.controller.evaluate(eval_tasks[h], temperature=0.0, limit=limit) for h in names))
-    run.metrics.append({"step": run.step, "version": run.version,  # the curve, readable while the run goes on
-                        **{f"eval/{h}/success_rate": r["success_rate"] for h, r in zip(names, results)},
-                        **{f"eval/{h}/episodes": r["n"] for h, r in zip(names, results)}})
+    run.metrics.append({keys.STEP: run.step, keys.VERSION: run.version,  # the curve, readable while the run goes on
+                        **{keys.eval_success_rate(h): r["success_rate"] for h, r in zip(names, results)},
+                        **{keys.eval_episodes(h): r["n"] for h, r in zip(names, results)}})
     return {"step": run.step, "version": run.version, **dict(zip(names, results))}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 
+from agentrl_cli.observe import keys
 from agentrl_cli.outcomes import Outcome
 from agentrl_cli.reward.aggregate import RewardNormalizer
 from agentrl_cli.training.grpo import Sample, group_advantages
@@ -23,10 +24,10 @@ class SampleBuilder:
         samples = [Sample(token_ids=e.record.token_ids, loss_mask=e.record.loss_mask, logprobs=e.record.logprobs, advantage=a)
                    for e, a in zip(eps, adv) if e.reward is not None]
         rewards = [e.reward for e in eps if e.reward is not None]
-        stats = {"reward/mean": statistics.fmean(rewards) if rewards else None,
-                 "reward/std": statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
-                 "reward/success_rate": sum(e.record.outcome == Outcome.SUCCESS for e in eps) / len(eps) if eps else None,
-                 "reward/masked": sum(e.reward is None for e in eps),
-                 "rollout/staleness_mean": statistics.fmean(version - e.version for e in eps) if eps else None,
-                 "tokens/trained": sum(e.tokens for e in eps)}
+        stats = {keys.REWARD_MEAN: statistics.fmean(rewards) if rewards else None,
+                 keys.REWARD_STD: statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
+                 keys.REWARD_SUCCESS_RATE: sum(e.record.outcome == Outcome.SUCCESS for e in eps) / len(eps) if eps else None,
+                 keys.REWARD_MASKED: sum(e.reward is None for e in eps),
+                 keys.ROLLOUT_STALENESS_MEAN: statistics.fmean(version - e.version for e in eps) if eps else None,
+                 keys.TOKENS_TRAINED: sum(e.tokens for e in eps)}
         return samples, stats

@@ -22,6 +22,7 @@ from typing import Callable
 
 from agentrl_cli.loop.checkpoints import CheckpointSchedule
 from agentrl_cli.loop.evaluation import evaluate
+from agentrl_cli.observe import keys
 from agentrl_cli.observe.step_metrics import step_row
 
 ROLLOUT_TIMERS = ("generate_s", "reward_s", "store_s", "env_s")
@@ -61,9 +62,9 @@ class StepTimes:
 
     def row(self) -> dict:
         on_path = {"wait_s": self.wait_s, "train_s": self.train_s, "sync_s": self.sync_s, "checkpoint_s": self.checkpoint_s}
-        row = {f"time/{k}": round(v, 4) for k, v in on_path.items()}
-        row["time/step_s"] = round(self.step_s, 4)
-        row["time/other_s"] = round(max(0.0, self.step_s - sum(on_path.values())), 4)
+        row = {keys.time_part(k): round(v, 4) for k, v in on_path.items()}
+        row[keys.time_part("step_s")] = round(self.step_s, 4)
+        row[keys.time_part("other_s")] = round(max(0.0, self.step_s - sum(on_path.values())), 4)
         return row
 
 
@@ -156,7 +157,7 @@ class StepLoop:
             summary.add_checkpoint(await self.checkpoints.save(run.step, steps))
         times.checkpoint_s = time.perf_counter() - t3 + t1 - t_ckpt
         times.step_s = time.perf_counter() - t0
-        run.trained_tokens += stats.get("tokens/trained") or 0
+        run.trained_tokens += stats.get(keys.TOKENS_TRAINED) or 0
         row = step_row(step=run.step, version=run.version, metrics=metrics, stats=stats, wait_s=times.wait_s,
                        train_s=times.train_s, sync_s=times.sync_s, elapsed=time.perf_counter() - t_start, controller=run.controller,
                        buffer=run.buffer, watchdog=run.watchdog, trained_tokens=run.trained_tokens)
@@ -164,7 +165,7 @@ class StepLoop:
         row.update(self._rollout_work())
         row.update(run.controller.harness_stats.snapshot())
         row.update(run.sandboxes.metrics())
-        row.update({f"rollout/{k}": v for k, v in run.controller.counters.items()
+        row.update({keys.rollout(k): v for k, v in run.controller.counters.items()
                     if k.startswith(("truncated_", "env_create_", "token_exact_"))})
         return row
 
@@ -172,8 +173,8 @@ class StepLoop:
         """The rollout's work since the last step, summed over episodes, and the episodes finished."""
         timers, counters = self.run.controller.timers, self.run.controller.counters
         episodes = sum(v for k, v in counters.items() if k.startswith("termination_"))
-        row = {f"time/{k}": round(timers.get(k, 0.0) - self._last_timers.get(k, 0.0), 4) for k in ROLLOUT_TIMERS}
-        row["rollout/episodes_step"] = episodes - self._last_episodes
+        row = {keys.time_part(k): round(timers.get(k, 0.0) - self._last_timers.get(k, 0.0), 4) for k in ROLLOUT_TIMERS}
+        row[keys.ROLLOUT_EPISODES_STEP] = episodes - self._last_episodes
         self._last_timers, self._last_episodes = dict(timers), episodes
         return row
 

@@ -35,6 +35,12 @@ TIME_SYNC_S = "time/sync_s"
 PHASE_TIMES = {"sampling": TIME_SAMPLING_WAIT_S, "training": TIME_TRAIN_S, "sync": TIME_SYNC_S}  # the three timed phases
 
 
+def time_part(part: str) -> str:
+    """`time/<part>` of a step's breakdown (`loop/steps.py`): on the trainer's path wait_s, train_s,
+    sync_s, checkpoint_s, other_s, step_s; beside it generate_s, reward_s, store_s, env_s."""
+    return f"time/{part}"
+
+
 def time_share(part: str) -> str:
     """`time/<part>_share`, part one of sampling, train, sync: the part's share of the step."""
     return f"time/{part}_share"
@@ -55,6 +61,8 @@ ROLLOUT_ENV_FAILURES = "rollout/env_failures"  # episodes ended by an environmen
 ROLLOUT_EPISODE_ERRORS = "rollout/episode_errors"  # episodes that failed to start or run
 ROLLOUT_INFRA_ERRORS = "rollout/infra_errors"
 ROLLOUT_GOODPUT = "rollout/goodput"  # trained tokens / generated tokens
+ROLLOUT_EPISODES_STEP = "rollout/episodes_step"  # episodes finished since the last step
+TOKENS_TRAINED = "tokens/trained"  # tokens of the step's trained episodes
 ROLLOUT_COUNTERS = ("aborted_generations", "resumed_generations", "wasted_tokens", "server_retries", "weight_resyncs")
 
 

@@ -16,6 +16,7 @@ import json
 import shutil
 from pathlib import Path
 
+from agentrl_cli.outcomes import Phase
 from agentrl_cli.report import atomic_write_text
 
 REPEAT_TASKS = 3
@@ -40,8 +41,8 @@ def run_config(cfg):
 
     recipe = cfg.stages.short_recipe
     cfg = with_overrides(cfg, recipe, "stages.short_recipe") if recipe else cfg
-    return cfg.model_copy(update={"training": cfg.training.model_copy(update={
-        "checkpoint_interval_steps": min(cfg.training.checkpoint_interval_steps, 5), "resume_from_latest": False})})
+    return with_overrides(cfg, {"training.checkpoint_interval_steps": min(cfg.training.checkpoint_interval_steps, 5),
+                                "training.resume_from_latest": False}, "the verification run")
 
 
 def verification_run(cfg, run, progress) -> str:
@@ -69,7 +70,7 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
     from harnesses.canaries import canary_tasks
 
     t0 = time.perf_counter()
-    async with started(cfg, workdir, path, run_id=run_id, phase="verify", progress=progress) as training:
+    async with started(cfg, workdir, path, run_id=run_id, phase=Phase.VERIFY, progress=progress) as training:
         tasks = eval_tasks(cfg, cfg.verify.eval_tasks_per_family)
         progress("evaluating before training")
         await training.evaluate(tasks)  # greedy success per harness, a row of metrics.jsonl
@@ -103,6 +104,7 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
 def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
     """Copy the newest checkpoint into a fresh directory, start a run there that resumes from it,
     and take one step."""
+    from agentrl_cli.config.load import with_overrides
     from agentrl_cli.run import train
     from agentrl_cli.training.checkpoint import CheckpointManager
 
@@ -112,9 +114,8 @@ def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
     step = int(latest.name.split("-")[1])
     resume_dir = workdir / "resume"
     shutil.copytree(workdir / "checkpoints", resume_dir / "checkpoints")
-    cfg = cfg.model_copy(update={"training": cfg.training.model_copy(update={"resume_from_latest": True})})
-
-    s = asyncio.run(train(cfg, resume_dir, path, step + 1, run_id=run_id, phase="verify-resume", progress=progress))
+    cfg = with_overrides(cfg, {"training.resume_from_latest": True}, "verify's resume probe")
+    s = asyncio.run(train(cfg, resume_dir, path, step + 1, run_id=run_id, phase=Phase.VERIFY_RESUME, progress=progress))
     ok = s.resumed_from == latest.name and s.start_step == step and s.steps == step + 1
     return {"ok": ok, "checkpoint": latest.name, "resumed_from": s.resumed_from, "start_step": s.start_step, "end_step": s.steps}
 

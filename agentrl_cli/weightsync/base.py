@@ -24,9 +24,12 @@ What does not belong here: any one transport (`disk.py`, `distributed.py`), the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentrl_cli.errors import AgentrlError
+
+if TYPE_CHECKING:
+    from agentrl_cli.training.backend import TrainingBackend
 
 
 class WeightSyncError(AgentrlError):
@@ -70,7 +73,7 @@ class Published:
 class WeightTransport(Protocol):
     name: str
 
-    async def prepare(self, backend, version: int) -> Prepared: ...
+    async def prepare(self, backend: TrainingBackend, version: int) -> Prepared: ...
     async def publish(self, prepared: Prepared) -> Published: ...
     async def resend(self, urls: list[str], last: Published) -> bool: ...
     async def close(self) -> None: ...

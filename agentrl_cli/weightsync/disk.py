@@ -8,9 +8,13 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentrl_cli.weightsync.base import Prepared, Published
 from agentrl_cli.weightsync.servers import load_from_disk
+
+if TYPE_CHECKING:
+    from agentrl_cli.training.backend import TrainingBackend
 
 
 class DiskTransport:
@@ -24,7 +28,7 @@ class DiskTransport:
     def from_config(cls, cfg, client, workdir: Path) -> "DiskTransport":
         return cls(client, Path(workdir) / "weights")
 
-    async def prepare(self, backend, version: int) -> Prepared:
+    async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
         path = self.root / f"v{version:06d}"
         if path.exists():
             shutil.rmtree(path)

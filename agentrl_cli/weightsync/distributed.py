@@ -15,9 +15,20 @@ import asyncio
 import contextlib
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError
-from agentrl_cli.weightsync.group import DEFAULT_GROUP, DEFAULT_TIMEOUT_S, default_backend, dtype_name, listen, open_group
+from agentrl_cli.weightsync.group import (
+    DEFAULT_GROUP,
+    DEFAULT_TIMEOUT_S,
+    default_backend,
+    dtype_name,
+    listen,
+    open_group,
+)
+
+if TYPE_CHECKING:
+    from agentrl_cli.training.backend import TrainingBackend
 
 
 class DistributedTransport:
@@ -40,7 +51,7 @@ class DistributedTransport:
 
         return cls(client, ranks_per_server=ranks_per_server(cfg))
 
-    async def prepare(self, backend, version: int) -> Prepared:
+    async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
         """Copies of the trainer's parameters (every rank calls it; {} except on rank 0)."""
         named = await asyncio.to_thread(backend.named_tensors)
         return Prepared(version=version, payload=named, rank=backend.rank)

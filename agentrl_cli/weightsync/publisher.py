@@ -25,10 +25,19 @@ import time
 from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
-from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError, WeightTransport
+from agentrl_cli.weightsync.base import (
+    Prepared,
+    Published,
+    WeightSyncError,
+    WeightTransport,
+)
 from agentrl_cli.weightsync.servers import load_from_disk, stale_servers
+
+if TYPE_CHECKING:
+    from agentrl_cli.training.backend import TrainingBackend
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +65,7 @@ class WeightPublisher:
 
     # ---- one version ------------------------------------------------------------------------------
 
-    async def prepare(self, backend, version: int) -> Prepared:
+    async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
         """Read `version`'s weights off the trainer and the values to verify them by."""
         t0 = time.perf_counter()
         with self._busy():
@@ -80,10 +89,10 @@ class WeightPublisher:
         self.history.append(entry)
         return entry
 
-    async def sync(self, backend, version: int) -> dict:
+    async def sync(self, backend: TrainingBackend, version: int) -> dict:
         return await self.publish(await self.prepare(backend, version))
 
-    async def sync_retrying(self, backend, version: int) -> dict:
+    async def sync_retrying(self, backend: TrainingBackend, version: int) -> dict:
         async with self._lock:
             try:
                 return await self.sync(backend, version)
@@ -99,7 +108,7 @@ class WeightPublisher:
     def publishing(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    async def start(self, backend, version: int) -> None:
+    async def start(self, backend: TrainingBackend, version: int) -> None:
         prepared = await self.prepare(backend, version)
 
         async def publish() -> dict:
@@ -123,7 +132,7 @@ class WeightPublisher:
 
     # ---- servers that restarted -------------------------------------------------------------------
 
-    async def before_step(self, backend, version: int) -> dict | None:
+    async def before_step(self, backend: TrainingBackend, version: int) -> dict | None:
         """Bring restarted servers up to date, with a full sync when one is due; returns the row of
         a publish that finished meanwhile (the full sync waits for it first)."""
         if not self.publishing:  # a publish in flight brings every server up to date itself
@@ -161,7 +170,7 @@ class WeightPublisher:
 
     # ---- verification -----------------------------------------------------------------------------
 
-    def _reference(self, backend) -> dict[str, list[float]]:
+    def _reference(self, backend: TrainingBackend) -> dict[str, list[float]]:
         names = dict(backend.parameter_names())
         picked = [n for n in self.verify_names if n in names] or list(names)[:1]
         return backend.named_parameter_sample(picked, self.sample)

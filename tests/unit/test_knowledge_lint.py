@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from agentrl_cli.observe import keys
 from agentrl_cli.troubleshoot import signals
 from agentrl_cli.troubleshoot.detectors import DETECTORS
 from agentrl_cli.troubleshoot.knowledge import load_knowledge_base
@@ -28,20 +29,47 @@ def test_every_signal_named_by_an_entry_is_emitted():
     assert not in_text, f"signals named in entry texts that no code emits: {in_text}"
 
 
+def _named_in_keys() -> tuple[dict[str, str], dict[str, str]]:
+    """keys.py's constants by value, and its key-building functions by the template they build
+    (each parameter as `<name>`, `h` as `<harness>`)."""
+    import inspect
+
+    constants = {v: n for n, v in vars(keys).items() if isinstance(v, str) and n.isupper()}
+    functions = {}
+    for n, f in vars(keys).items():
+        if inspect.isfunction(f) and f.__module__ == keys.__name__:
+            params = list(inspect.signature(f).parameters)
+            if params and all(p not in ("key", "row") for p in params):
+                functions[f(*(f"<{'harness' if p == 'h' else p}>" for p in params))] = n
+    return constants, functions
+
+
+def _written(name: str, writers: str) -> bool:
+    """Whether the writers' source writes metric `name`: as a literal, an f-string, or through the
+    keys.py constant or function that names it (keys.py itself is not a writer)."""
+    constants, functions = _named_in_keys()
+    group, key = name.split("/", 1)
+    template = re.sub(r"<(\w+)>", r"{\1}", name.replace("<harness>", "{h}"))
+    return bool(f'"{name}"' in writers or f'"{key}"' in writers or f'f"{template}"' in writers
+                or f'f"{template.replace("{h}", "{n}")}"' in writers
+                or (name in constants and re.search(rf"\b{constants[name]}\b", writers))
+                or (name in functions and re.search(rf"\.{functions[name]}\(", writers))
+                or (group == "rollout" and key in keys.ROLLOUT_COUNTERS and "ROLLOUT_COUNTERS" in writers))
+
+
 def test_the_signal_registry_matches_the_code_that_writes_each_signal():
-    run_py = _source("agentrl_cli", "run.py") + "".join(p.read_text(encoding="utf-8")
-                                                        for d in ("observe", "loop", "weightsync")
-                                                        for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py")))
+    writers = _source("agentrl_cli", "run.py") + "".join(p.read_text(encoding="utf-8")
+                                                         for d in ("observe", "loop", "weightsync")
+                                                         for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py"))
+                                                         if p.name != "keys.py")
     learner = _source("agentrl_cli", "training", "deepspeed_backend.py")
+    assert not any(_written(name, "") for name in signals.METRICS)  # naming a key in keys.py writes nothing
     for name in signals.METRICS:
         group, key = name.split("/", 1)
         if group == "train":  # the learner's train_step returns the key; the run prefixes it with train/
             assert f'"{key}"' in learner or f"{key}=" in learner, name
-        elif "<" in name:  # one key per harness (and error, tool, status): the f-string that writes it
-            template = re.sub(r"<(\w+)>", r"{\1}", name.replace("<harness>", "{h}"))
-            assert f'f"{template}"' in run_py or f'f"{template.replace("{h}", "{n}")}"' in run_py, name
         else:
-            assert f'"{name}"' in run_py or f'"{key}"' in run_py, name
+            assert _written(name, writers), name
     stage0 = _source("agentrl_cli", "baseline.py") + _source("agentrl_cli", "verify", "server_load.py")
     for name, path in signals.BASELINE.items():
         assert f'"{path[0]}"' in stage0, name
