@@ -65,12 +65,6 @@ class Check:
         return cls(name, CheckStatus.INFO, measured, expected, detail, "")
 
     @classmethod
-    def not_implemented(cls, what: str) -> "Check":
-        return cls("not implemented", CheckStatus.FAIL, "not built", "implemented", f"not built in this agentrl version; planned checks: {what}",
-                   "nothing to fix in your setup: this stage's checks are not built yet "
-                   "(the stage table in README.md says what each stage will check)")
-
-    @classmethod
     def crashed(cls, name: str, exc: BaseException) -> "Check":
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         return cls(name, CheckStatus.FAIL, None, "the check runs to completion", f"{type(exc).__name__}: {exc}\n\n{tb}",

@@ -32,6 +32,7 @@ from agentrl_cli.loop.samples import SampleBuilder
 from agentrl_cli.loop.steps import RunSummary, StepLoop, samples_per_step
 from agentrl_cli.observe.step_metrics import MetricsLog
 from agentrl_cli.observe.watchdog import Watchdog
+from agentrl_cli.outcomes import Phase
 from agentrl_cli.training.checkpoint import CheckpointManager
 
 __all__ = ["RunSummary", "TrainingRun", "samples_per_step", "train", "training"]
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 class TrainingRun:
     """The parts of one run. `await start()`, `await run(steps)` (any number of times), `await close()`."""
 
-    def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = "train",
+    def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
                  progress: Callable[[str], None] = lambda msg: None) -> None:
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
         self.progress = progress
@@ -147,7 +148,7 @@ class TrainingRun:
 
 
 @contextlib.asynccontextmanager
-async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = "train",
+async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
                    progress: Callable[[str], None] = lambda msg: None) -> AsyncIterator[TrainingRun]:
     """A started run, closed on the way out whatever happens inside."""
     run = TrainingRun(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress)
@@ -158,7 +159,7 @@ async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: 
         await run.close()
 
 
-async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str, phase: str = "train",
+async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str, phase: str = Phase.TRAIN,
                 progress: Callable[[str], None] = lambda msg: None, **run_options) -> RunSummary:
     """Start a run, train to step `steps` (`run_options` as `TrainingRun.run`), close it; the summary's
     counters include what outlived the run's sandbox pools."""

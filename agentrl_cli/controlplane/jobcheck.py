@@ -18,7 +18,7 @@ from agentrl_cli.controlplane.executor import FINISHED, PENDING, RUNNING, SUCCEE
 from agentrl_cli.controlplane.registry import Registry, spec_of
 from agentrl_cli.controlplane.service import advance_once
 from agentrl_cli.controlplane.store import StateStore
-from agentrl_cli.report import Check
+from agentrl_cli.report import Check, CheckStatus
 
 NOOP = ["sh", "-c", 'echo "agentrl no-op job in pool ${AGENTRL_JOB_POOL} (slurm partition ${SLURM_JOB_PARTITION:-none})"']
 SLEEPER = ["sleep", "600"]
@@ -93,7 +93,7 @@ class JobProbe:
         try:
             running = self.wait(lambda js: all(j["state"] == RUNNING for j in js.values()), fill)
             if not all(j["state"] == RUNNING for j in running.values()):
-                return Check(name, "fail", {j: v["state"] for j, v in running.items()}, f"{len(fill)} jobs running in {low.name}",
+                return Check(name, CheckStatus.FAIL, {j: v["state"] for j, v in running.items()}, f"{len(fill)} jobs running in {low.name}",
                              "the low-tier jobs never all ran", "free the pool (agentrl job list) and rerun")
             hi = self.submit(high.name, ["sleep", "1"], cpus=high.capacity)
             jobs = self.wait(lambda js: js[hi]["state"] in (RUNNING, SUCCEEDED) and any(js[f]["restarts"] for f in fill), [hi, *fill])
@@ -120,7 +120,7 @@ class JobProbe:
         self._blockers = [self.submit(pool.name, SLEEPER) for _ in range(fill_n)]
         running = self.wait(lambda js: all(j["state"] == RUNNING for j in js.values()), self._blockers)
         if not all(j["state"] == RUNNING for j in running.values()):
-            return Check(name, "fail", {j: v["state"] for j, v in running.items()}, f"{fill_n} jobs running in {pool.name}",
+            return Check(name, CheckStatus.FAIL, {j: v["state"] for j, v in running.items()}, f"{fill_n} jobs running in {pool.name}",
                          "the jobs filling the pool never all ran", "free the pool (agentrl job list) and rerun")
         over = self.submit(pool.name, SLEEPER)
         job = self.wait(lambda js: js[over]["state"] == PENDING and bool(js[over]["reason"]), [over], 30.0)[over]

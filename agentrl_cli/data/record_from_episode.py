@@ -16,7 +16,7 @@ import numpy as np
 
 from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, utcnow
 from agentrl_cli.episode import Evidence, Observation, Trajectory, calls_of
-from agentrl_cli.outcomes import Outcome, Termination
+from agentrl_cli.outcomes import Outcome, Phase, Termination
 
 FAILED_CALL = ("error", "timeout", "rate_limited", "invalid_action")
 
@@ -37,7 +37,7 @@ def _arrays(token_ids, loss_mask, logprobs) -> dict:
 
 def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, reward=None,
                         evidence: Evidence | None = None, termination: str = Termination.DONE, seed: int = 0,
-                        phase: str = "train", group_id: str = "", task_set_version: str = "",
+                        phase: str = Phase.TRAIN, group_id: str = "", task_set_version: str = "",
                         weight_versions: list[str] | None = None, trajectory_id: str | None = None,
                         step_times: list[tuple] | None = None, token_ids=None, loss_mask=None, logprobs=None,
                         prompt_tokens: int = 0, completion_tokens: int = 0) -> TrajectoryRecord:

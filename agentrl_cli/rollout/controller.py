@@ -24,7 +24,7 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
+from agentrl_cli.outcomes import Outcome, Phase, RewardStatus, Termination
 from agentrl_cli.data.record_from_episode import record_from_episode
 from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.models import RewardResult
@@ -74,7 +74,7 @@ class HarnessPool:
 
 class RolloutController:
     def __init__(self, config, client, tokenizer, reward, sampler: TaskSampler, buffer: TrajectoryBuffer, *,
-                 run_id: str, writer=None, make_harness=None, phase: str = "train", temperature: float = 1.0) -> None:
+                 run_id: str, writer=None, make_harness=None, phase: str = Phase.TRAIN, temperature: float = 1.0) -> None:
         from harnesses.registry import create
 
         self.config, self.client, self.tokenizer, self.reward = config, client, tokenizer, reward

@@ -46,11 +46,6 @@ def test_crashing_check_becomes_failure_with_traceback():
     assert check.hint
 
 
-def test_not_implemented_fails_with_hint():
-    check = Check.not_implemented("everything")
-    assert check.status == "fail" and check.name == "not implemented" and check.hint
-
-
 def test_report_round_trips_through_json(tmp_path):
     report = _report([Check.judge("a", True, 2.5, ">= 1", "raise it"), Check.skipped("b", "why")])
     json_path, md_path = write_report(report, tmp_path)
