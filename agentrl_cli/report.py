@@ -66,10 +66,12 @@ class Check:
 
     @classmethod
     def crashed(cls, name: str, exc: BaseException) -> "Check":
+        """A check that raised: the traceback as its detail; an error that carries its own fix
+        (`AgentrlError.hint`) gives it as the hint."""
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(name, CheckStatus.FAIL, None, "the check runs to completion", f"{type(exc).__name__}: {exc}\n\n{tb}",
-                   "the check raised an exception; the traceback is in this report's JSON (detail) - "
-                   "rerun with AGENTRL_DEBUG=1 to see it on the console")
+        hint = getattr(exc, "hint", "") or ("the check raised an exception; the traceback is in this report's JSON (detail) - "
+                                            "rerun with AGENTRL_DEBUG=1 to see it on the console")
+        return cls(name, CheckStatus.FAIL, None, "the check runs to completion", f"{type(exc).__name__}: {exc}\n\n{tb}", hint)
 
 
 def guarded(name: str, fn: Callable[[], Check]) -> Check:

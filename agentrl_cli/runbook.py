@@ -53,6 +53,7 @@ STAGES: tuple[StageSpec, ...] = (
 )
 BY_NUMBER = {s.number: s for s in STAGES}
 MODEL_STAGES = (0, 4, 8)  # stages that run the configured model: their reports record its card
+HARNESS_STAGES = (0, 5, 8)  # stages that play episodes of the configured harnesses
 
 
 def parse_selection(text: str) -> list[int]:

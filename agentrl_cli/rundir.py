@@ -74,10 +74,11 @@ class RunDir:
 
 
 def harness_records(loaded: LoadedConfig) -> list[dict]:
+    from harnesses.base import CONTRACT_VERSION
     from harnesses.registry import harness_version  # local: harness modules may be heavy
 
-    return [{"name": h.name, "version": harness_version(h.name), "image_tag": h.image_tag, "held_out": h.held_out}
-            for h in loaded.config.harnesses]
+    return [{"name": h.name, "version": harness_version(h.name), "contract": CONTRACT_VERSION, "image_tag": h.image_tag,
+             "held_out": h.held_out} for h in loaded.config.harnesses]
 
 
 def create_run(loaded: LoadedConfig, run_id: str | None = None, command: list[str] | None = None) -> RunDir:

@@ -8,7 +8,13 @@ episode vocabulary (`agentrl_cli.episode`, re-exported here): it is given a `Tas
 tool calls the model's chat renderer parsed from it) and reports the tool calls it made as
 `ToolCallResult`s on `Observation.calls`.
 
-Required (`HarnessAdapter`):
+Contract version CONTRACT_VERSION. A harness that lacks one of REQUIRED_MEMBERS is refused when it
+loads (exit 2, before any server starts), naming each missing member. In training, agentrl applies
+the defaults of the others: `system_prompt` "", `tools` [], `evidence` the final answer parsed from
+the last action and no files. An exception from harness code ends that episode `infra_error`
+(masked) and is counted; `rollout.max_harness_errors` failures in a row stop the run.
+
+The whole contract (`HarnessAdapter`), what the runbook's checks call:
   name, version             the harness's name and contract version (recorded with every trajectory)
   system_prompt(), tools()  the system prompt; JSON-schema tool specs as chat templates take them
   reset(task) -> Observation  start an episode; no state of an earlier one survives (files,
@@ -51,8 +57,17 @@ from typing import Protocol, runtime_checkable
 from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, Observation, TaskSet, TaskSpec, ToolCall,
                                  ToolCallResult, Trajectory, calls_of)
 
-__all__ = ["OBSERVATION_STATUSES", "Action", "Evidence", "HarnessAdapter", "Observation", "ScriptedSolutions",
+__all__ = ["CONTRACT_VERSION", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "Observation", "ScriptedSolutions",
            "TaskSet", "TaskSource", "TaskSpec", "ToolCall", "ToolCallResult", "Trajectory", "calls_of"]
+
+
+CONTRACT_VERSION = "2"  # 1: seed 003's members; 2: + evidence, Observation.calls, optional hooks
+REQUIRED_MEMBERS = ("name", "version", "reset", "step", "close")
+
+
+def missing_members(cls: type) -> list[str]:
+    """The required members `cls` does not define."""
+    return [m for m in REQUIRED_MEMBERS if not hasattr(cls, m)]
 
 
 @runtime_checkable

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from agentrl_cli.errors import NotFoundError
+from agentrl_cli.errors import ConfigError, NotFoundError
 from agentrl_cli.plugins import import_target
+from harnesses.base import CONTRACT_VERSION, REQUIRED_MEMBERS, missing_members
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
@@ -40,7 +41,22 @@ def resolve(name: str) -> type:
         raise NotFoundError(f"unknown harness {name!r}; registered: {known}",
                             f"use a registered name, a `module:Class` path, or register one under the "
                             f"`{ENTRY_POINT_GROUP}` entry-point group")
-    return import_target(f"harness {name!r}", target)
+    cls = import_target(f"harness {name!r}", target)
+    missing = missing_members(cls)
+    if missing:
+        raise ConfigError(f"harness {name!r} ({target}) does not implement harness contract {CONTRACT_VERSION}: "
+                          f"missing {', '.join(missing)}",
+                          f"define {', '.join(missing)} on the class (harnesses/base.py: required members "
+                          f"{', '.join(REQUIRED_MEMBERS)}; the others are optional, with defaults)")
+    return cls
+
+
+def check_configured(platform_config) -> dict[str, str]:
+    """Load every configured harness and check it against the contract (raises NotFoundError or
+    ConfigError, exit 2); name -> the contract version it was checked against."""
+    for h in platform_config.harnesses:
+        resolve(h.name)
+    return {h.name: CONTRACT_VERSION for h in platform_config.harnesses}
 
 
 def harness_version(name: str) -> str:
@@ -49,6 +65,8 @@ def harness_version(name: str) -> str:
         cls = resolve(name)
     except NotFoundError:
         return "unavailable: not registered"
+    except ConfigError:
+        return "unavailable: does not implement the harness contract"
     return str(getattr(cls, "version", "unknown"))
 
 

@@ -16,7 +16,7 @@ from agentrl_cli.report import CheckStatus
 from agentrl_cli.observe.progress import stderr_console
 from agentrl_cli.render import StageProgress, print_table, render_report, render_summary
 from agentrl_cli.rundir import create_run, find_stage_report
-from agentrl_cli.runbook import MODEL_STAGES, STAGES, exit_code, parse_selection, run_stages
+from agentrl_cli.runbook import HARNESS_STAGES, MODEL_STAGES, STAGES, exit_code, parse_selection, run_stages
 
 app = typer.Typer(help="Run the stage runbook (0..8) and read its reports.", no_args_is_help=True)
 
@@ -67,6 +67,10 @@ def run(
         raise UsageError(f"bad --phase {phase!r}", f"use one of: {', '.join(STAGE8_PHASES)}")
     stages = parse_selection(selection)
     loaded = load(config, sets)
+    if any(n in HARNESS_STAGES for n in stages):
+        from harnesses.registry import check_configured
+
+        check_configured(loaded.config)  # a harness that cannot load is refused before any server starts
     run_dir = create_run(loaded, run_id)
     console, progress_console = out(), stderr_console()
     progress_console.print(f"run {run_dir.run_id}: stages {', '.join(map(str, stages))} -> {run_dir.path}", soft_wrap=True)

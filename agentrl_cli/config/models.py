@@ -67,6 +67,7 @@ class RolloutConfig(Section):
     resume_max_attempts: int = Field(8, ge=0, le=1000, description="Re-sends of one interrupted generation before its episode is infra_error")
     resume_deadline_s: float = Field(300.0, gt=0, description="Seconds from a generation's first failure to giving up (covers a server restart)")
     weight_sync_interval_steps: int = Field(4, ge=1, description="Trainer steps between weight syncs to the inference servers")
+    max_harness_errors: int = Field(8, ge=0, description="Episodes in a row a harness's own code may fail (an exception in reset, step, evidence, system_prompt or tools: the episode is masked as infra_error and counted) before the run stops with exit 1; 0 = never stop")
     max_staleness: int = Field(2, ge=0, description="Drop trajectories more than this many policy versions old")
     batch_window_ms: float = Field(10.0, ge=0, le=10_000, description="Inference batching window: requests arriving within it share a forward pass")
     mode: Literal["async", "sync"] = Field("async", description="async: rollout runs ahead of training; sync: generate a batch, then train")

@@ -125,10 +125,12 @@ class StepLoop:
         run, cfg = self.run, self.cfg
         times = StepTimes()
         t0 = time.perf_counter()
+        run.controller.harness_errors.raise_if_failed()
         summary.add_sync(await run.publisher.before_step(run.backend, run.version))
         if generate_first:  # sync mode: generate this step's groups, then train
             await run.controller.run(asyncio.Event(), max_groups=self.groups_per_step)
         groups = await run.buffer.take(self.groups_per_step, run.version, timeout=cfg.rollout.step_timeout_seconds * 10)
+        run.controller.harness_errors.raise_if_failed()
         if not groups:
             raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
         self._taken += 1
@@ -167,6 +169,7 @@ class StepLoop:
         row.update(run.sandboxes.metrics())
         row.update({keys.rollout(k): v for k, v in run.controller.counters.items()
                     if k.startswith(("truncated_", "env_create_", "token_exact_"))})
+        row.update({k: v for k, v in run.controller.counters.items() if k.startswith("env/")})  # harness errors
         return row
 
     def _rollout_work(self) -> dict:

@@ -120,6 +120,11 @@ def env_create_failures(h: str, error: str) -> str:
     return f"env/{h}/create_failures/{error}"
 
 
+def env_harness_errors(h: str, method: str) -> str:
+    """`env/<harness>/harness_errors/<method>`: episodes the harness's own `method` failed (masked)."""
+    return f"env/{h}/harness_errors/{method}"
+
+
 ENV_TOOL_PATTERN = r"^env/([^/]+)/tool/(.+)/([^/]+)$"  # groups: harness, tool, status
 ENV_CREATE_FAILURES_PATTERN = r"^env/([^/]+)/create_failures/(.+)$"  # groups: harness, error
 LEVEL_NAMESPACES = ("env", "infer")  # `<ns>/<harness>/<figure>`: per-harness service levels

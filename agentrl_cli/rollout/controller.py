@@ -29,6 +29,7 @@ from agentrl_cli.data.record_from_episode import record_from_episode
 from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.models import RewardResult
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.rollout.harness_errors import HarnessErrors
 from agentrl_cli.rollout.run_episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
@@ -98,6 +99,7 @@ class RolloutController:
         self.on_recovered = None  # async (): awaited when a lost server is back, before generating resumes
         self.watchdog = Watchdog(config.training.watchdog_seconds)  # the run replaces it with its started one
         self.harness_stats = HarnessStats()
+        self.harness_errors = HarnessErrors(r.max_harness_errors)
         self._tasks: set[asyncio.Task] = set()
         self.lead_limit = None  # () -> most episodes in flight + buffered (the run: what training can still use)
 
@@ -125,6 +127,7 @@ class RolloutController:
                                        resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
                                        stats=self.harness_stats, create_retries=r.env_create_retries,
                                        create_backoff_s=r.env_create_backoff_s)
+            self.harness_errors.record(draw.task.harness, result, self.counters)
         finally:
             end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
             if end is not None:
@@ -138,7 +141,8 @@ class RolloutController:
         tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
         if result.termination == Termination.INFRA_ERROR:
-            scored = infra_lost(tid, result.error, "environment_unavailable" if result.counters.get("env_create_failures")
+            scored = infra_lost(tid, result.error, "harness_error" if result.harness_error and not result.counters.get("env_create_failures")
+                                else "environment_unavailable" if result.counters.get("env_create_failures")
                                 else "inference_unavailable")
         else:
             self.watchdog.begin("reward")

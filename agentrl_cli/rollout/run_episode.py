@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
-from agentrl_cli.episode import Action, Observation, Trajectory
+from agentrl_cli.episode import Action, Evidence, Observation, Trajectory
 
 
 @dataclass
@@ -44,6 +45,25 @@ class EpisodeResult:
     env_s: float = 0.0
     error: str = ""
     counters: Counter = field(default_factory=Counter)  # resume.COUNTERS, token_exact_*
+    harness_error: tuple[str, str] | None = None  # (method, what it raised) when the harness's own code failed
+
+
+def harness_failed(result: EpisodeResult, method: str, exc: BaseException) -> EpisodeResult:
+    """End the episode `infra_error` (masked: the environment failed, not the agent) because the
+    harness's `method` raised `exc`; the error names the method, the exception and where it was raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    result.termination = Termination.INFRA_ERROR
+    result.harness_error = (method, f"{type(exc).__name__}: {exc}{where}")
+    result.error = f"harness {method}() raised {result.harness_error[1]}"
+    return result
+
+
+def default_evidence(trajectory: Trajectory) -> Evidence:
+    """The evidence of a harness that defines no `evidence`: the final answer of its last action, no files."""
+    from harnesses.parsing import parse_answer
+
+    return Evidence(final_answer=parse_answer(trajectory.actions[-1].text) if trajectory.actions else None)
 
 
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
@@ -96,14 +116,20 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
                 result.counters["env_create_retries"] += 1
                 await asyncio.sleep(create_backoff_s * 2 ** attempt)
                 continue
-            result.termination = Termination.INFRA_ERROR
-            result.error = f"environment creation failed {attempt + 1} times: {type(exc).__name__}: {exc}"
+            harness_failed(result, "reset", exc)
+            result.error = f"environment creation failed {attempt + 1} times: {result.harness_error[1]}"
             return result
         if stats is not None:
             stats.record_create(name, time.perf_counter() - t0)
         break
     traj.observations.append(obs)
-    chat = ChatRenderer(tokenizer, harness.system_prompt(), harness.tools())
+    prompt_parts = {}
+    for method, default in (("system_prompt", ""), ("tools", [])):  # optional members of the contract
+        try:
+            prompt_parts[method] = getattr(harness, method)() if hasattr(harness, method) else default
+        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
+            return harness_failed(result, method, exc)
+    chat = ChatRenderer(tokenizer, prompt_parts["system_prompt"], prompt_parts["tools"])
     ids = chat.first_prompt(obs.text)
     result.token_ids, result.loss_mask, result.logprobs = list(ids), [0] * len(ids), [0.0] * len(ids)
     result.prompt_tokens = len(ids)
@@ -151,11 +177,11 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
             result.step_times.append((started, utcnow()))
             result.termination = Termination.TIMEOUT
             break
-        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode as `error`, never the run
+        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
             obs = Observation(text=f"harness error: {type(exc).__name__}: {exc}", status="error", done=True)
             traj.observations.append(obs)
             result.step_times.append((started, utcnow()))
-            result.termination, result.error = "error", f"{type(exc).__name__}: {exc}"
+            harness_failed(result, "step", exc)
             break
         traj.observations.append(obs)
         result.step_times.append((started, utcnow()))
@@ -179,10 +205,17 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
     # a fresh render of the whole conversation: in the harness's thread, so the event loop keeps
     # submitting the other episodes' generations meanwhile (the tokenizer is only read, never configured)
     await loop.run_in_executor(executor, count_mismatches, result, chat)
+    if result.harness_error is not None:
+        return result
+    if not hasattr(harness, "evidence"):
+        result.evidence = default_evidence(traj)
+        return result
     try:
         result.evidence = await env(harness.evidence, traj)
     except asyncio.TimeoutError:
         result.error = "collecting evidence timed out"
+    except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
+        harness_failed(result, "evidence", exc)
     return result
 
 

@@ -1,0 +1,120 @@
+"""A harness written to the contract as seed 003 states it (name, version, reset, step,
+compute_reward, close; no evidence, system_prompt, tools or full_reset) trains with the defaults
+agentrl applies; a harness whose own code raises never hangs a run: its episodes end `infra_error`
+(masked, so their groups complete), are counted per harness and method, and past
+`rollout.max_harness_errors` failures in a row the run stops naming the harness, the method and the
+exception."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from agentrl_cli.config import load_config
+from agentrl_cli.rollout.harness_errors import HarnessFailed
+from agentrl_cli.run import train
+from harnesses.base import Observation
+from tests.conftest import free_port
+from tests.integration.conftest import needs_bwrap
+
+pytestmark = [pytest.mark.integration, needs_bwrap]
+
+
+class Seed003Harness:
+    name = "seed003"
+    version = "0.1"
+
+    def reset(self, task_spec):
+        self.task = task_spec
+        return Observation(text=task_spec.prompt)
+
+    def step(self, action):
+        return Observation(text="recorded", done=True)
+
+    def compute_reward(self, trajectory) -> float:
+        return 1.0
+
+    def close(self) -> None:
+        self.task = None
+
+
+class BrokenStep(Seed003Harness):
+    def step(self, action):
+        raise RuntimeError("the environment fell over")
+
+
+class SometimesBroken(Seed003Harness):
+    calls = 0
+
+    def step(self, action):
+        SometimesBroken.calls += 1
+        if SometimesBroken.calls % 10 == 0:
+            raise RuntimeError("one step in ten fails")
+        return super().step(action)
+
+
+def config(tmp_path, random_model_dir, harness: str, **extra):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"s3/{split}/{i}", "prompt": f"Say something short about {w}.",
+                                         "answer": w, "split": split, "difficulty": 1,
+                                         "meta": {"family": "s3", "verify": "regex", "pattern": "(?s).{1,43}"}}) + "\n"
+                             for split in ("train", "eval") for i, w in enumerate(["sea", "sky", "sun", "tree"])))
+    sets = {"inference.port": free_port(), "inference.max_new_tokens": 16, "rollout.concurrency": 4, "rollout.group_size": 2,
+            "rollout.max_steps_per_trajectory": 1, "rollout.mode": "sync", "training.micro_batch_size": 4,
+            "training.checkpoint_interval_steps": 100, "data.root": str(tmp_path / "store"), "model.path": str(random_model_dir),
+            **extra}
+    harnesses = json.dumps([{"name": f"{__name__}:{harness}", "tasks": str(tasks)}])
+    return load_config(None, [f"{k}={v}" for k, v in sets.items()] + [f"harnesses={harnesses}"], env={}).config
+
+
+def test_a_harness_with_only_the_seed_contract_trains_with_agentrls_defaults(tmp_path, random_model_dir):
+    summary = asyncio.run(train(config(tmp_path, random_model_dir, "Seed003Harness"), tmp_path / "run", random_model_dir, 2,
+                                run_id="seed003"))
+    c = summary.counters
+    assert summary.steps == 2 and c.get("episode_errors", 0) == 0 and c.get("termination_infra_error", 0) == 0
+    assert not [k for k in c if "/harness_errors/" in k]
+    assert all(isinstance(m["train/loss"], float) for m in summary.metrics)
+
+
+def test_a_harness_whose_step_always_raises_stops_the_run_naming_it(tmp_path, random_model_dir):
+    cfg = config(tmp_path, random_model_dir, "BrokenStep", **{"rollout.max_harness_errors": 4})
+    t0 = time.perf_counter()
+    with pytest.raises(HarnessFailed) as info:
+        asyncio.run(train(cfg, tmp_path / "run", random_model_dir, 50, run_id="broken"))
+    elapsed = time.perf_counter() - t0
+    message = info.value.message
+    assert "BrokenStep" in message and "step()" in message and "RuntimeError: the environment fell over" in message
+    assert "in 4 episodes in a row" in message and "rollout.max_harness_errors" in info.value.hint
+    assert elapsed < 300, elapsed  # stopped at the failures, not at a timeout (rollout.step_timeout_seconds x 10)
+
+
+def test_a_harness_failing_one_step_in_ten_trains_to_the_end_with_those_episodes_masked(tmp_path, random_model_dir):
+    SometimesBroken.calls = 0
+    summary = asyncio.run(train(config(tmp_path, random_model_dir, "SometimesBroken"), tmp_path / "run", random_model_dir, 6,
+                                run_id="sometimes"))
+    c = summary.counters
+    failed = c[f"env/{__name__}:SometimesBroken/harness_errors/step"]
+    assert summary.steps == 6 and failed >= 2 and c["termination_infra_error"] == failed
+    assert sum(m["reward/masked"] for m in summary.metrics) >= 1
+    assert summary.metrics[-1][f"env/{__name__}:SometimesBroken/harness_errors/step"] >= 1
+
+
+class NoStep:
+    name, version = "nostep", "0.1"
+
+    def reset(self, task_spec):
+        return Observation(text=task_spec.prompt)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_harness_missing_a_required_member_is_refused_at_load_naming_it(cli, write_yaml):
+    write_yaml(f"harnesses:\n  - name: '{__name__}:NoStep'\n")
+    result = cli("stage", "run", "0")
+    assert result.exit_code == 2
+    assert "missing step" in result.stderr and "harness contract 2" in result.stderr
+    assert not list((write_yaml("", "x.txt").parent / "runs").glob("*"))  # refused before any run was created
