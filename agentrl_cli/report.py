@@ -34,6 +34,10 @@ class CheckStatus(StrEnum):
     INFO = "info"  # a figure reported, never judged
 
 
+PASS, FAIL, SKIP, INFO = CheckStatus  # the names stage modules written before CheckStatus import
+STATUSES = tuple(CheckStatus)
+
+
 @dataclass
 class Check:
     name: str

@@ -126,14 +126,18 @@ class TrainingRun:
             self.sandbox_leaks = self.sandboxes.close()
             if any(self.sandbox_leaks.values()):
                 log.error("sandboxes outlived the run: %s", self.sandbox_leaks)
-        for what, close in (("flushing trajectories", self.writer and self.writer.close),
-                            ("closing the weight transport", self.publisher and self.publisher.close),
-                            ("closing the inference client", self.client and self.client.close)):
+        if self.writer is not None:
             try:
-                if close:
-                    await close() if asyncio.iscoroutinefunction(close) else close()
+                self.writer.close()
             except Exception:  # noqa: BLE001 - the run's own error matters more
-                log.exception("%s failed", what)
+                log.exception("flushing trajectories failed")
+        if self.publisher is not None:
+            try:
+                await self.publisher.close()  # a distributed transport leaves its group on the servers and here
+            except Exception:  # noqa: BLE001 - the run's own error matters more
+                log.exception("closing the weight transport failed")
+        if self.client is not None:
+            await self.client.close()
         if self.backend is not None:
             self.backend.close()
         for s in self.servers:

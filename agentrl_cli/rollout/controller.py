@@ -141,9 +141,9 @@ class RolloutController:
         tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
         if result.termination == Termination.INFRA_ERROR:
-            scored = infra_lost(tid, result.error, "harness_error" if result.harness_error and not result.counters.get("env_create_failures")
-                                else "environment_unavailable" if result.counters.get("env_create_failures")
-                                else "inference_unavailable")
+            why = ("environment_unavailable" if result.counters.get("env_create_failures")
+                   else "harness_error" if result.harness_error else "inference_unavailable")
+            scored = infra_lost(tid, result.error, why)
         else:
             self.watchdog.begin("reward")
             scored = None
