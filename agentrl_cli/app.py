@@ -47,6 +47,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "report": ("agentrl_cli.commands.report", "report_command", "command",
                "Write a run's HTML report (plots, evaluation table, stage and verify reports) and summarise it."),
     "runs": ("agentrl_cli.commands.runs", "app", "group", "List and inspect runs (runs/<run_id>/)."),
+    "harness": ("agentrl_cli.commands.harness", "app", "group",
+                "Check a harness against the contract without a model; list the registered ones."),
     "sandbox": ("agentrl_cli.commands.sandbox", "app", "group",
                 "Run commands in sandboxes and check the isolation this host provides."),
     "serve": ("agentrl_cli.commands.serve", "app", "group",

@@ -94,6 +94,25 @@ class Evidence:
     protected: dict[str, str] = field(default_factory=dict)  # path -> sha256 it must still have (tamper check)
 
 
+@dataclass
+class HarnessReward:
+    """What a harness's `compute_reward` may return instead of a bare float: the score in [0, 1],
+    flags the reward service records (`tamper` scores 0 whatever the score says) and a short detail."""
+
+    score: float
+    flags: list[str] = field(default_factory=list)
+    detail: str = ""
+
+    @classmethod
+    def of(cls, value) -> "HarnessReward":
+        """A float, a bool or a HarnessReward as a HarnessReward (anything else is a TypeError naming it)."""
+        if isinstance(value, HarnessReward):
+            return value
+        if isinstance(value, (int, float)):
+            return cls(float(value))
+        raise TypeError(f"compute_reward returned {type(value).__name__}, not a float or HarnessReward")
+
+
 @dataclass(frozen=True)
 class TaskSet:
     """A harness's versioned tasks (train and eval splits). A harness that brings its own tasks

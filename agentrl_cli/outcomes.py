@@ -49,6 +49,7 @@ class Phase(StrEnum):
     FULL = "full"
     VERIFY = "verify"  # verify's own verification run
     VERIFY_RESUME = "verify-resume"  # verify's resume probe, one step on a copied checkpoint
+    PROBE = "probe"  # stage 5's episodes through the training path, one per harness (never trained on)
 
 
 STAGE8_PHASES = (Phase.SMOKE, Phase.SHORT, Phase.FULL)

@@ -43,8 +43,11 @@ class TrainingRun:
     """The parts of one run. `await start()`, `await run(steps)` (any number of times), `await close()`."""
 
     def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
-                 progress: Callable[[str], None] = lambda msg: None) -> None:
+                 progress: Callable[[str], None] = lambda msg: None, trainer: bool = True) -> None:
+        """`trainer=False`: the rollout side only (servers, harnesses and their sandboxes, reward,
+        store, controller), for playing episodes exactly as training does without training on them."""
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
+        self.with_trainer = trainer
         self.progress = progress
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.metrics = MetricsLog(self.metrics_path, cfg.observe, run_id=run_id)
@@ -78,8 +81,9 @@ class TrainingRun:
         self.servers, urls = launch(cfg, str(self.model_path), self.run_dir / "logs", beside_trainer=True)
         self.client = client_from_config(cfg, urls)
         self.client.watchdog = self.watchdog.start()
-        self.progress(f"starting the trainer ({cfg.training.backend})")
-        self.backend = await asyncio.to_thread(make_backend, self.model_path, cfg, self.run_dir)
+        if self.with_trainer:
+            self.progress(f"starting the trainer ({cfg.training.backend})")
+            self.backend = await asyncio.to_thread(make_backend, self.model_path, cfg, self.run_dir)
         self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.training.keep_last_checkpoints)
         train = [h for h in cfg.harnesses if not h.held_out]
         self.sampler = TaskSampler({h.name: task_set(h, cfg.data).select("train") for h in train}, {h.name: h.weight for h in train},
@@ -91,6 +95,9 @@ class TrainingRun:
                                             reward_client(cfg), self.sampler, self.buffer, run_id=self.run_id,
                                             writer=self.writer, phase=self.phase, temperature=cfg.inference.temperature,
                                             make_harness=self._make_harness)
+        if not self.with_trainer:
+            self.controller.watchdog = self.watchdog
+            return
         self.publisher = WeightPublisher(make_transport(cfg, self.client, self.run_dir), self.client,
                                          launch_path=self.model_path, counters=self.controller.counters,
                                          watchdog=self.watchdog, resume_deadline_s=r.resume_deadline_s)
@@ -153,9 +160,9 @@ class TrainingRun:
 
 @contextlib.asynccontextmanager
 async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
-                   progress: Callable[[str], None] = lambda msg: None) -> AsyncIterator[TrainingRun]:
-    """A started run, closed on the way out whatever happens inside."""
-    run = TrainingRun(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress)
+                   progress: Callable[[str], None] = lambda msg: None, trainer: bool = True) -> AsyncIterator[TrainingRun]:
+    """A started run, closed on the way out whatever happens inside (`trainer`: as TrainingRun)."""
+    run = TrainingRun(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, trainer=trainer)
     try:
         await run.start()
         yield run

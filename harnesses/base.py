@@ -9,31 +9,44 @@ tool calls the model's chat renderer parsed from it) and reports the tool calls 
 `ToolCallResult`s on `Observation.calls`.
 
 Contract version CONTRACT_VERSION. A harness that lacks one of REQUIRED_MEMBERS is refused when it
-loads (exit 2, before any server starts), naming each missing member. In training, agentrl applies
-the defaults of the others: `system_prompt` "", `tools` [], `evidence` the final answer parsed from
-the last action and no files. An exception from harness code ends that episode `infra_error`
-(masked) and is counted; `rollout.max_harness_errors` failures in a row stop the run.
+loads (exit 2, before any server starts), naming each missing member and the version. Every other
+member is optional: agentrl applies its default (`harnesses.defaults.WithDefaults`), never the
+harness author. A harness written against an earlier version (1: seed 003's members; 2: + evidence,
+Observation.calls, the class hooks) keeps working. The version each harness was checked against is
+recorded in every run's meta.json. An exception from harness code ends that episode `infra_error`
+(masked, its group completes) and is counted per harness and method; `rollout.max_harness_errors`
+failures in a row, or `rollout.max_harness_error_rate` of a window of episodes, stop the run (exit 1).
 
-The whole contract (`HarnessAdapter`), what the runbook's checks call:
-  name, version             the harness's name and contract version (recorded with every trajectory)
-  system_prompt(), tools()  the system prompt; JSON-schema tool specs as chat templates take them
+Required (REQUIRED_MEMBERS):
+  name, version             the harness's name and its own version (recorded with every trajectory)
   reset(task) -> Observation  start an episode; no state of an earlier one survives (files,
                             processes, caches, cookies)
   step(action) -> Observation  one model turn; a malformed action is answered with status
                             `invalid_action` (never an exception); `done` ends the episode.
                             `action.tool_calls`, when given, are the calls to make; a harness that
                             finds none there parses `action.text` in its own convention
-  compute_reward(trajectory) -> float  the harness's own score of an episode (checks and tests)
-  evidence(trajectory) -> Evidence  what verifiers need, collected before the episode's state is
-                            gone (return `Evidence()` when they need nothing)
-  full_reset()              rebuild external state too, for the clean-start check
   close()                   free everything (sandboxes, services, threads)
 
-Optional, with what agentrl does when a harness lacks it:
+Optional, each with the default agentrl applies when a harness lacks it:
+  system_prompt() -> str    default ""
+  tools() -> list[dict]     JSON-schema tool specs as chat templates take them; default []
+  evidence(trajectory) -> Evidence  what verifiers need, collected before the episode's state is
+                            gone; default: the final answer parsed from the last action, no files
+  compute_reward(trajectory) -> float | HarnessReward  the harness's own score in [0, 1] (a
+                            HarnessReward adds flags, e.g. `tamper`, and a detail). It is the
+                            training reward when `harnesses[].reward` is `harness` (or a component
+                            of it with `mix`), called right after the episode while its state is
+                            alive; default: none, and `reward: harness` is refused at load
+  reward_source (class attribute) "verifiers" | "harness"  what `harnesses[].reward` means when the
+                            config leaves it unset; default "verifiers"
+  full_reset()              rebuild external state too, for the clean-start check; default: close
+                            the instance and build a new one
   end_episode()             free the episode's resources now rather than at the next reset
                             (default: nothing until the next reset)
-  task_set() (classmethod) -> TaskSet  the harness's own versioned tasks (`TaskSource`; default:
-                            none, so `harnesses[].tasks` must name a file)
+  task_set() or task_set(options) (classmethod) -> TaskSet  the harness's own versioned tasks
+                            (`TaskSource`); one that takes an argument is given
+                            `harnesses[].options` (the constructor gets them too). Default:
+                            `harnesses[].tasks` must name a file
   scripted_action(task, turn) -> str | None (classmethod)  the action text a competent agent sends
                             at `turn` (0-based), None when the episode is over (`ScriptedSolutions`;
                             default: none, and the checks that need scripted play are skipped)
@@ -43,6 +56,8 @@ Optional, with what agentrl does when a harness lacks it:
                             reward-integrity check (`harnesses.canaries`; default: none)
   terse_action, slip_action, SLIP (classmethods, text)  other styles of the scripted solutions, for
                             the built-in model's warm start (`harnesses.oracle`; default: the plain one)
+
+`agentrl harness check NAME|module:Class` prints this check, the defaults applied and one episode.
 
 Tool calls: a step fills `Observation.calls` with one `ToolCallResult` per call it made (the tool's
 name, its parsed arguments, its own status). A harness written before `calls` existed may instead
@@ -54,15 +69,20 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, Observation, TaskSet, TaskSpec, ToolCall,
-                                 ToolCallResult, Trajectory, calls_of)
+from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, HarnessReward, Observation, TaskSet, TaskSpec,
+                                 ToolCall, ToolCallResult, Trajectory, calls_of)
 
-__all__ = ["CONTRACT_VERSION", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "Observation", "ScriptedSolutions",
+__all__ = ["CONTRACT_VERSION", "OPTIONAL_DEFAULTS", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "HarnessReward", "Observation", "ScriptedSolutions",
            "TaskSet", "TaskSource", "TaskSpec", "ToolCall", "ToolCallResult", "Trajectory", "calls_of"]
 
 
-CONTRACT_VERSION = "2"  # 1: seed 003's members; 2: + evidence, Observation.calls, optional hooks
+CONTRACT_VERSION = "3"  # 1: seed 003's members; 2: + evidence, Observation.calls, hooks; 3: + HarnessReward, task_set(options), reward_source
 REQUIRED_MEMBERS = ("name", "version", "reset", "step", "close")
+OPTIONAL_DEFAULTS = {  # member -> the default agentrl applies (harnesses.defaults)
+    "system_prompt": '""', "tools": "[]", "evidence": "final answer parsed from the last action, no files",
+    "compute_reward": "none: harnesses[].reward harness/mix refused", "full_reset": "close and build a new instance",
+    "task_set": "harnesses[].tasks", "end_episode": "nothing until the next reset",
+}
 
 
 def missing_members(cls: type) -> list[str]:

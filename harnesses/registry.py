@@ -52,11 +52,25 @@ def resolve(name: str) -> type:
 
 
 def check_configured(platform_config) -> dict[str, str]:
-    """Load every configured harness and check it against the contract (raises NotFoundError or
-    ConfigError, exit 2); name -> the contract version it was checked against."""
+    """Load every configured harness and check it against the contract, its reward source included
+    (raises NotFoundError or ConfigError, exit 2); name -> the contract version it was checked against."""
     for h in platform_config.harnesses:
-        resolve(h.name)
+        reward_source(h)
     return {h.name: CONTRACT_VERSION for h in platform_config.harnesses}
+
+
+def reward_source(harness_config) -> str:
+    """Where a configured harness's training reward comes from: `harnesses[].reward`, else the class's
+    `reward_source`, else "verifiers". `harness` and `mix` need the class's compute_reward (ConfigError)."""
+    cls = resolve(harness_config.name)
+    source = getattr(harness_config, "reward", None) or getattr(cls, "reward_source", None) or "verifiers"
+    if source not in ("verifiers", "harness", "mix"):
+        raise ConfigError(f"harness {harness_config.name!r}: reward_source {source!r} is not verifiers, harness or mix",
+                          "set harnesses[].reward, or fix the class's reward_source attribute")
+    if source != "verifiers" and not hasattr(cls, "compute_reward"):
+        raise ConfigError(f"harness {harness_config.name!r} has reward: {source}, but defines no compute_reward",
+                          "define compute_reward(trajectory) on the harness, or set harnesses[].reward: verifiers")
+    return source
 
 
 def harness_version(name: str) -> str:

@@ -6,6 +6,8 @@
    `meta`; a row's `harness` is ignored: the configured name wins. Its version is the file's digest.
 2. The harness class's own `task_set()` (the optional `TaskSource` part of the contract; the
    built-ins' is their task set committed in this repository, `harnesses/tasksets/<name>.jsonl`).
+   A `task_set(options)` that takes an argument is given `harnesses[].options` (an adapter's
+   generated or read tasks depend on them: a dataset, a directory, a seed).
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ def task_set(harness_config, data_config=None) -> TaskSet:
         s3 = getattr(data_config, "s3", None)
         return _from_file(harness_config.name, harness_config.tasks, getattr(s3, "endpoint_url", None),
                           getattr(s3, "region", None))
-    return builtin_or_own(harness_config.name)
+    options = getattr(harness_config, "options", None) or {}
+    return builtin_or_own(harness_config.name, json.dumps(options, sort_keys=True, default=str) if options else "")
 
 
 @lru_cache(maxsize=None)
-def builtin_or_own(name: str) -> TaskSet:
+def builtin_or_own(name: str, options_json: str = "") -> TaskSet:
+    """The class's own task set; `options_json` (the harness's options as sorted JSON) reaches a
+    `task_set(options)` that takes them."""
+    import inspect
+
     from harnesses.registry import resolve
 
     cls = resolve(name)
@@ -41,7 +48,8 @@ def builtin_or_own(name: str) -> TaskSet:
         raise ConfigError(f"harness {name!r} has no tasks: it defines no task_set() and harnesses[].tasks is not set",
                           "point harnesses[].tasks at a JSONL or Parquet file of tasks, or give the harness class a "
                           "task_set() classmethod")
-    tasks = own()
+    takes_options = bool(inspect.signature(own).parameters)
+    tasks = own(json.loads(options_json) if options_json else {}) if takes_options else own()
     if not isinstance(tasks, TaskSet):
         raise ConfigError(f"{name}.task_set() returned {type(tasks).__name__}, not harnesses.base.TaskSet",
                           "return TaskSet(version, tuple_of_TaskSpec)")

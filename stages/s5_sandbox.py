@@ -4,9 +4,13 @@ Checks: bubblewrap isolation available (fail closed), seccomp filter loaded, cgr
 limits in force; create/exec/reclaim of a warm pool under concurrency with zero leaked processes,
 fds or directories; a timeout ends the command with a `timeout` result; limits hold (memory,
 processes, CPU time, file size, output size); egress denied (a listener this stage opens on the
-host's loopback is unreachable, only `lo` exists). Then, for every configured harness: its
-version, clean reset (initial observations equal after destroy-and-rebuild), a scripted episode
-per task family earning full reward, and invalid actions answered without a crash.
+host's loopback is unreachable, only `lo` exists). Then, for every configured harness (with the
+contract's defaults applied, `harnesses.defaults`): its version and the contract it was checked
+against, clean reset (initial observations equal after destroy-and-rebuild), a scripted episode per
+task family earning full reward (where it ships scripted solutions), invalid actions answered
+without a crash; and one episode of each played through the training path (`agentrl_cli.harness_probe`:
+the inference server with the configured model, the rollout episode, the configured reward source,
+the stored record read back), so stage 5 cannot pass while training fails.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from agentrl_cli.sandbox.bwrap import check_bwrap
 from agentrl_cli.sandbox.cgroups import cgroup_support
 from agentrl_cli.sandbox.provider import DirectProvider
 from agentrl_cli.sandbox.seccomp import bpf_program
-from harnesses.contract import invalid_actions_handled, play, reset_clean
-from harnesses.registry import create
+from harnesses.base import CONTRACT_VERSION
+from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
+from harnesses.defaults import WithDefaults, defaults_applied
+from harnesses.registry import create, reward_source
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
@@ -56,6 +62,7 @@ def _run(ctx: StageContext, settings: SandboxSettings) -> StageReport:
     checks.append(ctx.check("egress denied", lambda: _egress(settings)))
     for h in ctx.config.harnesses:
         checks += _harness_checks(ctx, h.name, settings)
+    checks += _training_path(ctx)
     return ctx.report(checks, environment={"sandbox_backend": cfg.backend, "cgroups": cgroup_support(),
                                            "seccomp": bpf_program()[1]})
 
@@ -182,10 +189,12 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
 
 
 def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
-    h = create(name, ctx.config, sandboxes=sandboxes)
+    h = WithDefaults(lambda: create(name, ctx.config, sandboxes=sandboxes))
     lim = settings.limits
-    measured = {"version": h.version}
-    if isinstance(h, SandboxHarness):
+    hc = next(c for c in ctx.config.harnesses if c.name == name)
+    measured = {"version": h.version, "contract": CONTRACT_VERSION, "reward": reward_source(hc),
+                "defaults_applied": sorted(m for m, applied in defaults_applied(type(h.inner)).items() if applied)}
+    if isinstance(h.inner, SandboxHarness):
         measured["sandbox"] = ({"service_url": ctx.config.sandbox.service_url} if sandboxes is None else
                                {"memory_mb": lim.memory_mb, "max_processes": lim.max_processes, "cpu_time_s": lim.cpu_time_s,
                                 "wall_timeout_s": lim.wall_timeout_s})
@@ -196,8 +205,8 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
     """Clean reset and invalid actions on every harness, on a task of each family of its task set;
     scripted episodes only where the harness ships scripted solutions (the built-in ones)."""
     families = HARNESS_FAMILIES.get(name, ())
-    scripted_solutions = bool(families)
-    if scripted_solutions:
+    policy = scripted_policy(h.inner)
+    if families:
         tasks = [load_tasks(name, "eval", f)[0] for f in families]
     else:
         hc = next(c for c in ctx.config.harnesses if c.name == name)
@@ -215,7 +224,7 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
                            "; ".join(bad))
 
     def scripted() -> Check:
-        rewards = [h.compute_reward(play(h, t)[0]) for t in tasks]
+        rewards = [h.compute_reward(play(h, t, policy=policy)[0]) for t in tasks]
         return Check.judge(f"harness {name}: scripted episodes", bool(rewards) and min(rewards) == 1.0,
                            {"families": len(tasks), "mean_reward": round(sum(rewards) / max(1, len(rewards)), 3)},
                            "reward 1.0 for the scripted solution of every family",
@@ -226,8 +235,32 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
         return Check.judge(f"harness {name}: invalid actions", ok, detail, "invalid_action, no crash",
                            "step() must answer malformed actions with an invalid_action observation", detail)
 
-    episodes = (ctx.check(f"harness {name}: scripted episodes", scripted) if scripted_solutions else
-                Check.skipped(f"harness {name}: scripted episodes", "the harness ships no scripted solutions (only the "
-                              "built-in harnesses do); its reset and invalid actions are checked on its own tasks"))
+    if policy is not None and h.has_reward():
+        episodes = ctx.check(f"harness {name}: scripted episodes", scripted)
+    else:
+        episodes = Check.skipped(f"harness {name}: scripted episodes", (
+            "the harness ships no scripted solutions (scripted_action)" if policy is None else
+            "the harness defines no compute_reward to score its scripted solutions with")
+            + "; its reset and invalid actions are checked on its own tasks, and one episode runs through the training path")
     return [ctx.check(f"harness {name}: clean reset", reset_check), episodes,
             ctx.check(f"harness {name}: invalid actions", invalid)]
+
+
+def _training_path(ctx: StageContext) -> list[Check]:
+    """One episode per configured harness through the training run's own parts (see the docstring)."""
+    from agentrl_cli.harness_probe import probe_harnesses
+
+    names = [f"harness {h.name}: one episode through the training path" for h in ctx.config.harnesses]
+    try:
+        played = probe_harnesses(ctx.config, ctx.run.path / "stage5", ctx.run.run_id, ctx.progress)
+    except Exception as exc:  # noqa: BLE001 - the whole probe failed (server, model): each harness's check says so
+        return [Check.crashed(n, exc) for n in names]
+    checks = []
+    for name, h in zip(names, ctx.config.harnesses):
+        p = played[h.name]
+        measured = {"task": p.task_id, "termination": p.termination, "reward_source": p.reward_source, "verifier": p.verifier,
+                    "reward": None if p.reward is None else round(p.reward, 4), "reward_status": p.reward_status,
+                    "stored": p.stored, **({"flags": p.flags} if p.flags else {})}
+        checks.append(Check.judge(name, p.ok, measured, "played, scored by the configured reward source, stored and read back",
+                                  p.hint, p.error))
+    return checks

@@ -67,7 +67,9 @@ class RolloutConfig(Section):
     resume_max_attempts: int = Field(8, ge=0, le=1000, description="Re-sends of one interrupted generation before its episode is infra_error")
     resume_deadline_s: float = Field(300.0, gt=0, description="Seconds from a generation's first failure to giving up (covers a server restart)")
     weight_sync_interval_steps: int = Field(4, ge=1, description="Trainer steps between weight syncs to the inference servers")
-    max_harness_errors: int = Field(8, ge=0, description="Episodes in a row a harness's own code may fail (an exception in reset, step, evidence, system_prompt or tools: the episode is masked as infra_error and counted) before the run stops with exit 1; 0 = never stop")
+    max_harness_errors: int = Field(8, ge=0, description="Episodes in a row a harness's own code may fail (an exception in reset, step, evidence, compute_reward, system_prompt or tools: the episode is masked as infra_error and counted) before the run stops with exit 1; 0 = never stop")
+    max_harness_error_rate: float = Field(0.5, gt=0, le=1, description="Share of a harness's last harness_error_window episodes that may fail in its own code before the run stops with exit 1 (1 = only a window where every episode failed)")
+    harness_error_window: int = Field(50, ge=0, description="Episodes per harness over which max_harness_error_rate is judged (judged once the window is full); 0 = no rate limit")
     max_staleness: int = Field(2, ge=0, description="Drop trajectories more than this many policy versions old")
     batch_window_ms: float = Field(10.0, ge=0, le=10_000, description="Inference batching window: requests arriving within it share a forward pass")
     mode: Literal["async", "sync"] = Field("async", description="async: rollout runs ahead of training; sync: generate a batch, then train")
@@ -94,6 +96,8 @@ class HarnessConfig(Section):
     held_out: bool = Field(False, description="Never trained on; evaluated to detect learning of interface conventions")
     max_concurrency: int | None = Field(None, ge=1, description="Cap on this harness's instances in flight (None = rollout.concurrency)")
     options: dict = Field(default_factory=dict, description="Harness-specific options passed to its constructor")
+    reward: Literal["verifiers", "harness", "mix"] | None = Field(
+        None, description="Where this harness's training reward comes from: verifiers = the task's verifier (meta.verify); harness = the harness's own compute_reward; mix = the verifier's outcome plus compute_reward's score as the `harness` component, weighted by reward.weights.harness; None = the harness class's reward_source, else verifiers")
     tasks: str | None = Field(None, description="Tasks of this harness: a JSONL or Parquet file (local path or s3://bucket/key) with task_id, prompt, answer, split and optional difficulty, meta (None = the harness's own task_set(), else the committed task set)")
 
     @model_validator(mode="after")
@@ -376,3 +380,11 @@ class PlatformConfig(Section):
         if harnesses and all(h.held_out for h in harnesses):
             raise ValueError("at least one harness must be trained on (held_out: false)")
         return harnesses
+
+    @model_validator(mode="after")
+    def _mix_has_a_weight(self) -> "PlatformConfig":
+        mixed = [h.name for h in self.harnesses if h.reward == "mix"]
+        if mixed and not self.reward.weights.get("harness"):
+            raise ValueError(f"harnesses {', '.join(mixed)} use reward: mix, but reward.weights has no `harness` weight; "
+                             "set reward.weights.harness (e.g. 0.5) so the harness's score counts, or use reward: harness")
+        return self

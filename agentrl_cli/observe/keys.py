@@ -127,6 +127,7 @@ def env_harness_errors(h: str, method: str) -> str:
 
 ENV_TOOL_PATTERN = r"^env/([^/]+)/tool/(.+)/([^/]+)$"  # groups: harness, tool, status
 ENV_CREATE_FAILURES_PATTERN = r"^env/([^/]+)/create_failures/(.+)$"  # groups: harness, error
+ENV_HARNESS_ERRORS_PATTERN = r"^env/([^/]+)/harness_errors/(.+)$"  # groups: harness, method
 LEVEL_NAMESPACES = ("env", "infer")  # `<ns>/<harness>/<figure>`: per-harness service levels
 
 

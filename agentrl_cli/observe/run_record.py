@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 TRAINING_DIRS = ("verify", "stage8")  # where the judged loop's metrics.jsonl is, preferred first
 SHOWN_DIRS = ("stage8", "verify", "stage0")  # the metrics log whose curves a report draws, first found
 MIN_TRAINING_STEPS = 3  # fewer steps say nothing about a trend
-NOT_STAGE8 = (Phase.BASELINE, Phase.VERIFY, Phase.VERIFY_RESUME)  # loops of a run that are not stage 8's training
+NOT_STAGE8 = (Phase.BASELINE, Phase.VERIFY, Phase.VERIFY_RESUME, Phase.PROBE)  # loops of a run that are not stage 8's training
 
 
 def read_json(path: Path) -> dict | None:

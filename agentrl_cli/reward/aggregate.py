@@ -7,6 +7,7 @@ Components (each in [0, 1], all recorded; only those with a configured weight en
 - `turns_in_range`: 1 when the turn count is within the task's expected range (`meta.max_turns`,
   default 2 + 2 × difficulty), else 0.
 - `invalid_action_ratio`: share of steps with an invalid action (a penalty; give it a negative weight).
+- `harness`: with `harnesses[].reward: mix`, the harness's own score (weight `reward.weights.harness`).
 
 Rules that keep the signal honest: a timed-out or errored episode, a tampered one and an
 `infra_error` never score above zero. Normalisation (none, per task group, running window) is a
@@ -57,6 +58,8 @@ def outcome_label(score: float, termination: str) -> str:
 def combine(verdict: Verdict, req: ScoreRequest, weights: dict[str, float]) -> tuple[float, dict[str, float], str, str]:
     """(reward, components, status, outcome) for a verdict that was reached."""
     components = {"outcome": float(verdict.score), **process_components(req)}
+    if verdict.harness is not None:
+        components["harness"] = float(verdict.harness)
     outcome = outcome_label(verdict.score, req.termination)
     reward = sum(w * components[name] for name, w in weights.items() if name in components)
     if req.termination in (Termination.TIMEOUT, Termination.ERROR) or "tamper" in verdict.flags:

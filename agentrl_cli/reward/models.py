@@ -73,6 +73,12 @@ class ScoreRequest(_Strict):
     files: list[FileIn] = Field(default_factory=list)
     protected: dict[str, str] = Field(default_factory=dict)  # path -> sha256 the file must still have
     idempotency_key: str | None = None  # optional; when given it must equal the content hash
+    # where the outcome comes from (harnesses[].reward): the task's verifier, the harness's own
+    # compute_reward (sent as harness_score, with its flags), or the verifier plus a `harness` component
+    reward_source: Literal["verifiers", "harness", "mix"] = "verifiers"
+    harness_score: float | None = None
+    harness_flags: list[str] = Field(default_factory=list)
+    harness_detail: str = ""
 
     def file_map(self) -> dict[str, bytes | None]:
         return {f.path: f.data() for f in self.files}

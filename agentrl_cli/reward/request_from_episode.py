@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 
-from agentrl_cli.episode import Evidence, Observation, Trajectory, calls_of
+from agentrl_cli.episode import Evidence, HarnessReward, Observation, Trajectory, calls_of
 from agentrl_cli.reward.models import FileIn, ScoreRequest, StepIn, TaskIn, ToolCallIn
 
 
@@ -17,7 +17,10 @@ def step_tool_calls(observation: Observation) -> list[ToolCallIn]:
 
 
 def request_from_episode(traj: Trajectory, evidence: Evidence | None, *, trajectory_id: str,
-                         termination: str = "done") -> ScoreRequest:
+                         termination: str = "done", reward_source: str = "verifiers",
+                         harness_reward: HarnessReward | None = None) -> ScoreRequest:
+    """`reward_source` (harnesses[].reward) and the harness's own `harness_reward` (its
+    compute_reward, run by the rollout while the episode's state was alive) go with the request."""
     t = traj.task
     evidence = evidence or Evidence()
     steps = []
@@ -30,4 +33,8 @@ def request_from_episode(traj: Trajectory, evidence: Evidence | None, *, traject
     return ScoreRequest(task=TaskIn(task_id=t.task_id, harness=t.harness, prompt=t.prompt, answer=t.answer,
                                     difficulty=t.difficulty, split=t.split, meta=dict(t.meta)),
                         trajectory_id=trajectory_id, steps=steps, termination=termination,
-                        final_answer=evidence.final_answer, files=files, protected=dict(evidence.protected))
+                        final_answer=evidence.final_answer, files=files, protected=dict(evidence.protected),
+                        reward_source=reward_source,
+                        harness_score=None if harness_reward is None else harness_reward.score,
+                        harness_flags=[] if harness_reward is None else [str(f) for f in harness_reward.flags],
+                        harness_detail="" if harness_reward is None else str(harness_reward.detail)[:500])

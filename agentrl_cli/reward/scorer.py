@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.reward.aggregate import combine
 from agentrl_cli.reward.models import RewardResult, ScoreRequest
-from agentrl_cli.reward.verifiers import Verdict, Verifier, VerifierError, default_verifiers
+from agentrl_cli.reward.verifiers import Verdict, Verifier, VerifierError, default_verifiers, mixed
 
 DEFAULT_WEIGHTS = {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1}
 
@@ -110,12 +110,15 @@ class Scorer:
                                 verifier="none", flags=["quarantined_task"],
                                 detail=f"task quarantined: {self.quarantined[req.task.task_id]}")
         if verifier is None:
-            kind = req.task.meta.get("verify", "answer")
+            kind = "harness" if req.reward_source == "harness" else req.task.meta.get("verify", "answer")
             verifier = self.verifiers.get(kind)
             if verifier is None:
                 return RewardResult(**base, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
                                     verifier=str(kind), detail=f"no verifier {kind!r}; known: {sorted(self.verifiers)}")
         verdict, attempts, error = self._run(verifier, req)
+        if verdict is not None and req.reward_source == "mix":
+            harness_part, _, harness_error = self._run(self.verifiers["harness"], req)
+            verdict, error = (None, harness_error) if harness_part is None else (mixed(verdict, harness_part), "")
         if verdict is None:
             self._count("infra_errors")
             return RewardResult(**base, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,

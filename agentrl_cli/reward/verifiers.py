@@ -3,8 +3,10 @@
 `answer` (numeric or exact match of the final answer), `regex` (format check of the final answer or
 the last action), `state` (files the agent had to produce), `tests` (hidden unit tests run in a
 FRESH sandbox from the pool with hidden copies of the tests, tamper detection by hash, early-exit
-detection) and `harness` (a live harness's own `compute_reward`, in-process only). A task picks
-its verifier with `meta.verify`. A verifier that cannot do its job (sandbox down, crash) raises
+detection) and `harness` (the score the harness's own `compute_reward` gave, sent with the request
+as `harness_score`, so it is judged by the same rules anywhere: in [0, 1], flags kept, protected
+files checked). A task picks its verifier with `meta.verify`; `harnesses[].reward: harness` picks
+`harness` for every task of that harness. A verifier that cannot do its job (sandbox down, crash) raises
 `VerifierError`: that is an infrastructure failure, never the agent's zero. Aggregation, retries
 and caching belong in `aggregate.py` and `scorer.py`.
 """
@@ -29,6 +31,13 @@ class Verdict:
     score: float  # outcome in [0, 1]
     flags: list[str] = field(default_factory=list)
     detail: str = ""
+    harness: float | None = None  # reward: mix: the harness's own score, the `harness` component
+
+
+def mixed(verdict: Verdict, harness_part: Verdict) -> Verdict:
+    """The task verifier's verdict with the harness's score beside it (`harnesses[].reward: mix`)."""
+    return Verdict(verdict.score, sorted({*verdict.flags, *harness_part.flags}), f"{verdict.detail}; {harness_part.detail}",
+                   harness=harness_part.score)
 
 
 class Verifier(Protocol):
@@ -111,6 +120,22 @@ class HiddenTestsVerifier:
         return Verdict(len(passed) / len(expected), detail=f"passed {len(passed)}/{len(expected)}: {passed}")
 
 
+class HarnessScoreVerifier:
+    """The harness's own score (`harness_score`); a request without one cannot be judged."""
+
+    name, version = "harness", "1"
+
+    def verify(self, req: ScoreRequest) -> Verdict:
+        if req.harness_score is None:
+            raise VerifierError(f"task {req.task.task_id}: reward_source is {req.reward_source} but the request "
+                                "carries no harness_score (the harness's compute_reward was not run)")
+        bad = tampered(req.file_map(), req.protected)
+        if bad or "tamper" in req.harness_flags:
+            return Verdict(0.0, sorted({"tamper", *req.harness_flags}),
+                           f"protected files edited or deleted: {bad}" if bad else req.harness_detail or "harness flagged tampering")
+        return Verdict(req.harness_score, list(req.harness_flags), req.harness_detail or f"harness score {req.harness_score:g}")
+
+
 def default_verifiers(provider=None, timeout_s: float = 10.0) -> dict[str, Verifier]:
     return {"answer": AnswerVerifier(), "regex": RegexVerifier(), "state": StateVerifier(),
-            "tests": HiddenTestsVerifier(provider, timeout_s)}
+            "tests": HiddenTestsVerifier(provider, timeout_s), "harness": HarnessScoreVerifier()}

@@ -86,6 +86,7 @@ class RolloutController:
         self.executor = ThreadPoolExecutor(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
         self._make = make_harness or (lambda name: create(name, config))
         self._limits = {h.name: h.max_concurrency or r.concurrency for h in config.harnesses}
+        self._reward_sources: dict[str, str] = {}  # harness -> harnesses[].reward as resolved (registry.reward_source)
         self.pools: dict[str, HarnessPool] = {}
         self.in_flight = 0
         self.inflight_draws: dict[str, Draw] = {}  # started, not yet in the buffer (snapshot for resume)
@@ -99,7 +100,7 @@ class RolloutController:
         self.on_recovered = None  # async (): awaited when a lost server is back, before generating resumes
         self.watchdog = Watchdog(config.training.watchdog_seconds)  # the run replaces it with its started one
         self.harness_stats = HarnessStats()
-        self.harness_errors = HarnessErrors(r.max_harness_errors)
+        self.harness_errors = HarnessErrors(r.max_harness_errors, r.max_harness_error_rate, r.harness_error_window)
         self._tasks: set[asyncio.Task] = set()
         self.lead_limit = None  # () -> most episodes in flight + buffered (the run: what training can still use)
 
@@ -108,6 +109,15 @@ class RolloutController:
             limit = self._limits.get(name, self.concurrency)
             self.pools[name] = HarnessPool(lambda: self._make(name), limit)
         return self.pools[name]
+
+    def reward_source(self, name: str) -> str:
+        """harnesses[].reward of `name` as resolved (a harness without an entry: its class's own)."""
+        if name not in self._reward_sources:
+            from harnesses.registry import reward_source
+
+            hc = next((h for h in self.config.harnesses if h.name == name), None)
+            self._reward_sources[name] = reward_source(hc if hc is not None else _Named(name))
+        return self._reward_sources[name]
 
     # ---- one episode -----------------------------------------------------------------------------
 
@@ -126,7 +136,8 @@ class RolloutController:
                                        seed=draw.seed, context_limit=self.config.training.seq_len_limit,
                                        resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
                                        stats=self.harness_stats, create_retries=r.env_create_retries,
-                                       create_backoff_s=r.env_create_backoff_s)
+                                       create_backoff_s=r.env_create_backoff_s,
+                                       reward_source=self.reward_source(draw.task.harness))
             self.harness_errors.record(draw.task.harness, result, self.counters)
         finally:
             end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
@@ -148,8 +159,9 @@ class RolloutController:
             self.watchdog.begin("reward")
             scored = None
             try:
-                scored = await self.reward.ascore(request_from_episode(result.trajectory, result.evidence, trajectory_id=tid,
-                                                                       termination=result.termination))
+                scored = await self.reward.ascore(request_from_episode(
+                    result.trajectory, result.evidence, trajectory_id=tid, termination=result.termination,
+                    reward_source=self.reward_source(draw.task.harness), harness_reward=result.harness_reward))
             finally:
                 self.watchdog.end("reward", ok=scored is not None and "reward_service_unreachable" not in scored.flags)
             self.counters[f"reward_{scored.status}"] += 1

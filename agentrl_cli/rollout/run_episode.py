@@ -25,7 +25,8 @@ from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
-from agentrl_cli.episode import Action, Evidence, Observation, Trajectory
+from harnesses.defaults import default_evidence
+from agentrl_cli.episode import Action, HarnessReward, Observation, Trajectory
 
 
 @dataclass
@@ -46,6 +47,7 @@ class EpisodeResult:
     error: str = ""
     counters: Counter = field(default_factory=Counter)  # resume.COUNTERS, token_exact_*
     harness_error: tuple[str, str] | None = None  # (method, what it raised) when the harness's own code failed
+    harness_reward: HarnessReward | None = None  # its compute_reward, when harnesses[].reward asks for it
 
 
 def harness_failed(result: EpisodeResult, method: str, exc: BaseException) -> EpisodeResult:
@@ -59,23 +61,19 @@ def harness_failed(result: EpisodeResult, method: str, exc: BaseException) -> Ep
     return result
 
 
-def default_evidence(trajectory: Trajectory) -> Evidence:
-    """The evidence of a harness that defines no `evidence`: the final answer of its last action, no files."""
-    from harnesses.parsing import parse_answer
-
-    return Evidence(final_answer=parse_answer(trajectory.actions[-1].text) if trajectory.actions else None)
-
-
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
                       step_timeout_s: float, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
                       context_limit: int = 2048, resume: ResumePolicy | None = None, on_recovered=None,
-                      watchdog=None, stats=None, create_retries: int = 0, create_backoff_s: float = 0.5) -> EpisodeResult:
+                      watchdog=None, stats=None, create_retries: int = 0, create_backoff_s: float = 0.5,
+                      reward_source: str = "verifiers") -> EpisodeResult:
     """`on_recovered`: awaited after a lost server answers again, before generating resumes (the
     run re-syncs weights there). `watchdog`: beats "rollout" per generation and per env step and
     tracks the harness as "harness NAME". `stats` (observe.harness_stats.HarnessStats) records the
     environment's creation and step latencies and its creation failures by error. A creation
     (`reset`) that raises is retried `create_retries` times with doubling backoff; when it still
-    fails the episode ends `infra_error` (masked: the environment failed, not the agent)."""
+    fails the episode ends `infra_error` (masked: the environment failed, not the agent).
+    `reward_source` `harness` or `mix` (harnesses[].reward): the harness's `compute_reward` runs after
+    the evidence, while the episode's state is alive, and its result goes with the scoring request."""
     loop = asyncio.get_running_loop()
     traj = Trajectory(task=task)
     result = EpisodeResult(trajectory=traj, evidence=None, termination=Termination.TRUNCATED)
@@ -209,13 +207,20 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         return result
     if not hasattr(harness, "evidence"):
         result.evidence = default_evidence(traj)
-        return result
-    try:
-        result.evidence = await env(harness.evidence, traj)
-    except asyncio.TimeoutError:
-        result.error = "collecting evidence timed out"
-    except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
-        harness_failed(result, "evidence", exc)
+    else:
+        try:
+            result.evidence = await env(harness.evidence, traj)
+        except asyncio.TimeoutError:
+            result.error = "collecting evidence timed out"
+        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
+            return harness_failed(result, "evidence", exc)
+    if reward_source != "verifiers":
+        try:
+            result.harness_reward = HarnessReward.of(await env(harness.compute_reward, traj))
+        except asyncio.TimeoutError:
+            harness_failed(result, "compute_reward", TimeoutError(f"took longer than {step_timeout_s:g} s"))
+        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
+            harness_failed(result, "compute_reward", exc)
     return result
 
 

@@ -78,12 +78,7 @@ def reward_masked(d: DiagnosedRun, t: dict) -> Hit | None:
 
 
 def failed_check(d: DiagnosedRun, t: dict) -> Hit | None:
-    rec = d.record
-    found = []
-    for layer, checks in ((rec.verify_report or {}).get("layers") or {}).items():
-        found += [(f"verify {layer}", c) for c in checks if c.get("status") == CheckStatus.FAIL and t["match"] in c.get("name", "")]
-    for stage, report in rec.reports.items():
-        found += [(f"stage {stage}", c.__dict__) for c in report.checks if c.status == CheckStatus.FAIL and t["match"] in c.name]
+    found = [(where, c) for where, c in _failed_checks(d) if t["match"] in c.get("name", "")]
     if not found:
         return None
     where, c = found[0]
@@ -328,6 +323,44 @@ def episode_errors(d: DiagnosedRun, t: dict) -> Hit | None:
                f"{failures} of {episodes} episodes failed to create or run an environment" + (f"; most: {next(iter(by))}" if by else ""))
 
 
+HARNESS_ERRORS_KEY = re.compile(keys.ENV_HARNESS_ERRORS_PATTERN)
+HARNESS_STOPPED = re.compile(r"harness '[^']+': \w+\(\) raised")
+
+
+def harness_errors(d: DiagnosedRun, t: dict) -> Hit | None:
+    """Episodes a harness's own code failed (`env/<harness>/harness_errors/<method>`, counted over the
+    run), and a run stopped for it (a failing check naming the harness and method). A stopped run
+    outranks every other finding: nothing after it says anything about training."""
+    counts: Counter = Counter()
+    for r in d.rows:
+        for (h, method), n in _counts(r, HARNESS_ERRORS_KEY).items():
+            counts[(h, method)] = max(counts[(h, method)], n)
+    stopped = [(where, c) for where, c in _failed_checks(d) if HARNESS_STOPPED.search(c.get("detail") or "")]
+    total = int(sum(counts.values()))
+    if not stopped and total < t["min_episodes"]:
+        return None
+    by = {f"{h}.{m}()": int(n) for (h, m), n in counts.most_common(3)}
+    evidence = {"env/harness_errors": by or None}
+    if stopped:
+        where, c = stopped[0]
+        line = next(x for x in (c.get("detail") or "").splitlines() if HARNESS_STOPPED.search(x))
+        evidence["failed_check"] = f"{where}: {c['name']}"
+        return Hit(10.0, evidence, f"the run stopped: {line.strip()[:220]}")
+    return Hit(1.0 + total / max(1, d.episodes()), evidence,
+               f"{total} episodes masked because harness code raised; most: {next(iter(by))}")
+
+
+def _failed_checks(d: DiagnosedRun) -> list[tuple[str, dict]]:
+    """(where, check as a dict) of every failing check in the run's stage and verify reports."""
+    rec = d.record
+    found = []
+    for layer, checks in ((rec.verify_report or {}).get("layers") or {}).items():
+        found += [(f"verify {layer}", c) for c in checks if c.get("status") == CheckStatus.FAIL]
+    for stage, report in rec.reports.items():
+        found += [(f"stage {stage}", c.__dict__) for c in report.checks if c.status == CheckStatus.FAIL]
+    return found
+
+
 def store_growth(d: DiagnosedRun, t: dict) -> Hit | None:
     from agentrl_cli.data.stores import open_store
 
@@ -408,5 +441,5 @@ DETECTORS: dict[str, Callable[[DiagnosedRun, dict], Hit | None]] = {
     "reset_mismatch": reset_mismatch, "eval_below_training": eval_below_training, "mismatch_kl": mismatch_kl,
     "episode_errors": episode_errors, "store_growth": store_growth, "loss_not_finite": loss_not_finite,
     "entropy_trend": entropy_check, "grad_norm": grad_norm, "env_failure_rate": env_failure_rate,
-    "repeat_variance": repeat_variance,
+    "repeat_variance": repeat_variance, "harness_errors": harness_errors,
 }

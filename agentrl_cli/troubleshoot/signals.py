@@ -20,6 +20,7 @@ METRICS = frozenset({
     "rollout/resumed_generations", "rollout/wasted_tokens", "rollout/server_retries", "rollout/weight_resyncs",
     "rollout/infra_errors", "rollout/goodput", "watchdog/stuck_now",
     "eval/<harness>/success_rate", "env/<harness>/create_failures/<error>", "env/<harness>/tool/<tool>/<status>",
+    "env/<harness>/harness_errors/<method>",
 })
 
 BASELINE = {
@@ -35,7 +36,7 @@ BASELINE = {
 }
 
 DERIVED = frozenset({
-    "reward/max_fraction", "canary/positive", "env/initial_observation_variants", "env/creation_errors",
+    "reward/max_fraction", "canary/positive", "env/initial_observation_variants", "env/creation_errors", "env/harness_errors",
     "tool/failure_rate", "tool/failures_by_status", "traj/turns_p99_over_median", "traj/truncated_fraction",
     "traj/invalid_action_rate", "data/store_bytes", "data/store_growth_mb_per_hour", "data/hours_to_disk_full",
     "verify/repeat_reward_variance",

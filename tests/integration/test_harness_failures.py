@@ -16,7 +16,7 @@ import pytest
 from agentrl_cli.config import load_config
 from agentrl_cli.rollout.harness_errors import HarnessFailed
 from agentrl_cli.run import train
-from harnesses.base import Observation
+from harnesses.base import CONTRACT_VERSION, Observation
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 
@@ -41,6 +41,23 @@ class Seed003Harness:
         self.task = None
 
 
+class Seed003Scored(Seed003Harness):
+    """Seed 003's members only, scoring its own episodes: a reply of at most 43 characters earns 1
+    (about half of a random tiny model's 16-token replies, so rewards vary within a group)."""
+
+    def step(self, action):
+        self.reply = action.text.strip()
+        return Observation(text="recorded", done=True)
+
+    def compute_reward(self, trajectory) -> float:
+        return float(0 < len(trajectory.actions[-1].text.strip()) <= 43)
+
+
+class BrokenReward(Seed003Harness):
+    def compute_reward(self, trajectory) -> float:
+        raise KeyError("score table")
+
+
 class BrokenStep(Seed003Harness):
     def step(self, action):
         raise RuntimeError("the environment fell over")
@@ -56,7 +73,7 @@ class SometimesBroken(Seed003Harness):
         return super().step(action)
 
 
-def config(tmp_path, random_model_dir, harness: str, **extra):
+def config(tmp_path, random_model_dir, harness: str, reward: str | None = None, **extra):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"task_id": f"s3/{split}/{i}", "prompt": f"Say something short about {w}.",
                                          "answer": w, "split": split, "difficulty": 1,
@@ -66,7 +83,7 @@ def config(tmp_path, random_model_dir, harness: str, **extra):
             "rollout.max_steps_per_trajectory": 1, "rollout.mode": "sync", "training.micro_batch_size": 4,
             "training.checkpoint_interval_steps": 100, "data.root": str(tmp_path / "store"), "model.path": str(random_model_dir),
             **extra}
-    harnesses = json.dumps([{"name": f"{__name__}:{harness}", "tasks": str(tasks)}])
+    harnesses = json.dumps([{"name": f"{__name__}:{harness}", "tasks": str(tasks), **({"reward": reward} if reward else {})}])
     return load_config(None, [f"{k}={v}" for k, v in sets.items()] + [f"harnesses={harnesses}"], env={}).config
 
 
@@ -116,5 +133,35 @@ def test_a_harness_missing_a_required_member_is_refused_at_load_naming_it(cli, w
     write_yaml(f"harnesses:\n  - name: '{__name__}:NoStep'\n")
     result = cli("stage", "run", "0")
     assert result.exit_code == 2
-    assert "missing step" in result.stderr and "harness contract 2" in result.stderr
+    assert "missing step" in result.stderr and f"harness contract {CONTRACT_VERSION}" in result.stderr
     assert not list((write_yaml("", "x.txt").parent / "runs").glob("*"))  # refused before any run was created
+
+
+def test_a_seed_contract_harness_scoring_itself_trains_through_stage_8_smoke(cli, write_yaml, quick_sets, tmp_path):
+    tasks = tmp_path / "own-tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"own/{split}/{i}", "prompt": f"Say something short about {w}.",
+                                         "answer": w, "split": split}) + "\n"
+                             for split in ("train", "eval") for i, w in enumerate(["sea", "sky", "sun", "tree"])))
+    write_yaml(f"harnesses:\n  - name: '{__name__}:Seed003Scored'\n    reward: harness\n    tasks: '{tasks}'\n"
+               f"data:\n  root: '{tmp_path / 'store'}'\n")
+    result, data = cli.json("stage", "run", "8", *quick_sets, "--set", "rollout.max_steps_per_trajectory=1")
+    report = data["reports"][-1]
+    failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    from agentrl_cli.data.stores import open_store
+    from agentrl_cli.data.writer import read_records
+
+    records = [r for r in read_records(open_store(load_config(None, [f"data.root={tmp_path / 'store'}"], env={}).config.data))
+               if r.reward_status != "infra_error"]
+    assert records
+    for r in records:  # the stored outcome is the harness's own score of that reply (the task's answer plays no part)
+        reply = r.steps[-1].action.strip()
+        assert r.reward_components["outcome"] == float(0 < len(reply) <= 43)
+    assert len({r.reward_components["outcome"] for r in records}) == 2
+
+
+def test_a_compute_reward_that_raises_masks_the_episode_and_stops_the_run_naming_it(tmp_path, random_model_dir):
+    cfg = config(tmp_path, random_model_dir, "BrokenReward", reward="harness", **{"rollout.max_harness_errors": 3})
+    with pytest.raises(HarnessFailed) as info:
+        asyncio.run(train(cfg, tmp_path / "run", random_model_dir, 50, run_id="broken-reward"))
+    assert "compute_reward() raised in 3 episodes in a row" in info.value.message and "KeyError" in info.value.message

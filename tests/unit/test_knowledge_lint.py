@@ -58,7 +58,7 @@ def _written(name: str, writers: str) -> bool:
 
 
 def test_the_signal_registry_matches_the_code_that_writes_each_signal():
-    writers = _source("agentrl_cli", "run.py") + "".join(p.read_text(encoding="utf-8")
+    writers = _source("agentrl_cli", "run.py") + _source("agentrl_cli", "rollout", "harness_errors.py") + "".join(p.read_text(encoding="utf-8")
                                                          for d in ("observe", "loop", "weightsync")
                                                          for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py"))
                                                          if p.name != "keys.py")
