@@ -23,7 +23,7 @@ def check_harness(target: str, platform_config) -> list[Check]:
     hc = next((h for h in platform_config.harnesses if h.name == target), None) or HarnessConfig(name=target)
     try:
         path = registered().get(target)
-        cls = import_target(f"harness {target!r}", path) if path or ":" in target else resolve(target)
+        cls = import_target(f"harness {target!r}", path or target) if path or ":" in target else resolve(target)
     except AgentrlError as exc:
         return [Check.judge("loads", False, target, "importable by name or module:Class", exc.hint, exc.message)]
     missing = missing_members(cls)

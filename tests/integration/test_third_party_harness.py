@@ -76,12 +76,12 @@ class EchoHarness:
         self.full_reset()
 
 
-def test_a_third_party_harness_passes_stage_5_contract_checks(cli, write_yaml):
+def test_a_third_party_harness_passes_stage_5_contract_checks(cli, write_yaml, quick_sets):
     write_yaml(f"harnesses:\n  - name: '{NAME}'\n")
-    result, data = cli.json("stage", "run", "5", "--set", "stages.sandbox_concurrency=2")
+    result, data = cli.json("stage", "run", "5", *quick_sets, "--set", "stages.sandbox_concurrency=2")
     checks = {c["name"]: c for c in data["reports"][0]["checks"]}
     assert result.exit_code == 0, [(n, c["detail"][:200]) for n, c in checks.items() if c["status"] == "fail"]
-    for check in ("loads", "clean reset", "invalid actions"):
+    for check in ("loads", "clean reset", "invalid actions", "one episode through the training path"):
         assert checks[f"harness {NAME}: {check}"]["status"] == "pass"
     assert checks[f"harness {NAME}: scripted episodes"]["status"] == "skip"
 

@@ -62,3 +62,32 @@ def test_evaluation_far_below_training_and_a_high_mismatch_kl_are_found(tmp_path
         r["train/mismatch_kl"] = 0.4
     top = _top(make_run(loaded, metrics=metrics), loaded)
     assert top.entry.id == "bad-after-weight-sync" and "mismatch_kl" in top.hits[0][1].summary
+
+
+def test_a_run_stopped_by_a_harness_ranks_that_harness_first_naming_the_method(tmp_path):
+    from agentrl_cli.report import Check, StageReport, write_report
+
+    loaded = loaded_config(tmp_path)
+    metrics = rows()
+    metrics[-1]["env/my_env/harness_errors/step"] = 8
+    run = make_run(loaded, metrics=metrics)
+    stopped = Check("whole loop once: rollout, reward, train step, weight sync", "fail", None, "2 steps",
+                    "Traceback ...\nHarnessFailed: harness 'my_env': step() raised in 8 episodes in a row: "
+                    "AttributeError: 'Env' object has no attribute 'evidence' at env.py:12 in step", "fix the harness's step()")
+    write_report(StageReport(stage=0, title="baseline", status="fail", checks=[stopped], started_at="", duration_s=1.0,
+                             run_id=run.run_id, config_hash="", environment={}), run.reports)
+    top = _top(run, loaded)
+    assert top.entry.id == "harness-code-failing"
+    hit = top.hits[0][1]
+    assert "my_env" in hit.summary and "step()" in hit.summary and "AttributeError" in hit.summary
+    assert hit.evidence["env/harness_errors"] == {"my_env.step()": 8} and hit.evidence["failed_check"].startswith("stage 0")
+
+
+def test_masked_harness_errors_without_a_stop_are_found_per_method(tmp_path):
+    loaded = loaded_config(tmp_path)
+    metrics = rows()
+    for i, r in enumerate(metrics, 1):
+        r["env/my_env/harness_errors/compute_reward"] = i
+    findings = diagnose(make_run(loaded, metrics=metrics), loaded.config)
+    found = next(f for f in findings if f.entry.id == "harness-code-failing")
+    assert found.hits[0][1].evidence["env/harness_errors"] == {"my_env.compute_reward()": len(metrics)}
