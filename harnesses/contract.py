@@ -6,7 +6,7 @@ harness."""
 
 from __future__ import annotations
 
-from harnesses.base import Action, Observation, TaskSpec, Trajectory
+from harnesses.base import Action, HarnessReward, Observation, TaskSpec, Trajectory
 from harnesses.oracle import oracle_action
 
 INVALID_TEXTS = ("", "hello", "<tool_call>{oops</tool_call>", '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',
@@ -34,6 +34,7 @@ def play(harness, task: TaskSpec, policy=oracle_action, max_turns: int = 20) -> 
 
 def scripted_policy(harness):
     """The harness's scripted solutions as a policy (`scripted_action(task, turn)`), or None."""
+    harness = getattr(harness, "inner", harness)  # a WithDefaults: the harness's own class
     return getattr(harness if isinstance(harness, type) else type(harness), "scripted_action", None)
 
 
@@ -53,7 +54,7 @@ def reset_clean(harness, task: TaskSpec) -> tuple[bool, str]:
     if not same:
         return False, f"initial observation changed after rebuild: {first.text[:80]!r} -> {again.text[:80]!r}"
     scores = getattr(harness, "has_reward", lambda: hasattr(harness, "compute_reward"))()
-    if scores and harness.compute_reward(Trajectory(task=task)) != 0.0:
+    if scores and HarnessReward.of(harness.compute_reward(Trajectory(task=task))).score != 0.0:
         return False, "state of the earlier episode survived the reset (an empty episode was rewarded)"
     return True, "initial observations equal; no state survived"
 

@@ -1,4 +1,4 @@
-"""`agentrl serve sandbox|inference|reward`: run a platform service in the foreground."""
+"""`agentrl serve sandbox|inference|reward|env`: run a platform service in the foreground."""
 
 from __future__ import annotations
 
@@ -9,8 +9,18 @@ import typer
 
 from agentrl_cli.commands.common import ConfigOpt, SetOpt, err, load
 
-app = typer.Typer(help="Run platform services: the sandbox pool, inference servers, the reward service.",
+app = typer.Typer(help="Run platform services: the sandbox pool, inference servers, the reward service, a harness as an OpenEnv environment.",
                   no_args_is_help=True)
+
+
+def _warn_if_exposed(host: str, what: str, clients: str) -> None:
+    try:
+        exposed = not ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        exposed = True
+    if exposed:
+        err().print(f"[yellow]warning: binding {host}: {what} has no authentication; "
+                    f"keep it on a private network reachable only by {clients}[/]")
 
 
 @app.command("sandbox")
@@ -39,13 +49,7 @@ def sandbox(
     c = loaded.config.sandbox
     if c.backend == "bwrap":
         check_bwrap(c.bwrap)  # fail closed before binding
-    try:
-        exposed = not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        exposed = True
-    if exposed:
-        err().print(f"[yellow]warning: binding {host}: the sandbox API has no authentication; "
-                    "keep it on a private network reachable only by the trainer's rollout workers[/]")
+    _warn_if_exposed(host, "the sandbox API", "the trainer's rollout workers")
     pool = SandboxPool(SandboxSettings.from_config(c), size=c.pool_size, max_concurrency=c.max_concurrency,
                        lease_timeout_s=c.lease_timeout_s)
     err().print(f"sandbox service on http://{host}:{port} (backend {c.backend}, pool {c.pool_size}, max {c.max_concurrency})")
@@ -150,3 +154,40 @@ def reward(
         uvicorn.run(create_app(scorer), host=host, port=port, log_level=loaded.config.observe.log_level)
     finally:
         scorer.close()
+
+
+@app.command("env")
+def env(
+    name: Annotated[str, typer.Argument(help="Harness to serve: a registered name or a module:Class path.")],
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default; the API has no authentication).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8720,
+    max_sessions: Annotated[int, typer.Option("--max-sessions", min=1, help="Most WebSocket sessions (harness instances) at once.")] = 8,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Serve a harness as an OpenEnv environment (the openenv package's server: reset/step/state over
+    WebSocket /ws, /schema, /health, task routes), so OpenEnv clients (TRL, SkyRL, the package's
+    EnvClient) can use it. reset picks a task by task_id, index or seed; step takes
+    {"text": ..., "tool_calls": [...]}; the final step's reward is the one training gives the episode
+    (agentrl's reward scorer). The harness's options come from its harnesses[] entry.
+
+    Examples:
+
+    * `agentrl serve env terminal_like --port 8720`
+
+    * `agentrl serve env my_pkg.envs:MyHarness --set rollout.max_steps_per_trajectory=8`
+    """
+    import uvicorn
+
+    from harnesses.adapters.openenv_server import create_env_app, served_harness
+
+    loaded = load(config, sets)
+    served = served_harness(name, loaded.config)
+    _warn_if_exposed(host, "the environment API", "your trainer")
+    err().print(f"OpenEnv environment {name} on http://{host}:{port} (tasks {served.tasks.version}, reward "
+                f"{served.reward_source}, max {max_sessions} sessions, {served.max_steps} steps)", markup=False)
+    try:
+        uvicorn.run(create_env_app(served, max_sessions=max_sessions), host=host, port=port,
+                    log_level=loaded.config.observe.log_level)
+    finally:
+        served.close()

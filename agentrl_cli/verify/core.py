@@ -12,6 +12,7 @@ from typing import Callable
 
 from agentrl_cli.config import LoadedConfig
 from agentrl_cli.observe.run_record import RunRecord, load_record
+from agentrl_cli.errors import AgentrlError
 from agentrl_cli.report import (SCHEMA_VERSION, Check, CheckStatus, apply_strict, atomic_write_text, checks_markdown,
                                 count_statuses, counts_line, stage_status)
 from agentrl_cli.rundir import RunDir, now_iso
@@ -118,18 +119,21 @@ def verify(loaded: LoadedConfig, run: RunDir, *, layers: list[str] | None = None
         notes.append("components are unreachable (see connectivity): verify started no verification run and no "
                      "baseline loop; fix them and run verify again")
         must_train = must_probe = False
+    stopped: list[Check] = []  # measurements stopped by a named failure (a harness's own code, ...): failing checks
     if must_train:
         progress("no training to judge: starting the verification run")
-        notes.append(_attempt(lambda: measuring.verification_run(loaded.config, run, progress), "the verification run"))
+        notes.append(_attempt(lambda: measuring.verification_run(loaded.config, run, progress), "the verification run", stopped))
     if must_probe:
         progress("measuring the stage-0 loop")
         notes.append(_attempt(lambda: measuring.baseline_loop(loaded.config, run, progress, as_baseline=record.baseline is None),
-                              "measuring the stage-0 loop"))
+                              "measuring the stage-0 loop", stopped))
     ctx = VerifyContext(loaded, run, load_record(run, runs_dir))
     for layer in selected:
         if layer.key not in out:
             progress(layer.title)
             out[layer.key] = _layer(layer, ctx)
+    if stopped and selected:
+        out[selected[0].key] = stopped + out[selected[0].key]
     out = {layer.key: (apply_strict(out[layer.key]) if strict else out[layer.key]) for layer in selected}
     flat = [c for cs in out.values() for c in cs]
     return VerifyReport(status=stage_status(flat), layers=out, started_at=started, duration_s=round(time.perf_counter() - t0, 3),
@@ -143,9 +147,14 @@ def _layer(layer: Layer, ctx: VerifyContext) -> list[Check]:
         return [Check.crashed(f"{layer.key}: layer crashed", exc)]
 
 
-def _attempt(fn: Callable[[], str], what: str) -> str:
+def _attempt(fn: Callable[[], str], what: str, stopped: list[Check]) -> str:
+    """Run a measurement; its failure is a note (its layers say what is missing), and a failure that
+    names its cause and fix (an AgentrlError: a harness that stopped the run, ...) also a failing check."""
     try:
         return fn()
+    except AgentrlError as exc:
+        stopped.append(Check.crashed(what, exc))
+        return f"{what} failed: {exc.message}"
     except Exception as exc:  # noqa: BLE001 - a failed measurement leaves its layers to say what is missing
         return f"{what} failed: {type(exc).__name__}: {exc}"
 

@@ -25,12 +25,13 @@ TRAIN_SHARE = 0.6  # of verify.minutes; evaluation, canaries, repeats and the re
 
 
 def eval_tasks(cfg, per_family: int) -> dict:
-    from harnesses.tasks import load_tasks
+    """harness -> up to `per_family` eval tasks of each family, from the harness's configured task set."""
+    from harnesses.task_sources import task_set
 
     out = {}
     for h in cfg.harnesses:
         by_family: dict[str, list] = {}
-        for t in load_tasks(h.name, "eval"):
+        for t in task_set(h, cfg.data).select("eval"):
             by_family.setdefault(t.meta.get("family", ""), []).append(t)
         out[h.name] = [t for tasks in by_family.values() for t in tasks[::max(1, len(tasks) // per_family)][:per_family]]
     return out

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.base import Action, HarnessAdapter, Observation, Trajectory
+from harnesses.base import Action, HarnessAdapter, HarnessReward, Observation, Trajectory, missing_members
+from harnesses.defaults import WithDefaults
 from harnesses.contract import INVALID_TEXTS, invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.registry import harness_version, registered, resolve
 from harnesses.task_sources import builtin_or_own
@@ -36,7 +37,8 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture
 def harness(name):
-    h = resolve(name)()
+    """The harness with the contract's defaults applied where it lacks an optional member, as training sees it."""
+    h = WithDefaults(lambda: resolve(name)())
     yield h
     h.close()
 
@@ -56,10 +58,10 @@ def test_all_three_builtins_are_registered_by_entry_point_too():
 
 
 def test_contract_shape_and_version(harness, name):
-    assert isinstance(harness, HarnessAdapter)
+    assert not missing_members(type(harness.inner)) and isinstance(harness, HarnessAdapter)
     assert isinstance(harness.name, str) and harness.name and isinstance(harness.version, str) and harness.version
     assert harness_version(name) == harness.version
-    assert harness.system_prompt().strip()
+    assert isinstance(harness.system_prompt(), str)
     for tool in harness.tools():
         assert tool["type"] == "function" and tool["function"]["name"] and tool["function"]["parameters"]["type"] == "object"
 
@@ -72,18 +74,18 @@ def test_scripted_solution_of_every_family_earns_full_reward(harness, name):
         traj, last = play(harness, task, policy=policy)
         assert last.done, (task.task_id, last.text)
         assert all(o.status in ("ok", "empty") for o in traj.observations), [o.text for o in traj.observations]
-        assert harness.compute_reward(traj) == 1.0, task.task_id
+        assert HarnessReward.of(harness.compute_reward(traj)).score == 1.0, task.task_id
 
 
 def test_wrong_answer_earns_nothing(harness, name):
-    wrong_action = getattr(type(harness), "wrong_action", None)
+    wrong_action = getattr(type(harness.inner), "wrong_action", None)
     if wrong_action is None:
         pytest.skip(f"{name} names no wrong answer (no wrong_action hook)")
     task = one_task_per_family(name, "eval")[0]
     harness.reset(task)
     traj = Trajectory(task=task, actions=[Action(text=wrong_action(task))])
     assert harness.step(traj.actions[0]).done
-    assert harness.compute_reward(traj) == 0.0
+    assert HarnessReward.of(harness.compute_reward(traj)).score == 0.0
 
 
 def test_reset_is_clean_initial_observation_equal_after_destroy_and_rebuild(harness, name):

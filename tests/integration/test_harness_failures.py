@@ -165,3 +165,24 @@ def test_a_compute_reward_that_raises_masks_the_episode_and_stops_the_run_naming
     with pytest.raises(HarnessFailed) as info:
         asyncio.run(train(cfg, tmp_path / "run", random_model_dir, 50, run_id="broken-reward"))
     assert "compute_reward() raised in 3 episodes in a row" in info.value.message and "KeyError" in info.value.message
+
+
+def test_stage_0_troubleshoot_and_verify_name_a_harness_whose_step_always_raises(cli, write_yaml, quick_sets, tmp_path):
+    """The runbook as a user meets it: stage 0 stops at the failures with exit 1 and the harness's
+    hint; `troubleshoot --run` ranks the harness first; verify's run stops the same way, a failing check."""
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("".join(json.dumps({"task_id": f"b/{s}/{i}", "prompt": "hi", "answer": "x", "split": s}) + "\n"
+                             for s in ("train", "eval") for i in range(4)))
+    write_yaml(f"harnesses:\n  - name: '{__name__}:BrokenStep'\n    tasks: '{tasks}'\n"
+               f"rollout:\n  max_harness_errors: 4\ndata:\n  root: '{tmp_path / 'store'}'\n")
+    result, report = cli.json("verify", "--layer", "correctness", *quick_sets)  # a new run: verify trains on its own
+    stopped = report["layers"]["correctness"][0]
+    assert result.exit_code == 1 and stopped["status"] == "fail" and "step() raised" in stopped["detail"], report
+    assert "agentrl harness check" in stopped["hint"]
+    result, data = cli.json("stage", "run", "0", *quick_sets, "--run-id", "broken-step")
+    loop = data["reports"][0]["checks"][0]
+    assert result.exit_code == 1 and loop["status"] == "fail"
+    assert "BrokenStep': step() raised in 4 episodes in a row: RuntimeError: the environment fell over" in loop["detail"]
+    assert "agentrl harness check" in loop["hint"]
+    result, found = cli.json("troubleshoot", "--run", "broken-step", *quick_sets)
+    assert result.exit_code == 1 and found["findings"][0]["id"] == "harness-code-failing", found
