@@ -52,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "sandbox": ("agentrl_cli.commands.sandbox", "app", "group",
                 "Run commands in sandboxes and check the isolation this host provides."),
     "serve": ("agentrl_cli.commands.serve", "app", "group",
-              "Run platform services: the sandbox pool, inference servers, the reward service."),
+              "Run platform services: the sandbox pool, inference servers, the reward service, a harness as an OpenEnv environment."),
     "model": ("agentrl_cli.commands.model", "app", "group",
               "Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to."),
     "data": ("agentrl_cli.commands.data", "app", "group",

@@ -51,14 +51,6 @@ def resolve(name: str) -> type:
     return cls
 
 
-def check_configured(platform_config) -> dict[str, str]:
-    """Load every configured harness and check it against the contract, its reward source included
-    (raises NotFoundError or ConfigError, exit 2); name -> the contract version it was checked against."""
-    for h in platform_config.harnesses:
-        reward_source(h)
-    return {h.name: CONTRACT_VERSION for h in platform_config.harnesses}
-
-
 def reward_source(harness_config) -> str:
     """Where a configured harness's training reward comes from: `harnesses[].reward`, else the class's
     `reward_source`, else "verifiers". `harness` and `mix` need the class's compute_reward (ConfigError)."""

@@ -11,7 +11,7 @@ from rich.table import Table
 from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, checks_json, finish, load, out, print_json
 from agentrl_cli.render import print_table, render_checks
 
-app = typer.Typer(help="Check a harness against the contract; list the registered ones.", no_args_is_help=True)
+app = typer.Typer(help="Check a harness against the contract without a model; list the registered ones.", no_args_is_help=True)
 
 
 @app.command("check")

@@ -68,7 +68,7 @@ def run(
     stages = parse_selection(selection)
     loaded = load(config, sets)
     if any(n in HARNESS_STAGES for n in stages):
-        from harnesses.registry import check_configured
+        from harnesses.configured import check_configured
 
         check_configured(loaded.config)  # a harness that cannot load is refused before any server starts
     run_dir = create_run(loaded, run_id)

@@ -49,7 +49,7 @@ try:
     from reasoning_gym.utils import SYSTEM_PROMPTS, extract_answer
 except ImportError as exc:  # the registry reports this as "cannot be loaded: ..."
     raise ImportError(f"the reasoning-gym package is not installed ({exc}); install it with "
-                      "`pip install 'agentrl[envs]'` (reasoning-gym==0.1.25)") from exc
+                      "`pip install -e '.[envs]'` in agentrl's checkout (reasoning-gym==0.1.25)") from exc
 
 from agentrl_cli.errors import ConfigError
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, Trajectory
