@@ -39,6 +39,9 @@ Optional, each with the default agentrl applies when a harness lacks it:
                             alive; default: none, and `reward: harness` is refused at load
   reward_source (class attribute) "verifiers" | "harness"  what `harnesses[].reward` means when the
                             config leaves it unset; default "verifiers"
+  reward_sources (class attribute)  the `harnesses[].reward` values the harness can be scored by
+                            (e.g. ("harness",) for tasks no verifier can grade); another is refused
+                            at load; default all three
   full_reset()              rebuild external state too, for the clean-start check; default: close
                             the instance and build a new one
   end_episode()             free the episode's resources now rather than at the next reset

@@ -59,6 +59,10 @@ def reward_source(harness_config) -> str:
     if source not in ("verifiers", "harness", "mix"):
         raise ConfigError(f"harness {harness_config.name!r}: reward_source {source!r} is not verifiers, harness or mix",
                           "set harnesses[].reward, or fix the class's reward_source attribute")
+    allowed = tuple(getattr(cls, "reward_sources", ("verifiers", "harness", "mix")))
+    if source not in allowed:
+        raise ConfigError(f"harness {harness_config.name!r} cannot use reward: {source}; it allows {', '.join(allowed)}",
+                          f"set harnesses[].reward to one of {', '.join(allowed)} (or leave it unset)")
     if source != "verifiers" and not hasattr(cls, "compute_reward"):
         raise ConfigError(f"harness {harness_config.name!r} has reward: {source}, but defines no compute_reward",
                           "define compute_reward(trajectory) on the harness, or set harnesses[].reward: verifiers")

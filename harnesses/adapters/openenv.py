@@ -105,6 +105,7 @@ class OpenEnvHarness:
     name = "openenv"
     version = "1"
     reward_source = "harness"
+    reward_sources = ("harness",)  # the rewards are the server's; no agentrl verifier knows the environment
 
     def __init__(self, **options) -> None:
         self.options = OpenEnvOptions.parse(options)

@@ -1,0 +1,3 @@
+#!/bin/bash
+wc -l < data.txt | tr -d ' ' > answer.txt
+cat answer.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+printf 'Hello, %s!\n' "$(cat name.txt)" > greeting.txt
+cat greeting.txt
