@@ -103,8 +103,9 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
 
     emitted = {k for r in rows for k in r}
     # every signal the knowledge base may cite is in the run's rows; kl_ref needs training.kl_coef > 0 and
-    # creation failures and tool statuses appear when they happen
-    occasional = {"train/kl_ref", "env/<harness>/create_failures/<error>", "env/<harness>/tool/<tool>/<status>"}
+    # creation failures, tool statuses and harness errors appear when they happen
+    occasional = {"train/kl_ref", "env/<harness>/create_failures/<error>", "env/<harness>/tool/<tool>/<status>",
+                  "env/<harness>/harness_errors/<method>"}
     missing = [s for s in signals.METRICS - occasional
                if not any(re.fullmatch(re.sub(r"<\w+>", "[^/]+", s), k) for k in emitted)]
     assert not missing, missing
