@@ -5,3 +5,7 @@ top-level `stages` package; environments live in `harnesses`.
 """
 
 __version__ = "0.1.0"
+
+from agentrl_cli.logstreams import keep_library_logs_off_stdout as _keep_library_logs_off_stdout
+
+_keep_library_logs_off_stdout()

@@ -9,12 +9,20 @@ ones) changes the greedy output (its tokens or their log-probs), reports each ne
 and restores the output; a three-turn conversation with a tool (the model's own chat template and
 stop tokens, tools natively or by the fallback) kept as token deltas is reproduced exactly by a
 fresh render of the same conversation (0 mismatching tokens).
+
+The OpenAI-compatible API (`/v1/chat/completions`) is checked on the same servers: a tool call is
+parsed into `tool_calls` (on the embedded server from an assistant prefill holding the call, which
+the model continues, so the check depends on no model emitting one by itself; on SGLang from a named
+tool_choice, which SGLang constrains); a streamed answer equals the whole one at temperature 0; chat
+log-probs are `/generate`'s tokens and match a forward pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +30,10 @@ from pathlib import Path
 import torch
 
 from agentrl_cli.context import StageContext
+from agentrl_cli.httpclient import async_http_client
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, launch
-from agentrl_cli.model.chat import ChatRenderer, check_episode, render, strip_stops
+from agentrl_cli.model.chat import ChatRenderer, chat_format, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.report import Check, CheckStatus, StageReport
 
@@ -97,6 +106,7 @@ async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[i
         checks = await _load(ctx, client, served.servers, prompts)
         matched, model = await ctx.aproduce("log-probs match a forward pass", lambda: _logprobs(ctx, client, served.path, prompts))
         checks += matched  # its model is reused (and perturbed) by the round trip
+        checks += await _openai_checks(ctx, served, tok, model)
         checks.append(await ctx.acheck("weight update round trip",
                                        lambda: _weight_round_trip(ctx, client, served.path, model, prompts)))
         checks.append(await ctx.acheck("multi-turn conversation is token-exact", lambda: _token_exact(client, tok)))
@@ -249,3 +259,105 @@ async def _token_exact(client: InferenceClient, tok) -> Check:
                        "the chat template does not round-trip (it rewrites earlier turns, or trims text): "
                        "training on a re-tokenized conversation would score tokens the model never produced; "
                        "import the model with a fixed template (agentrl model import SOURCE --chat-template FILE)")
+
+
+CALL_TEXT = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call>'
+CALL_ID = re.compile(r"call_[0-9a-f]{24}")
+OPENAI_HINT = "see the server log in the run's logs/ directory; agentrl_cli/openai_api/ serves /v1/chat/completions"
+
+
+async def _openai_checks(ctx: StageContext, served: Served, tok, model) -> list[Check]:
+    cfg = ctx.config
+    key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
+    async with async_http_client(base_url=served.urls[0], timeout=cfg.inference.request_timeout_s,
+                                 headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
+        return [await ctx.acheck("chat completion parses a tool call", lambda: _tool_call(http, cfg.inference.engine)),
+                await ctx.acheck("chat streaming equals the whole answer", lambda: _stream(http)),
+                await ctx.acheck("chat log-probs match a forward pass", lambda: _chat_logprobs(ctx, http, served, tok, model))]
+
+
+async def _post(http, path: str, body: dict) -> dict:
+    reply = await http.post(path, json=body)
+    if reply.status_code != 200:
+        raise RuntimeError(f"POST {path} answered {reply.status_code}: {reply.text[:300]}")
+    return reply.json()
+
+
+async def _tool_call(http, engine: str) -> Check:
+    """A Hermes call parsed into tool_calls, whatever the model would write by itself."""
+    messages = [{"role": "system", "content": "Use the calculator tool."}, {"role": "user", "content": PROMPTS[0]}]
+    body = {"messages": messages, "tools": [TOOL], "temperature": 0, "max_tokens": 8}
+    if engine == "sglang":
+        body.update(tool_choice={"type": "function", "function": {"name": "calculator"}}, max_tokens=64)
+    else:
+        body.update(messages=[*messages, {"role": "assistant", "content": CALL_TEXT}], continue_final_message=True)
+    reply = await _post(http, "/v1/chat/completions", body)
+    choice = reply["choices"][0]
+    calls = choice["message"].get("tool_calls") or []
+    fn = calls[0].get("function", {}) if calls else {}
+    try:
+        args = json.loads(fn.get("arguments") or "")
+    except ValueError:
+        args = None
+    ok = (fn.get("name") == "calculator" and isinstance(args, dict) and (engine == "sglang" or args == {"expression": "12 + 30"})
+          and bool(CALL_ID.fullmatch(calls[0].get("id", ""))) and choice["finish_reason"] in ("tool_calls", "length")
+          and "weight_version" in (reply.get("metadata") or {}))
+    return Check.judge("chat completion parses a tool call", ok,
+                       {"tool_calls": calls, "finish_reason": choice["finish_reason"],
+                        "content": (choice["message"].get("content") or "")[:200], "metadata": reply.get("metadata"),
+                        "via": "named tool_choice" if engine == "sglang" else "assistant prefill, continued"},
+                       "one calculator call with its JSON arguments, id call_<24 hex>, weight_version in metadata",
+                       "the server does not parse Hermes <tool_call> blocks into tool_calls: " + OPENAI_HINT +
+                       "; SGLang needs --tool-call-parser qwen25")
+
+
+async def _stream(http) -> Check:
+    body = {"messages": [{"role": "user", "content": PROMPTS[2]}], "temperature": 0, "max_tokens": 24}
+    whole = (await _post(http, "/v1/chat/completions", body))["choices"][0]
+    pieces, finish, done = [], None, False
+    async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as reply:
+        if reply.status_code != 200:
+            raise RuntimeError(f"a streamed chat completion answered {reply.status_code}: {(await reply.aread())[:300]!r}")
+        async for line in reply.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            if line == "data: [DONE]":
+                done = True
+                break
+            for c in json.loads(line[len("data: "):]).get("choices", []):
+                pieces.append((c.get("delta") or {}).get("content") or "")
+                finish = c.get("finish_reason") or finish
+    text = "".join(pieces)
+    equal = text == (whole["message"]["content"] or "") and finish == whole["finish_reason"]
+    return Check.judge("chat streaming equals the whole answer", equal and done,
+                       {"equal": equal, "chunks": len(pieces), "chars": len(text), "finish_reason": finish,
+                        "ended_with_done": done},
+                       "the concatenated deltas equal the non-streamed content at temperature 0, ending data: [DONE]",
+                       "streamed and whole answers differ: " + OPENAI_HINT)
+
+
+async def _chat_logprobs(ctx: StageContext, http, served: Served, tok, model) -> Check:
+    """Chat log-probs at temperature 0: /generate's tokens for the same ids, and a forward pass's values."""
+    from transformers import AutoModelForCausalLM
+
+    messages = [{"role": "user", "content": PROMPTS[1]}]
+    chat = await _post(http, "/v1/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 16,
+                                                        "logprobs": True})
+    prompt = tok.encode(render(tok, messages, None, True), add_special_tokens=False)
+    gen = await _post(http, "/generate", {"input_ids": prompt, "return_logprob": True, "sampling_params": {
+        "temperature": 0, "max_new_tokens": 16, "stop_token_ids": list(chat_format(tok).stop_ids)}})
+    served_lp = gen["meta_info"]["output_token_logprobs"]
+    ids = [t for _, t, _ in served_lp]
+    entries = chat["choices"][0]["logprobs"]["content"]
+    same = [e["token"] for e in entries] == [tok.decode([t]) for t in ids] and chat["usage"]["prompt_tokens"] == len(prompt)
+    model = model or AutoModelForCausalLM.from_pretrained(served.path, dtype=torch.float32).eval()
+    ref = _forward_logprobs(model, prompt, ids, 0.0) if ids else []
+    forward = max((abs(e["logprob"] - r) for e, r in zip(entries, ref)), default=float("inf"))
+    generate = max((abs(e["logprob"] - lp) for e, (lp, _, _) in zip(entries, served_lp)), default=float("inf"))
+    limit = ctx.config.stages.logprob_max_abs_diff
+    return Check.judge("chat log-probs match a forward pass", same and bool(ids) and forward <= limit,
+                       {"tokens": len(ids), "same_prompt_and_tokens_as_generate": same, "max_abs_diff_forward": forward,
+                        "max_abs_diff_generate": generate},
+                       f"/generate's tokens for the rendered prompt; log-probs within {limit} of a forward pass "
+                       "(stages.logprob_max_abs_diff)",
+                       "the chat endpoint renders another prompt or returns other log-probs than /generate: " + OPENAI_HINT)

@@ -1,15 +1,15 @@
-"""`agentrl serve sandbox|inference|reward|env`: run a platform service in the foreground."""
+"""`agentrl serve sandbox|inference|reward|env|gateway`: run a platform service in the foreground."""
 
 from __future__ import annotations
 
 import ipaddress
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from agentrl_cli.commands.common import ConfigOpt, SetOpt, err, load
 
-app = typer.Typer(help="Run platform services: the sandbox pool, inference servers, the reward service, a harness as an OpenEnv environment.",
+app = typer.Typer(help="Run platform services: the sandbox pool, inference servers, the reward service, a harness as an OpenEnv environment, the recording gateway for OpenAI agents.",
                   no_args_is_help=True)
 
 
@@ -191,3 +191,45 @@ def env(
                     log_level=loaded.config.observe.log_level)
     finally:
         served.close()
+
+
+@app.command("gateway")
+def gateway(
+    inference_url: Annotated[Optional[list[str]], typer.Option("--inference-url", metavar="URL", help="An inference server or router (repeatable; default: the config's inference servers).", show_default=False)] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8730,
+    session_ttl_s: Annotated[float, typer.Option("--session-ttl-s", min=1, help="Seconds an idle session lives.")] = 600.0,
+    max_sessions: Annotated[int, typer.Option("--max-sessions", min=0, help="Sessions (and calls) in flight before new ones get 429 with Retry-After; 0 = no limit.")] = 0,
+    admin_key: Annotated[str, typer.Option("--admin-key", envvar="AGENTRL_GATEWAY_ADMIN_KEY", help="Bearer token session management (create, read, reward, close) requires; empty = none.", show_default=False)] = "",
+    public_url: Annotated[str, typer.Option("--public-url", help="The address agents reach the gateway at, for the base_url of new sessions (default: the address a request came in on).")] = "",
+    model: Annotated[str, typer.Option("--model", help="Model whose tokenizer and chat template the servers serve (default model.path).")] = "",
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+) -> None:
+    """Serve the recording gateway: agents written with the openai SDK point base_url and api_key at a
+    session (POST /sessions), their chat calls go to the inference servers through the run's client,
+    and every call is recorded token-exact (GET /sessions/ID; rewards: POST /sessions/ID/reward).
+
+    Examples:
+
+    * `agentrl serve gateway --inference-url http://127.0.0.1:30000 --port 8730`
+
+    * `agentrl serve gateway --max-sessions 64 --admin-key "$(openssl rand -hex 16)"`
+    """
+    import uvicorn
+
+    from agentrl_cli.gateway.app import create_app
+    from agentrl_cli.gateway.backend import backend_from_config, config_urls
+    from agentrl_cli.gateway.service import Gateway
+
+    loaded = load(config, sets)
+    cfg = loaded.config
+    urls = [u.rstrip("/") for u in inference_url or []] or config_urls(cfg)
+    if not admin_key:
+        _warn_if_exposed(host, "session management (creating sessions, posting rewards)", "the training run")
+    backend = backend_from_config(cfg, urls, model)
+    gw = Gateway(backend, limit=(lambda: max_sessions) if max_sessions else None, ttl_s=session_ttl_s)
+    err().print(f"gateway on http://{host}:{port} -> {', '.join(urls)} (model {backend.model_name()}, sessions idle "
+                f"{session_ttl_s:g} s expire, limit {max_sessions or 'none'})", markup=False)
+    uvicorn.run(create_app(gw, admin_key=admin_key or None, public_url=public_url or None), host=host, port=port,
+                log_level=cfg.observe.log_level)

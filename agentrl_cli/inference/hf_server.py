@@ -1,6 +1,7 @@
 """The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
-(`/generate`, health, info, weight updates, abort, metrics) over an `HFEngine`, so clients cannot tell it from an SGLang server for the
-endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
+(`/generate`, health, info, weight updates, abort, metrics) and its OpenAI-compatible API
+(`agentrl_cli.openai_api`, mounted here over the same engine) over an `HFEngine`, so clients
+cannot tell it from an SGLang server for the endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
 updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
 routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
 codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
@@ -23,6 +24,7 @@ from agentrl_cli.inference.metrics import engine_registry
 from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
                                             UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
                                             error_body, parse_generate, parse_model)
+from agentrl_cli.openai_api import EngineBackend, add_openai_routes
 from agentrl_cli.weightsync.group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
                                                 parse_dtype)
 
@@ -170,11 +172,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
     async def weight_version():
         return json_response({"weight_version": engine.weight_version})
 
-    @app.get("/v1/models")
-    async def models():
-        return json_response({"object": "list", "data": [
-            {"id": model_name(), "object": "model", "created": 0, "owned_by": "sglang", "root": model_name(),
-             "parent": None, "max_model_len": engine.context_length}]})
+    # /v1/chat/completions, /v1/completions, /v1/models: the same engine, batches and prefix cache as /generate
+    add_openai_routes(app, EngineBackend(engine, model_name))
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():

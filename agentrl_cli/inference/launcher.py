@@ -56,9 +56,13 @@ class ServerProcess:
             self.proc.wait(timeout=10)
 
 
+TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of Hermes `<tool_call>` blocks: the convention agentrl's chat renderer and embedded server use
+
+
 def sglang_command(cfg, model_path: str, port: int) -> list[str]:
     cmd = [cfg.python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", cfg.host,
-           "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--weight-version", "0"]
+           "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--weight-version", "0",
+           "--tool-call-parser", TOOL_CALL_PARSER]
     if cfg.mem_fraction_static is not None:
         cmd += ["--mem-fraction-static", str(cfg.mem_fraction_static)]
     if cfg.max_running_requests is not None:
