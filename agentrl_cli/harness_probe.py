@@ -31,6 +31,7 @@ class ProbeEpisode:
     error: str = ""  # what failed, or ""
     hint: str = ""
     record: object = field(default=None, repr=False)  # the TrajectoryRecord as written
+    counters: dict = field(default_factory=dict)  # the episode's own (token_exact_*, an agent's agent_calls, ...)
 
     @property
     def ok(self) -> bool:
@@ -82,6 +83,7 @@ async def _one(run, hc) -> ProbeEpisode:
         return probe
     probe.termination, probe.reward, probe.reward_status = result.termination, scored.reward, scored.status
     probe.verifier, probe.flags, probe.record = scored.verifier, list(scored.flags), record
+    probe.counters = dict(result.counters)
     if result.harness_error is not None:
         method, what = result.harness_error
         probe.error = f"{method}() raised {what}"

@@ -11,6 +11,11 @@ every evaluation a row of `eval/<harness>/success_rate`. Resume picks the newest
 checkpoint (`training.resume_from_latest`) and restores model, optimizer, step, weight version,
 sampler position, RNGs, buffered and in-flight episodes (`loop/checkpoints.py`).
 
+A harness that needs the recording gateway (`needs_gateway`: the `agent` harness, whose agents talk
+to the model through the OpenAI API) gets the run's (`rollout/agent_gateway.py`), started before
+the sandboxes so a sandboxed agent's allowlist holds its port, and admitting as many sessions as
+the rollout's limits allow (`RolloutController.agent_allowance`).
+
 Inference servers that die or hang (docs/security.md row 22): generations resume on their own
 (`rollout/resume.py`); a server that comes back with its launch weights gets the run's current
 weights again before generating resumes, and at every step (`weightsync/publisher.py`). A watchdog
@@ -55,6 +60,7 @@ class TrainingRun:
         self.watchdog = Watchdog(cfg.training.watchdog_seconds)
         self.servers: list = []
         self.controller = self.backend = self.client = self.writer = self.publisher = self.sandboxes = None
+        self.gateway = None  # rollout.agent_gateway.AgentGateway, when a harness needs one
         self.sandbox_leaks: dict = {}  # filled by close(): what outlived the run's sandbox pools
         self.step, self.version, self.resumed_from, self.trained_tokens = 0, 0, None, 0
 
@@ -75,6 +81,12 @@ class TrainingRun:
         from harnesses.task_sources import task_set
 
         cfg, r = self.cfg, self.cfg.rollout
+        if cfg.sandbox.service_url and any(_sandboxed_agent(h) for h in cfg.harnesses):
+            from agentrl_cli.errors import ConfigError
+
+            raise ConfigError("an agent harness runs its command in a sandbox that must reach the run's gateway on this "
+                              "host's loopback, which the remote sandbox service (sandbox.service_url) cannot",
+                              "unset sandbox.service_url for this run, or run the agent as an entry function")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.progress("starting inference servers")
         # in this (the main) thread: servers get SIGTERM when the thread that started them dies
@@ -90,11 +102,17 @@ class TrainingRun:
                                    group_size=r.group_size, seed=r.seed, curriculum=r.curriculum)
         self.buffer = TrajectoryBuffer(r.buffer_size, r.max_staleness, r.group_size)
         self.writer = open_writer(cfg.data)
-        self.sandboxes = HarnessSandboxes(cfg)  # warm pools with each harness's limits, or the sandbox service
+        sandbox_cfg = cfg
+        if any(_harness_attr(h.name, "needs_gateway") for h in cfg.harnesses):
+            self.progress("starting the recording gateway for agent harnesses")
+            self.gateway = await asyncio.to_thread(self._start_gateway, urls)
+            sandbox_cfg = self.gateway.sandbox_config(cfg, _sandboxed_agent)
+        self.sandboxes = HarnessSandboxes(sandbox_cfg)  # warm pools with each harness's limits, or the sandbox service
         self.controller = RolloutController(cfg, self.client, AutoTokenizer.from_pretrained(self.model_path),
                                             reward_client(cfg), self.sampler, self.buffer, run_id=self.run_id,
                                             writer=self.writer, phase=self.phase, temperature=cfg.inference.temperature,
                                             make_harness=self._make_harness)
+        self.controller.gateway = self.gateway
         if not self.with_trainer:
             self.controller.watchdog = self.watchdog
             return
@@ -108,11 +126,25 @@ class TrainingRun:
             self.progress(f"resuming from {latest.name}")
             await resume(self, latest)
 
+    def _start_gateway(self, urls: list[str]):
+        from agentrl_cli.rollout.agent_gateway import AgentGateway
+
+        def limit() -> int | None:  # read from the gateway's thread: None until the rollout exists
+            return None if self.controller is None else self.controller.agent_allowance()
+        return AgentGateway.start(self.cfg, urls, self.model_path, limit=limit, watchdog=self.watchdog)
+
     def _make_harness(self, name: str):
-        """A harness for the rollout: one acting through sandboxes gets its harness's warm pool."""
+        """A harness for the rollout: one acting through sandboxes gets its harness's warm pool; one
+        that needs the gateway gets it (and, running its agent as a command, its sandbox pool)."""
         from harnesses.registry import create, uses_sandboxes
 
-        return create(name, self.cfg, sandboxes=self.sandboxes.for_harness(name) if uses_sandboxes(name) else None)
+        extra = {}
+        if _harness_attr(name, "needs_gateway"):
+            extra["gateway"] = self.gateway
+            hc = next((h for h in self.cfg.harnesses if h.name == name), None)
+            if hc is not None and _sandboxed_agent(hc):
+                extra["sandbox_provider"] = self.sandboxes.for_harness(name)
+        return create(name, self.cfg, sandboxes=self.sandboxes.for_harness(name) if uses_sandboxes(name) else None, **extra)
 
     async def run(self, steps: int, *, deadline_s: float | None = None, eval_tasks: dict | None = None,
                   eval_every: int | None = None, on_step: Callable[[dict], None] = lambda row: None) -> RunSummary:
@@ -129,6 +161,8 @@ class TrainingRun:
         self.watchdog.stop()
         if self.controller is not None:
             self.controller.close()
+        if self.gateway is not None:
+            await asyncio.to_thread(self.gateway.close_server)
         if self.sandboxes is not None:
             self.sandbox_leaks = self.sandboxes.close()
             if any(self.sandbox_leaks.values()):
@@ -156,6 +190,18 @@ class TrainingRun:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+
+def _harness_attr(name: str, attr: str) -> bool:
+    """A class attribute of a configured harness (`needs_gateway`), False when it is not set."""
+    from harnesses.registry import resolve
+
+    return bool(getattr(resolve(name), attr, False))
+
+
+def _sandboxed_agent(harness_config) -> bool:
+    """Whether a harness that needs the gateway runs its agent as a command in a sandbox."""
+    return _harness_attr(harness_config.name, "needs_gateway") and bool((harness_config.options or {}).get("command"))
 
 
 @contextlib.asynccontextmanager

@@ -10,7 +10,10 @@ against, clean reset (initial observations equal after destroy-and-rebuild), a s
 task family earning full reward (where it ships scripted solutions), invalid actions answered
 without a crash; and one episode of each played through the training path (`agentrl_cli.harness_probe`:
 the inference server with the configured model, the rollout episode, the configured reward source,
-the stored record read back), so stage 5 cannot pass while training fails.
+the stored record read back), so stage 5 cannot pass while training fails. A harness that plays
+itself through the run's gateway (the `agent` harness) is also checked token-exact: every call of
+its probe episode stored exactly as the inference servers were sent and answered it (0
+mismatches), with its reward attached.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentrl_cli.context import StageContext
+from agentrl_cli.outcomes import RewardStatus
 from agentrl_cli.report import Check, CheckStatus, StageReport
 from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
 from agentrl_cli.sandbox.bwrap import check_bwrap
@@ -33,7 +37,7 @@ from agentrl_cli.sandbox.seccomp import bpf_program
 from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
-from harnesses.registry import create, reward_source
+from harnesses.registry import create, resolve, reward_source
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
@@ -266,4 +270,22 @@ def _training_path(ctx: StageContext) -> list[Check]:
                     "stored": p.stored, **({"flags": p.flags} if p.flags else {})}
         checks.append(Check.judge(name, p.ok, measured, "played, scored by the configured reward source, stored and read back",
                                   p.hint, p.error))
+        if getattr(resolve(h.name), "plays_itself", False):
+            checks.append(_token_exact(h.name, p))
     return checks
+
+
+def _token_exact(name: str, p) -> Check:
+    """An agent harness's probe episode through the gateway: its stored ids are the served ids, and
+    it was scored."""
+    c = p.counters
+    scored = p.reward_status in (RewardStatus.OK, RewardStatus.FAIL) and p.reward is not None and p.stored
+    ok = p.ok and c.get("token_exact_episodes", 0) >= 1 and c.get("token_exact_mismatches", 0) == 0 and scored
+    measured = {"calls": c.get("agent_calls", 0), "segments": c.get("agent_segments", 0),
+                "non_prefix_calls": c.get("agent_non_prefix_calls", 0), "checked": c.get("token_exact_episodes", 0),
+                "mismatches": c.get("token_exact_mismatches", 0), "reward": None if p.reward is None else round(p.reward, 4),
+                "reward_status": p.reward_status, "reward_source": p.reward_source}
+    return Check.judge(f"harness {name}: token-exact through the gateway", ok, measured,
+                       "every call stored as served (0 mismatches), the episode scored and stored",
+                       "see the gateway's counters in the run's metrics (gateway/…) and the probe's error; an agent "
+                       "that makes no call, or whose session expired (gateway.session_ttl_s), is not checked", p.error)

@@ -130,6 +130,14 @@ def _default_harnesses() -> list[HarnessConfig]:
     ]
 
 
+class GatewayConfig(Section):
+    """The recording gateway a training run starts for its agent harnesses (harnesses/agent)."""
+
+    port: int = Field(0, ge=0, le=65535, description="Port of the run's gateway on 127.0.0.1 (0 = a free one; the agent sandboxes' allowlist gets it either way)")
+    session_ttl_s: float = Field(600.0, gt=0, le=86_400, description="An agent session idle this long (no call in flight, none begun) expires; its episode ends without its record")
+    retry_after_s: float = Field(1.0, gt=0, le=600, description="What a 429 (the run's staleness limit reached) asks an agent to wait before retrying (Retry-After; the openai SDK honours it)")
+
+
 class SandboxConfig(Section):
     backend: Literal["bwrap", "process"] = Field("bwrap", description="bwrap = bubblewrap isolation; process = NO isolation (explicit opt-out)")
     pool_size: int = Field(8, ge=0, description="Warm sandboxes kept ready")
@@ -178,6 +186,14 @@ class TrainingConfig(Section):
     world_size: int = Field(1, ge=1, description="Trainer ranks")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Collective backend; auto = nccl with GPUs, gloo without")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
+    clip_ratio_low: float | None = Field(None, gt=0, lt=1, description="Lower clip: the ratio is kept above 1 - this (None = clip_eps)")
+    clip_ratio_high: float | None = Field(None, gt=0, le=10, description="Upper clip: the ratio is kept below 1 + this (None = clip_eps; DAPO's clip-higher uses 0.28)")
+    ratio_level: Literal["token", "sequence"] = Field("token", description="token: PPO's per-token ratio; sequence: every token takes its sequence's exp(mean log-ratio) (GSPO)")
+    correction: Literal["none", "tis", "seq_tis", "mis", "seq_mis", "decoupled"] = Field(
+        "none", description="Off-policy correction (training/corrections.py): none = clip pi_theta/pi_rollout; the others clip pi_theta/pi_old (one extra no-grad forward) times rho = pi_old/pi_rollout, tis/seq_tis truncated at is_cap, mis/seq_mis dropped outside [mis_low, mis_high], decoupled (AReaL) dropped above is_cap")
+    is_cap: float = Field(2.0, ge=1, le=10_000, description="C of tis and seq_tis (weights truncated at C) and of decoupled (tokens with rho above C dropped)")
+    mis_low: float = Field(0.5, ge=0, lt=1, description="mis / seq_mis: tokens (sequences) with rho = pi_old/pi_rollout below this are dropped from the loss")
+    mis_high: float = Field(2.0, gt=1, le=10_000, description="mis / seq_mis: tokens (sequences) with rho above this are dropped from the loss")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty (k3) to the reference model: the starting weights, kept frozen beside the policy (0 = none loaded)")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
     loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
@@ -360,6 +376,7 @@ class PlatformConfig(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Asynchronous rollout")
     harnesses: list[HarnessConfig] = Field(default_factory=_default_harnesses, description="Environments (harnesses)")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Sandbox pool")
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="Recording gateway for agents written with an OpenAI client (the `agent` harness)")
     reward: RewardConfig = Field(default_factory=RewardConfig, description="Reward service")
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Trainer")
     data: DataConfig = Field(default_factory=DataConfig, description="Trajectory store")

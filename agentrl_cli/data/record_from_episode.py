@@ -30,8 +30,9 @@ def _tool_calls(observation: Observation) -> list[ToolCallRecord]:
     return out
 
 
-def _arrays(token_ids, loss_mask, logprobs) -> dict:
-    given = {"token_ids": (token_ids, np.int32), "loss_mask": (loss_mask, np.int8), "logprobs": (logprobs, np.float32)}
+def _arrays(token_ids, loss_mask, logprobs, segment_starts) -> dict:
+    given = {"token_ids": (token_ids, np.int32), "loss_mask": (loss_mask, np.int8), "logprobs": (logprobs, np.float32),
+             "segment_starts": (segment_starts, np.int32)}
     return {k: np.asarray(v, dtype=dtype) for k, (v, dtype) in given.items() if v is not None}
 
 
@@ -40,10 +41,13 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                         phase: str = Phase.TRAIN, group_id: str = "", task_set_version: str = "",
                         weight_versions: list[str] | None = None, trajectory_id: str | None = None,
                         step_times: list[tuple] | None = None, token_ids=None, loss_mask=None, logprobs=None,
-                        prompt_tokens: int = 0, completion_tokens: int = 0) -> TrajectoryRecord:
+                        prompt_tokens: int = 0, completion_tokens: int = 0, segment_starts=None,
+                        step_rewards: list[float | None] | None = None) -> TrajectoryRecord:
     """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i.
     `token_ids`, `loss_mask`, `logprobs`: the episode's training sequence, stored as numpy arrays
-    (None: the episode has none, e.g. one played by a script)."""
+    (None: the episode has none, e.g. one played by a script); `segment_starts`: where each of its
+    training samples starts when it is several (None or empty: one). `step_rewards[i]`: a reward
+    given to step i alone (None: none; a gateway call's posted reward)."""
     task = traj.task
     steps = []
     for i, action in enumerate(traj.actions):
@@ -53,6 +57,8 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                                 observation_status=obs.status if obs else "error",
                                 tool_calls=_tool_calls(obs) if obs else [],
                                 weight_version=(weight_versions[i] if weight_versions and i < len(weight_versions) else ""),
+                                reward=float(step_rewards[i]) if step_rewards and i < len(step_rewards)
+                                and step_rewards[i] is not None else 0.0,
                                 started_at=started, ended_at=ended))
     calls = [c for s in steps for c in s.tool_calls]
     evidence = evidence or Evidence()
@@ -77,6 +83,6 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
         turns=len(steps), tool_calls=len(calls), tool_failures=sum(c.status in FAILED_CALL for c in calls),
         invalid_actions=sum(s.observation_status == "invalid_action" for s in steps),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-        **_arrays(token_ids, loss_mask, logprobs),
+        **_arrays(token_ids, loss_mask, logprobs, segment_starts),
         started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),
         **kwargs)

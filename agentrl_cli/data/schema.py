@@ -4,8 +4,9 @@ against the schema *before* anything is written (schema drift such as an int whe
 belongs is rejected by name, never coerced).
 
 Partition columns (`harness`, `date`) live in the Hive path `harness=…/date=…`, not in the file;
-`PARTITIONING` re-adds them on read. The training arrays (`token_ids`, `loss_mask`, `logprobs`) are
-stored as raw little-endian bytes of the dtype in each field's metadata; records hold them as
+`PARTITIONING` re-adds them on read. The training arrays (`token_ids`, `loss_mask`, `logprobs`, and
+`segment_starts`: where each training sample starts when an episode is several, as an agent that
+rewrote its history is; empty = one sample) are stored as raw little-endian bytes of the dtype in each field's metadata; records hold them as
 lists or numpy arrays, `decode_arrays` turns a column back into numpy arrays. Writing, stores and queries belong in the other modules.
 """
 
@@ -76,6 +77,9 @@ FILE_SCHEMA = pa.schema([
     pa.field("token_ids", pa.binary(), metadata={b"dtype": b"<i4"}),
     pa.field("loss_mask", pa.binary(), metadata={b"dtype": b"|i1"}),
     pa.field("logprobs", pa.binary(), metadata={b"dtype": b"<f4"}),
+    # where each training sample starts in token_ids when the episode is several (an agent that
+    # rewrote its history): [0, n0, n0 + n1, ...]; empty (or null, in files written before it) = one
+    pa.field("segment_starts", pa.binary(), metadata={b"dtype": b"<i4"}),
     ("started_at", TS),
     ("ended_at", TS),
 ], metadata={b"agentrl.schema_version": str(SCHEMA_VERSION).encode()})
@@ -152,6 +156,7 @@ class TrajectoryRecord:
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    segment_starts: list[int] = field(default_factory=list)  # see FILE_SCHEMA; [] = one training sample
     started_at: dt.datetime = field(default_factory=utcnow)
     ended_at: dt.datetime = field(default_factory=utcnow)
     trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -198,7 +203,8 @@ class TrajectoryRecord:
 
 
 _FIELDS = dataclasses.fields(TrajectoryRecord)
-NUMERIC_LISTS = {"token_ids": np.dtype("<i4"), "loss_mask": np.dtype("|i1"), "logprobs": np.dtype("<f4")}
+NUMERIC_LISTS = {"token_ids": np.dtype("<i4"), "loss_mask": np.dtype("|i1"), "logprobs": np.dtype("<f4"),
+                 "segment_starts": np.dtype("<i4")}
 
 
 def as_array(value, dtype: np.dtype, name: str = "array") -> np.ndarray:

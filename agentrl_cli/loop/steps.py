@@ -169,7 +169,8 @@ class StepLoop:
         row.update(run.sandboxes.metrics())
         row.update({keys.rollout(k): v for k, v in run.controller.counters.items()
                     if k.startswith(("truncated_", "env_create_", "token_exact_"))})
-        row.update({k: v for k, v in run.controller.counters.items() if k.startswith("env/")})  # harness errors
+        row.update({k: v for k, v in run.controller.counters.items()
+                    if k.startswith(("env/", keys.gateway("")))})  # harness errors; the agent gateway's counters
         return row
 
     def _rollout_work(self) -> dict:

@@ -5,6 +5,7 @@ Keys are namespaced as CleanRL's are: `train/…` (the learner's losses and diag
 `train_step` returns them unprefixed), `reward/…` (the batch's rewards), `time/…` (the phase times of
 a step and their shares), `sync/…` (weight sync), `rollout/…` (counters of the rollout and the
 buffer), `infer/…` (generation totals, and `infer/<harness>/…`), `env/<harness>/…` (service levels),
+`gateway/…` (the run's recording gateway, when an agent harness starts one),
 `eval/<harness>/…` (one row per evaluation), `system/…` (CPU, RSS, accelerators), `watchdog/…`.
 A name with a harness (or a tool, an error, a status) in it is built by a function here.
 
@@ -23,6 +24,21 @@ TRAIN_LR = "train/lr"
 TRAIN_KL_REF = "train/kl_ref"
 TRAIN_MISMATCH_KL = "train/mismatch_kl"
 TRAIN_SAMPLES = "train/samples"  # samples the step trained on
+# off-policy correction (training.correction other than none; training/corrections.py): over the step's tokens,
+# or sequences for seq_tis / seq_mis, rho = pi_old / pi_rollout
+TRAIN_IS_WEIGHT_MEAN = "train/is_weight_mean"  # mean of rho, before truncation or rejection
+TRAIN_IS_WEIGHT_MAX = "train/is_weight_max"
+TRAIN_IS_WEIGHT_P99 = "train/is_weight_p99"  # nearest-rank 99th percentile of rho
+TRAIN_IS_ESS = "train/is_ess"  # effective sample size of the weights applied, over n: 1 = all weigh the same
+TRAIN_IS_REJECTED_FRACTION = "train/is_rejected_fraction"  # units dropped from the loss (mis, seq_mis, decoupled)
+TRAIN_POLICY_LAG = "train/policy_lag"  # token-weighted mean staleness, when the step's samples carry it
+TRAIN_CORRECTION = (TRAIN_IS_WEIGHT_MEAN, TRAIN_IS_WEIGHT_MAX, TRAIN_IS_WEIGHT_P99, TRAIN_IS_ESS, TRAIN_IS_REJECTED_FRACTION)
+
+
+def train_name(key: str) -> str:
+    """The name the learner's `train_step` returns for the row key `train/<name>` (the run adds the prefix)."""
+    return key.removeprefix("train/")
+
 
 REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"
@@ -63,7 +79,15 @@ ROLLOUT_INFRA_ERRORS = "rollout/infra_errors"
 ROLLOUT_GOODPUT = "rollout/goodput"  # trained tokens / generated tokens
 ROLLOUT_EPISODES_STEP = "rollout/episodes_step"  # episodes finished since the last step
 TOKENS_TRAINED = "tokens/trained"  # tokens of the step's trained episodes
+ROLLOUT_EPISODES_TRAINED = "rollout/episodes_trained"  # the step's episodes trained on (not masked)
+ROLLOUT_SAMPLES_BUILT = "rollout/samples_built"  # their samples: more than episodes when some train per segment
 ROLLOUT_COUNTERS = ("aborted_generations", "resumed_generations", "wasted_tokens", "server_retries", "weight_resyncs")
+
+
+def gateway(counter: str) -> str:
+    """`gateway/<counter>`: a counter of the run's recording gateway (agentrl_cli/gateway/service.py
+    GATEWAY_COUNTERS: calls, non_prefix_calls, refused_calls, ...), in the rows of runs that start one."""
+    return f"gateway/{counter}"
 
 
 def rollout(counter: str) -> str:

@@ -34,12 +34,13 @@ class TrajectoryBuffer:
         self.counters = {"put": 0, "taken": 0, "dropped_stale": 0, "waits_full": 0}
 
     def __len__(self) -> int:
-        return sum(len(g) for g in self._groups.values())
+        return sum(len(g) for g in list(self._groups.values()))  # a copy: the run's gateway reads it from its thread
 
     def usable(self, filling: set[str]) -> int:
         """Buffered episodes that can still be trained: those of complete groups and of the groups in
-        `filling` (members still being generated); a group that lost a member to an error is not."""
-        return sum(len(g) for gid, g in self._groups.items() if len(g) >= self.group_size or gid in filling)
+        `filling` (members still being generated); a group that lost a member to an error is not.
+        Safe to call from another thread (the gateway's admission reads it)."""
+        return sum(len(g) for gid, g in list(self._groups.items()) if len(g) >= self.group_size or gid in filling)
 
     def ready_groups(self) -> int:
         return sum(len(g) >= self.group_size for g in self._groups.values())

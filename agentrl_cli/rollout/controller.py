@@ -14,6 +14,11 @@ are reused, one episode at a time each, at most `concurrency` (or the harness's 
 An episode whose generation could not be completed (inference servers down past the resume
 deadline) ends as `infra_error`: it is not scored, and goes to the store and the buffer masked, like
 an episode the reward service could not score. Counters: see `resume.COUNTERS`, `weight_resyncs`.
+
+A harness that plays itself (`plays_itself`: the `agent` harness) is played by `agent_episode`
+through the run's gateway (`gateway`, set by the run) instead of `run_episode`'s generation loop;
+the gateway admits as many sessions as `agent_allowance()` (the same limits the loop starts episodes
+under), and its counters are mirrored into `counters` as `gateway/…`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from agentrl_cli.reward.request_from_episode import request_from_episode
 from agentrl_cli.reward.models import RewardResult
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.harness_errors import HarnessErrors
+from agentrl_cli.rollout.agent_episode import run_agent_episode
 from agentrl_cli.rollout.run_episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
@@ -103,6 +109,8 @@ class RolloutController:
         self.harness_errors = HarnessErrors(r.max_harness_errors, r.max_harness_error_rate, r.harness_error_window)
         self._tasks: set[asyncio.Task] = set()
         self.lead_limit = None  # () -> most episodes in flight + buffered (the run: what training can still use)
+        self.gateway = None  # rollout.agent_gateway.AgentGateway: the run's, for harnesses that play themselves
+        self.side_playing = 0  # episodes played outside the loop (evaluation, probes): not in `in_flight`
 
     def _pool(self, name: str) -> HarnessPool:
         if name not in self.pools:
@@ -121,25 +129,38 @@ class RolloutController:
 
     # ---- one episode -----------------------------------------------------------------------------
 
-    async def play(self, draw: Draw, *, temperature: float | None = None, store: bool = True):
-        """Run, score and (with `store`) record one episode; returns (result, reward result, record)."""
+    async def play(self, draw: Draw, *, temperature: float | None = None, store: bool = True, counted: bool = False):
+        """Run, score and (with `store`) record one episode; returns (result, reward result, record).
+        `counted`: the episode is in `in_flight` already (the loop's own)."""
         loop = asyncio.get_running_loop()
         pool = self._pool(draw.task.harness)
-        harness = await pool.acquire(loop, self.executor)
+        self.side_playing += not counted
+        try:
+            harness = await pool.acquire(loop, self.executor)
+        except BaseException:
+            self.side_playing -= not counted
+            raise
         r = self.config.rollout
         self.watchdog.begin("rollout")
         try:
-            result = await run_episode(harness, draw.task, self.client, self.tokenizer, self.executor,
-                                       max_steps=r.max_steps_per_trajectory, step_timeout_s=r.step_timeout_seconds,
-                                       max_new_tokens=self.config.inference.max_new_tokens,
-                                       temperature=self.temperature if temperature is None else temperature,
-                                       seed=draw.seed, context_limit=self.config.training.seq_len_limit,
-                                       resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
-                                       stats=self.harness_stats, create_retries=r.env_create_retries,
-                                       create_backoff_s=r.env_create_backoff_s,
-                                       reward_source=self.reward_source(draw.task.harness))
+            if getattr(harness, "plays_itself", False):
+                result = await run_agent_episode(harness, draw.task, self.gateway or getattr(harness, "gateway", None),
+                                                 self.executor, reward_source=self.reward_source(draw.task.harness),
+                                                 watchdog=self.watchdog, stats=self.harness_stats)
+                self._mirror_gateway()
+            else:
+                result = await run_episode(harness, draw.task, self.client, self.tokenizer, self.executor,
+                                           max_steps=r.max_steps_per_trajectory, step_timeout_s=r.step_timeout_seconds,
+                                           max_new_tokens=self.config.inference.max_new_tokens,
+                                           temperature=self.temperature if temperature is None else temperature,
+                                           seed=draw.seed, context_limit=self.config.training.seq_len_limit,
+                                           resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
+                                           stats=self.harness_stats, create_retries=r.env_create_retries,
+                                           create_backoff_s=r.env_create_backoff_s,
+                                           reward_source=self.reward_source(draw.task.harness))
             self.harness_errors.record(draw.task.harness, result, self.counters)
         finally:
+            self.side_playing -= not counted
             end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
             if end is not None:
                 try:
@@ -152,8 +173,8 @@ class RolloutController:
         tid = self.trajectory_id(draw)
         self.counters.update(result.counters)
         if result.termination == Termination.INFRA_ERROR:
-            why = ("environment_unavailable" if result.counters.get("env_create_failures")
-                   else "harness_error" if result.harness_error else "inference_unavailable")
+            why = result.infra_flag or ("environment_unavailable" if result.counters.get("env_create_failures")
+                                        else "harness_error" if result.harness_error else "inference_unavailable")
             scored = infra_lost(tid, result.error, why)
         else:
             self.watchdog.begin("reward")
@@ -181,6 +202,24 @@ class RolloutController:
             self.timers["store_s"] += time.perf_counter() - t
         return result, scored, record
 
+    def _mirror_gateway(self) -> None:
+        """The gateway's counters as they stand (`gateway/…`; its own totals, not summed here)."""
+        if self.gateway is not None:
+            for key, value in self.gateway.stats().items():
+                self.counters[key] = value
+
+    def agent_allowance(self) -> int:
+        """Episodes the run's gateway may have in flight (its sessions, and its calls): as many as the
+        loop may run under its concurrency, the buffer's room and the lead limit, plus the evaluation
+        and probe episodes playing now. Read from the gateway's thread: it only copies and counts."""
+        buffered = len(self.buffer)
+        room = min(self.concurrency, self.buffer.capacity - buffered)
+        lead = self.lead_limit
+        if lead is not None:
+            filling = {d.group_id for d in list(self.inflight_draws.values())} | {d.group_id for d in list(self.starting)}
+            room = min(room, lead() - self.buffer.usable(filling))
+        return max(0, room) + self.side_playing
+
     def train_reward(self, truncated: bool, masked: bool, reward: float) -> float | None:
         """The reward the trainer sees (None = masked): `rollout.truncation` decides for an episode cut
         at the step or sequence limit (mask, score, or penalize with -1); counted as `truncated_<mode>`."""
@@ -206,7 +245,8 @@ class RolloutController:
                                    task_set_version=self.task_set(draw.task.harness).version,
                                    weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times,
                                    token_ids=result.token_ids, loss_mask=result.loss_mask, logprobs=result.logprobs,
-                                   prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens)
+                                   prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+                                   segment_starts=result.segment_starts, step_rewards=result.step_rewards)
 
     async def _episode_into_buffer(self, draw: Draw) -> None:
         key = f"{draw.group_id}-{draw.index}"
@@ -220,7 +260,7 @@ class RolloutController:
                     await self.buffer.put(Episode(draw.group_id, record, version_number(record.policy_version_first),
                                                   self.reward_of_record(record)))  # generated before the resume
                     return
-            result, scored, record = await self.play(draw)
+            result, scored, record = await self.play(draw, counted=True)
             versions = [version_number(v) for v in result.weight_versions] or [0]
             if not scored.masked:  # a masked episode says nothing about the task's difficulty
                 self.sampler.record(draw.task, scored.outcome == Outcome.SUCCESS)

@@ -48,6 +48,9 @@ class EpisodeResult:
     counters: Counter = field(default_factory=Counter)  # resume.COUNTERS, token_exact_*
     harness_error: tuple[str, str] | None = None  # (method, what it raised) when the harness's own code failed
     harness_reward: HarnessReward | None = None  # its compute_reward, when harnesses[].reward asks for it
+    segment_starts: list[int] = field(default_factory=list)  # several training samples: where each starts ([] = one)
+    step_rewards: list[float | None] = field(default_factory=list)  # per step: a reward given to it alone (None: none)
+    infra_flag: str = ""  # infra_error: the flag that says why, when not the controller's own guess
 
 
 def harness_failed(result: EpisodeResult, method: str, exc: BaseException) -> EpisodeResult:

@@ -36,7 +36,8 @@ class TrainingBackend(Protocol):
         loss is normalised by the token count over all ranks, so the mean over ranks is the step's
         loss, as one rank on the whole batch). Returns the metrics named in STEP_METRICS for this rank: loss, grad_norm (before clipping),
         clip_fraction, approx_kl, entropy, mismatch_kl (trainer vs inference log-probs before the
-        update), lr, tokens (masked tokens), samples."""
+        update), lr, tokens (masked tokens), samples. The DeepSpeed backend adds the importance-weight
+        diagnostics of `training.correction` (other than none) and `policy_lag` (corrections.py)."""
         ...
 
     def save_checkpoint(self, dir: Path, client_state: dict) -> None:

@@ -17,6 +17,11 @@ Choices worth knowing:
   (`seq_mean` likewise counts the sequences of all ranks).
 - Samples of a micro-batch that begin with the same prompt (a GRPO group) share one forward pass
   over it (`shared_prompts.py`): the same log-probs and gradients, for a fraction of the tokens.
+- With `training.correction` other than none, the step first computes pi_old: a no-grad forward
+  (eval mode) over all its micro-batches with the weights the step starts from, before any of them
+  trains, so it stays the step's starting policy however the micro-batches are accumulated. The
+  behaviour weights and their diagnostics (`corrections.py`) come from it; with several ranks the
+  diagnostics are gathered over every rank's units, so each rank reports the step's figures.
 - A client `torch.optim.AdamW` (lr = training.learning_rate, no weight decay) is passed, so
   DeepSpeed JIT-compiles no optimizer op. On CPU, DeepSpeed's communication backend would also
   compile its shared-memory all-reduce op (`deepspeed_shm_comm`, measured 212 s on 2 cores the
@@ -39,8 +44,8 @@ import torch
 import templates
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.training import shared_prompts
-from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, ppo_clip_loss, sequence_weights
+from agentrl_cli.training import corrections, shared_prompts
+from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, sequence_weights
 
 TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
 CKPT_TAG = "ckpt"
@@ -176,6 +181,7 @@ class DeepSpeedBackend:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.config = training_config
+        self.correction = corrections.Correction.from_config(training_config)
         self.temperature = temperature
         self._pg = _ProcessGroup(training_config.dist_backend)
         try:
@@ -228,6 +234,9 @@ class DeepSpeedBackend:
         per_sequence = getattr(self.config, "loss_aggregation", "token_mean") == "seq_mean"
         sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
         loss_sum, grad_norm = 0.0, None
+        old = self._old_logprobs(batches, prompts) if self.correction.needs_old_logprobs else [None] * len(batches)
+        weights = [corrections.behaviour_weights(o, b.old_logprobs, b.loss_mask, self.correction) if o is not None else None
+                   for o, b in zip(old, batches)]
         self.engine.train()
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
@@ -237,10 +246,11 @@ class DeepSpeedBackend:
             if ref_lp is None and self.reference is not None:
                 with torch.no_grad():
                     ref_lp, _ = shared_prompts.token_logprobs(self.reference, batch, prompts[i], self.temperature)
-            loss, m = ppo_clip_loss(new_lp, batch.old_logprobs, batch.advantages, batch.loss_mask, self.config.clip_eps,
-                                    kl_coef=self.config.kl_coef, ref_lp=ref_lp, entropy=entropy,
-                                    entropy_coef=self.config.entropy_coef, num_tokens=global_total,
-                                    token_weights=sequence_weights(batch.loss_mask, global_sequences) if per_sequence else None)
+            loss, m = corrections.policy_loss(
+                new_lp, old[i], batch.old_logprobs, batch.advantages, batch.loss_mask, self.correction,
+                weights[i].weights if weights[i] is not None else None, kl_coef=self.config.kl_coef, ref_lp=ref_lp,
+                entropy=entropy, entropy_coef=self.config.entropy_coef, num_tokens=global_total,
+                token_weights=sequence_weights(batch.loss_mask, global_sequences) if per_sequence else None)
             loss = loss * self.world_size  # DeepSpeed divides the summed gradients by the world size
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
             for key, value in m.items():
@@ -255,10 +265,37 @@ class DeepSpeedBackend:
         metrics = {key: value / max(total, 1) for key, value in sums.items()}
         if batches[0].ref_logprobs is None and self.reference is None:
             metrics.pop("kl_ref")
+        metrics.update(self._correction_metrics(weights, samples, batches))
         metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                        lr=float(self.engine.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
                        step=self.step)
         return metrics
+
+    def _old_logprobs(self, batches, prompts) -> list[torch.Tensor]:
+        """pi_old of every micro-batch: the step's starting weights, no gradient, before any update."""
+        self.engine.eval()
+        try:
+            with torch.no_grad():
+                return [shared_prompts.token_logprobs(self.engine, b, p, self.temperature)[0] for b, p in zip(batches, prompts)]
+        finally:
+            self.engine.train()
+
+    def _correction_metrics(self, weights: list, samples: list[Sample], batches) -> dict:
+        """The behaviour weights' diagnostics over every rank's units (when a correction is on) and the
+        token-weighted policy lag of this rank's samples (when they all carry their staleness)."""
+        out: dict = {}
+        parts = [w for w in weights if w is not None]
+        if parts:
+            mine = tuple(torch.cat([getattr(w, f) for w in parts]).cpu() for f in ("raw", "applied", "rejected"))
+            every = [mine]
+            if self.world_size > 1:
+                every = [None] * self.world_size
+                torch.distributed.all_gather_object(every, mine)
+            out.update(corrections.diagnostics(*(torch.cat([e[j] for e in every]) for j in range(3))))
+        lag = corrections.policy_lag([s.staleness for s in samples], torch.cat([b.loss_mask.sum(dim=1) for b in batches]))
+        if lag is not None:
+            out[corrections.POLICY_LAG] = lag
+        return out
 
     def _global_counts(self, tokens: int, sequences: int) -> tuple[int, int]:
         """Masked tokens and trained sequences of the step over all ranks."""

@@ -68,7 +68,8 @@ class Sample:
 
     loss_mask is 1 on tokens the model generated itself, 0 on prompt, tool and environment tokens.
     logprobs[i] is the behaviour policy's log p(token i | tokens < i) as the inference server
-    returned it; only positions with loss_mask 1 are read.
+    returned it; only positions with loss_mask 1 are read. staleness: trainer versions between the
+    weights that sampled it and the weights it trains (None: unknown); only diagnostics read it.
     """
 
     token_ids: Tokens
@@ -76,6 +77,7 @@ class Sample:
     logprobs: Floats
     advantage: float
     ref_logprobs: Floats | None = None
+    staleness: float | None = None
 
 
 @dataclass
@@ -198,7 +200,9 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
                   clip_eps: float, kl_coef: float = 0.0, ref_lp: torch.Tensor | None = None,
                   entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
                   num_tokens: float | None = None,
-                  token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+                  token_weights: torch.Tensor | None = None, *, clip_eps_high: float | None = None,
+                  sequence_ratio: bool = False,
+                  behaviour_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Token-level PPO-clip loss with ratio exp(new_lp - old_lp) and one advantage per sequence.
 
     The loss is averaged over all masked tokens of the batch (every token weighs the same, however
@@ -210,25 +214,36 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
     `token_weights` ([B, T], zero outside the mask) replaces that token mean by a weighted sum, e.g.
     `sequence_weights` for a mean over sequences of their token means.
 
-    Metrics (means over this batch's masked tokens, as floats): `clip_fraction` (|ratio - 1| >
-    clip_eps), `approx_kl` (k3 estimate of KL(old || new)), `entropy`, and `kl_ref` with a reference.
+    Off-policy options (`corrections.py` chooses them): the ratio is clamped to [1 - clip_eps,
+    1 + `clip_eps_high`] (None: clip_eps); `sequence_ratio` gives every token its sequence's ratio
+    exp(mean over the sequence's masked tokens of new_lp - old_lp) (GSPO); `behaviour_weights`
+    ([B, T], detached) multiplies each token's clipped term (importance weights).
+
+    Metrics (means over this batch's masked tokens, as floats): `clip_fraction` (the ratio outside
+    the clip range), `approx_kl` (k3 estimate of KL(old || new), per token), `entropy`, and `kl_ref`
+    with a reference.
     """
     mask = mask.to(new_lp.dtype)
     n_here = mask.sum().clamp(min=1.0)
     denom = n_here if num_tokens is None else torch.as_tensor(max(float(num_tokens), 1.0), dtype=new_lp.dtype)
     inside = mask > 0
     log_ratio = torch.where(inside, new_lp - old_lp, 0.0)  # unread positions: no inf/nan leaks in
-    ratio = torch.exp(log_ratio)
+    token_ratio = torch.exp(log_ratio)
+    ratio = torch.exp(_sequence_mean(log_ratio, mask, inside)) if sequence_ratio else token_ratio
+    high = clip_eps if clip_eps_high is None else clip_eps_high
     adv = advantages.to(new_lp.dtype).unsqueeze(-1)
-    per_token = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps))
+    per_token = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high))
+    if behaviour_weights is not None:
+        per_token = per_token * behaviour_weights.detach().to(per_token.dtype)
     if token_weights is not None:
         mask, denom = token_weights.to(new_lp.dtype), torch.ones((), dtype=new_lp.dtype)
     loss = _masked_mean(per_token, mask, denom)
     metrics: dict[str, float] = {}
     on = inside.to(new_lp.dtype)
     with torch.no_grad():
-        metrics["clip_fraction"] = _masked_mean(((ratio - 1.0).abs() > clip_eps).to(on.dtype), on, n_here).item()
-        metrics["approx_kl"] = _masked_mean((ratio - 1.0) - log_ratio, on, n_here).item()
+        clipped = ((ratio - 1.0) > high) | ((1.0 - ratio) > clip_eps)
+        metrics["clip_fraction"] = _masked_mean(clipped.to(on.dtype), on, n_here).item()
+        metrics["approx_kl"] = _masked_mean((token_ratio - 1.0) - log_ratio, on, n_here).item()
     if ref_lp is not None:
         d = torch.where(inside, ref_lp - new_lp, 0.0)
         k3 = torch.exp(d) - d - 1.0
@@ -240,6 +255,12 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
             loss = loss - entropy_coef * _masked_mean(entropy, mask, denom)
         metrics["entropy"] = _masked_mean(entropy.detach(), on, n_here).item()
     return loss, metrics
+
+
+def _sequence_mean(log_ratio: torch.Tensor, mask: torch.Tensor, inside: torch.Tensor) -> torch.Tensor:
+    """Each row's mean of `log_ratio` over its masked tokens, on those tokens (0 elsewhere)."""
+    per_row = (log_ratio * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return torch.where(inside, per_row, 0.0)
 
 
 def sequence_weights(loss_mask: torch.Tensor, num_sequences: int) -> torch.Tensor:

@@ -31,13 +31,14 @@ from pathlib import Path
 
 import numpy as np
 
+from agentrl_cli.training.corrections import POLICY_LAG
 from agentrl_cli.training.grpo import Sample
 
 CHANNEL_FILE = "channel.json"
 AUTHKEY_FILE = "authkey"
 CONFIG_FILE = "training.json"
 ACCEPT_TIMEOUT_S = 600.0  # the run's process connects as soon as channel.json appears
-TOKEN_WEIGHTED = ("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref")
+TOKEN_WEIGHTED = ("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref", POLICY_LAG)
 
 
 def shard(samples: list[Sample], rank: int, world_size: int) -> tuple[list[Sample], int]:
@@ -57,16 +58,16 @@ def shard(samples: list[Sample], rank: int, world_size: int) -> tuple[list[Sampl
 def combine_metrics(per_rank: list[dict]) -> dict:
     """One step's metrics over all ranks: the mean of the ranks' losses (each is its share of the
     global token mean times the world size, see deepspeed_backend), token-weighted means of the
-    per-token diagnostics, summed tokens and samples; grad_norm, lr and step are the same on every
-    rank and taken from rank 0."""
+    per-token diagnostics, summed tokens and samples; grad_norm, lr, step and the importance-weight
+    diagnostics (gathered over all ranks by each) are the same on every rank and taken from rank 0."""
     out = dict(per_rank[0])
     tokens = [m.get("tokens", 0) for m in per_rank]
     out["loss"] = sum(m["loss"] for m in per_rank) / len(per_rank)
-    for key in TOKEN_WEIGHTED:
-        if all(key in m for m in per_rank):
-            weight = sum(tokens)
-            out[key] = (sum(m[key] * t for m, t in zip(per_rank, tokens)) / weight if weight
-                        else sum(m[key] for m in per_rank) / len(per_rank))
+    for key in TOKEN_WEIGHTED:  # over the ranks that report it (a rank of padding only has no policy lag)
+        having = [(m[key], t) for m, t in zip(per_rank, tokens) if key in m]
+        if having:
+            weight = sum(t for _, t in having)
+            out[key] = (sum(v * t for v, t in having) / weight if weight else sum(v for v, _ in having) / len(having))
     out["tokens"] = sum(tokens)
     out["samples"] = sum(m.get("samples", 0) for m in per_rank)
     return out

@@ -186,6 +186,32 @@ def test_rows_stay_buffered_until_a_partition_fills_or_the_writer_flushes(store)
     assert store.read_table().num_rows == 4 and writer.buffered == 0
 
 
+def test_segment_starts_round_trip_and_files_written_before_them_read_as_one_segment(store, tmp_path):
+    import dataclasses
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from agentrl_cli.data.schema import FILE_SCHEMA
+    from agentrl_cli.data.columnar import records_table
+
+    split = dataclasses.replace(_record(0), token_ids=[1, 2, 3, 4, 5], loss_mask=[0, 1, 0, 1, 1],
+                                logprobs=[0.0, -1.0, 0.0, -0.5, -0.25], segment_starts=[0, 2])
+    with TrajectoryWriter(store, quarantine_dir=tmp_path / "q") as writer:
+        assert writer.write(split) is True
+    # a file of the schema before segment_starts existed (the column absent), published beside it
+    old = records_table([_record(1)])
+    old = old.drop_columns(["segment_starts"])
+    assert "segment_starts" not in old.schema.names and len(old.schema) == len(FILE_SCHEMA) - 1
+    buf = io.BytesIO()
+    pq.write_table(old, buf)
+    store.publish(_staged(store, buf.getvalue()), "harness=terminal_like/date=2024-05-01/part-before.parquet")
+    got = {r.task_id: r for r in read_records(store)}
+    assert got["task-0"].segment_starts == [0, 2] and got["task-0"].token_ids == [1, 2, 3, 4, 5]
+    assert got["task-1"].segment_starts == [] and got["task-1"].token_ids == [1, 2, 1]
+    assert isinstance(store.read_table().column("segment_starts").type, type(pa.binary()))
+
+
 def test_schema_drift_is_rejected_before_writing_and_quarantined(store, tmp_path):
     quarantine = tmp_path / "quarantine"
     good = _record(0)
