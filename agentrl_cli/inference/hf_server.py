@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from agentrl_cli import __version__
+from agentrl_cli.inference.awaiting import await_results
 from agentrl_cli.inference.metrics import engine_registry
 from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
                                             UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
@@ -114,11 +115,7 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
         except RuntimeError as exc:  # the engine is closed
             return json_response(error_body(str(exc)), 503)
         try:
-            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-        except asyncio.CancelledError:  # the client went away or the server stops: free the engine
-            for item in parsed.items:
-                engine.abort(item.rid)
-            raise
+            results = await await_results(engine, futures, [i.rid for i in parsed.items])
         except Exception as exc:  # noqa: BLE001 - a failed batch: report it, keep serving
             return json_response(error_body(f"generation failed: {type(exc).__name__}: {exc}"), 500)
         outputs = [build_output(item, result, engine.tokenizer, parsed.return_text_in_logprobs)

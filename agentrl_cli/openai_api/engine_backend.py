@@ -8,10 +8,10 @@ top-k log-probs (the engine returns the sampled token's only) and repetition pen
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Callable
 
+from agentrl_cli.inference.awaiting import await_results
 from agentrl_cli.inference.protocol import ProtocolError, parse_generate
 from agentrl_cli.openai_api.base import Completion, OpenAIError
 
@@ -60,12 +60,7 @@ class EngineBackend:
             raise _refusal(ProtocolError(str(exc))) from None
         except RuntimeError as exc:  # the engine is closed
             raise OpenAIError(f"the inference engine is not serving: {exc}", status=503, type="server_error") from None
-        try:
-            results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures))
-        except asyncio.CancelledError:  # the client went away or the server stops: free the engine
-            for item in parsed.items:
-                engine.abort(item.rid)
-            raise
+        results = await await_results(engine, futures, [i.rid for i in parsed.items])
         return [_completion(r) for r in results]
 
 
