@@ -51,16 +51,36 @@ def _diff(recorded: str, replayed: str, step: int) -> str:
                                         fromfile=f"recorded/step{step}", tofile=f"replayed/step{step}"))
 
 
-def _task(record: TrajectoryRecord):
-    from harnesses.tasks import TASK_SET_VERSION, load_tasks
+def _task(record: TrajectoryRecord, platform_config=None):
+    """The recorded task, from the harness's task set at the recorded version: its `harnesses[]`
+    entry's (a tasks file, or the class's own with its options) when the config has one, else the
+    class's own or the committed set."""
+    from agentrl_cli.errors import NotFoundError
+    from harnesses.task_sources import builtin_or_own, task_set
 
-    if record.task_set_version and record.task_set_version != TASK_SET_VERSION:
-        raise LookupError(f"trajectory {record.trajectory_id} used task set {record.task_set_version}; "
-                          f"this install has {TASK_SET_VERSION}")
-    for task in load_tasks(record.harness):
+    hc = next((h for h in getattr(platform_config, "harnesses", ()) if h.name == record.harness), None)
+    tasks = task_set(hc, platform_config.data) if hc is not None else builtin_or_own(record.harness)
+    if record.task_set_version and record.task_set_version != tasks.version:
+        raise NotFoundError(f"trajectory {record.trajectory_id} used task set {record.task_set_version} of {record.harness}; "
+                            f"this install and config give {tasks.version}",
+                            "replay with the config (harnesses[].tasks, options) and the versions the run used")
+    for task in tasks.tasks:
         if task.task_id == record.task_id:
             return task
-    raise LookupError(f"task {record.task_id} is not in the {record.harness} task set {TASK_SET_VERSION}")
+    raise NotFoundError(f"task {record.task_id} is not in the {record.harness} task set {tasks.version}",
+                        "replay with the config the run used (--config), whose harnesses[] entry names its tasks")
+
+
+def _replayable(record: TrajectoryRecord) -> None:
+    """An agent's episode (a harness that plays itself) is not replayed by its harness: the
+    observations came from the agent's own tools, which only the agent can run again."""
+    from agentrl_cli.errors import UsageError
+    from harnesses.registry import resolve
+
+    if getattr(resolve(record.harness), "plays_itself", False):
+        raise UsageError(f"trajectory {record.trajectory_id} is an episode of {record.harness}, whose agent produced its "
+                         "observations with its own tools; the harness cannot replay them",
+                         "re-run the agent on the task instead (its calls were recorded token-exact by the gateway)")
 
 
 def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=None) -> ReplayReport:
@@ -68,6 +88,7 @@ def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=No
     run built it); pass your own to replay against modified code (the version check then uses its
     `version`)."""
     report = ReplayReport(record.trajectory_id, record.harness, record.harness_version)
+    _replayable(record)
     own = harness is None
     if own:
         from harnesses.registry import create
@@ -79,7 +100,7 @@ def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=No
                                            f"recorded with {record.harness} {record.harness_version}, "
                                            f"installed {harness.version}: install the recorded version to replay")
             return report
-        task = task or _task(record)
+        task = task or _task(record, platform_config)
         obs = harness.reset(task)
         if obs.text != record.initial_observation:
             report.divergence = Divergence(-1, "text", record.initial_observation, obs.text,

@@ -116,3 +116,29 @@ def test_a_different_harness_version_refuses_to_replay(stored):
     rec.harness_version = "0.9"
     report = replay(rec)
     assert not report.ok and report.divergence.field == "version" and "install the recorded version" in report.divergence.diff
+
+
+def test_a_harness_with_its_own_task_file_replays_through_the_config_and_an_agent_episode_is_refused(tmp_path):
+    import json
+
+    from agentrl_cli.config import load_config
+    from agentrl_cli.errors import NotFoundError, UsageError
+    from harnesses.task_sources import task_set
+
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"task_id": "own/1", "prompt": "Compute 2 + 2.", "answer": "4", "split": "train"}) + "\n")
+    entry = json.dumps([{"name": "terminal_like", "tasks": str(tasks)}])
+    cfg = load_config(None, [f"harnesses={entry}"], env={}).config
+    task = task_set(cfg.harnesses[0], cfg.data).tasks[0]
+    harness = resolve("terminal_like")()
+    try:
+        traj, _ = play(harness, task, policy=lambda t, turn: ("ANSWER: 4",)[turn] if turn < 1 else None)
+    finally:
+        harness.close()
+    rec = record_from_episode(traj, run_id="own", harness_version=TerminalLike.version, reward=None, evidence=None,
+                              termination="done", seed=0, task_set_version=task_set(cfg.harnesses[0], cfg.data).version)
+    assert replay(rec, platform_config=cfg).ok  # the task comes from the configured file, not the committed set
+    with pytest.raises(NotFoundError, match="not in the terminal_like task set"):
+        replay(rec.__class__(**{**rec.__dict__, "task_id": "own/404"}), platform_config=cfg)
+    with pytest.raises(UsageError, match="cannot replay them"):
+        replay(rec.__class__(**{**rec.__dict__, "harness": "agent"}), platform_config=cfg)
