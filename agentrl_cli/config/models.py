@@ -76,6 +76,8 @@ class RolloutConfig(Section):
     group_size: int = Field(4, ge=1, le=1024, description="GRPO group: samples per task")
     buffer_size: int = Field(256, ge=1, description="Bounded trajectory buffer between rollout and trainer")
     max_inference_queue: int = Field(512, ge=1, description="New episodes wait while more generation requests than this are in flight to the inference servers")
+    dynamic_sampling: bool = Field(False, description="DAPO dynamic sampling: a group whose trained rewards are all equal (no GRPO signal) is dropped before its step, which takes more groups instead; a step left with none trains nothing and is counted (rollout/skipped_steps)")
+    max_refill_rounds: int = Field(3, ge=0, le=100, description="Dynamic sampling: most rounds of taking (in sync mode, generating) more groups to replace a step's dropped ones; past that the step trains on the groups with signal it has")
     truncation: Literal["mask", "score", "penalize"] = Field("score", description="Episodes cut at max_steps_per_trajectory or training.seq_len_limit: mask = never trained on; score = trained on with their reward; penalize = trained on with reward -1")
     env_create_retries: int = Field(2, ge=0, le=20, description="Retries of a failed environment creation (reset) before the episode is masked as infra_error")
     env_create_backoff_s: float = Field(0.5, ge=0, le=60, description="Wait before the first retry of an environment creation; doubled each retry")
@@ -196,8 +198,11 @@ class TrainingConfig(Section):
     mis_high: float = Field(2.0, gt=1, le=10_000, description="mis / seq_mis: tokens (sequences) with rho above this are dropped from the loss")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty (k3) to the reference model: the starting weights, kept frozen beside the policy (0 = none loaded)")
     entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
-    loss_aggregation: Literal["token_mean", "seq_mean"] = Field(
-        "token_mean", description="token_mean: every trained token weighs the same; seq_mean: every trajectory weighs the same")
+    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean"] = Field(
+        "token_mean", description="token_mean: sum of token losses / the step's trained tokens (every token weighs the same); seq_mean_token_sum: each sequence's summed token losses, averaged over the step's sequences (DAPO and verl name it so; longer answers weigh more); seq_mean: each sequence's mean token loss, averaged over sequences (every trajectory weighs the same)")
+    overlong_filter: bool = Field(False, description="DAPO overlong filtering: episodes cut at seq_len_limit (truncated with no room left) are left out of the loss; their rewards still count in their group's baseline")
+    overlong_buffer_tokens: int = Field(0, ge=0, le=1_048_576, description="DAPO soft overlong penalty: an episode of L tokens loses overlong_penalty * (L - (seq_len_limit - this)) / this of its reward past seq_len_limit - this (the whole penalty at the limit); 0 = off")
+    overlong_penalty: float = Field(1.0, ge=0, le=100, description="The reward taken off at seq_len_limit by the soft overlong penalty (see overlong_buffer_tokens)")
     advantage_std_scale: bool = Field(True, description="Divide each GRPO group's advantages by its reward std; false = mean-centred only (Dr. GRPO), so small process-reward differences in an all-failed group stay small")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm")
     weight_sync: str = Field("disk", description="Weight sync transport to the inference servers: disk, distributed, or the `module:Class` path of a WeightTransport (agentrl_cli/weightsync/base.py)")
@@ -213,6 +218,13 @@ class TrainingConfig(Section):
         if value not in known and not PLUGIN_PATH.match(value):
             raise ValueError(f"must be one of {', '.join(known)} or a `module:Class` path, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _overlong_buffer_fits(self) -> "TrainingConfig":
+        if self.overlong_buffer_tokens >= self.seq_len_limit:
+            raise ValueError(f"overlong_buffer_tokens ({self.overlong_buffer_tokens}) must be below seq_len_limit "
+                             f"({self.seq_len_limit}); lower it (DAPO uses a fifth of the limit) or set 0 to turn the penalty off")
+        return self
 
 
 class S3Config(Section):

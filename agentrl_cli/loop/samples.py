@@ -5,12 +5,16 @@ reward and staleness statistics.
 An episode is one sample, or one per segment when its record has `segment_starts` (an agent that
 rewrote its history through the gateway: each segment a token-exact sequence of its own); the
 segments share the episode's advantage. The row counts both: `rollout/episodes_trained` and
-`rollout/samples_built` (more samples than episodes: episodes trained per segment)."""
+`rollout/samples_built` (more samples than episodes: episodes trained per segment).
+
+The reward each episode counts with and whether it trains are `loop/shaping.py`'s (the soft
+overlong penalty, overlong filtering); its `rollout.truncation` is the controller's."""
 
 from __future__ import annotations
 
 import statistics
 
+from agentrl_cli.loop.shaping import Shaping
 from agentrl_cli.observe import keys
 from agentrl_cli.outcomes import Outcome
 from agentrl_cli.reward.aggregate import RewardNormalizer
@@ -37,14 +41,17 @@ class SampleBuilder:
     def __init__(self, cfg) -> None:
         self.normalizer = RewardNormalizer(cfg.reward.normalization, cfg.reward.window_size)
         self.std_scale = cfg.training.advantage_std_scale
+        self.shaping = Shaping(cfg.training)
+        self.filtering = cfg.training.overlong_filter
 
     def __call__(self, groups, version: int) -> tuple[list[Sample], dict]:
         eps = [e for g in groups for e in g]
-        normalized = self.normalizer.apply([e.reward for e in eps], [e.group_id for e in eps])
+        shaped = [self.shaping.reward(e) for e in eps]
+        normalized = self.normalizer.apply(shaped, [e.group_id for e in eps])
         adv = group_advantages(normalized, [e.group_id for e in eps], scale=self.std_scale)
-        trained = [(e, a) for e, a in zip(eps, adv) if e.reward is not None]
+        trained = [(e, a) for e, a in zip(eps, adv) if self.shaping.trains(e)]
         samples = [s for e, a in trained for s in episode_samples(e.record, a, version - e.version)]
-        rewards = [e.reward for e in eps if e.reward is not None]
+        rewards = [r for r in shaped if r is not None]
         stats = {keys.REWARD_MEAN: statistics.fmean(rewards) if rewards else None,
                  keys.REWARD_STD: statistics.pstdev(rewards) if len(rewards) > 1 else 0.0,
                  keys.REWARD_SUCCESS_RATE: sum(e.record.outcome == Outcome.SUCCESS for e in eps) / len(eps) if eps else None,
@@ -52,4 +59,6 @@ class SampleBuilder:
                  keys.ROLLOUT_STALENESS_MEAN: statistics.fmean(version - e.version for e in eps) if eps else None,
                  keys.TOKENS_TRAINED: sum(e.tokens for e in eps),
                  keys.ROLLOUT_EPISODES_TRAINED: len(trained), keys.ROLLOUT_SAMPLES_BUILT: len(samples)}
+        if self.filtering:
+            stats[keys.ROLLOUT_OVERLONG_FILTERED] = sum(e.reward is not None and not self.shaping.trains(e) for e in eps)
         return samples, stats

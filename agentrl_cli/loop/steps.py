@@ -7,6 +7,9 @@ Modes: `async` keeps the rollout running while the trainer steps (bounded by
 for one version of lag (`max_staleness >= 1`), weight publishing and checkpoint writing leave the
 trainer's path: they overlap the next step's wait and train step.
 
+With `rollout.dynamic_sampling`, the step's groups pass `shaping.fill_batch` first: groups with no
+GRPO signal are dropped and replaced by more off the buffer; a step left with none trains nothing.
+
 Each row carries the step's breakdown (`StepTimes`): on the trainer's path waiting for samples,
 the train step, weight sync, checkpoint and the rest; beside it, summed over the episodes since the
 last step, generation, reward, store writes and environment.
@@ -22,6 +25,7 @@ from typing import Callable
 
 from agentrl_cli.loop.checkpoints import CheckpointSchedule
 from agentrl_cli.loop.evaluation import evaluate
+from agentrl_cli.loop.shaping import Shaping, fill_batch
 from agentrl_cli.observe import keys
 from agentrl_cli.observe.step_metrics import step_row
 
@@ -80,6 +84,8 @@ class StepLoop:
         self.overlap = self.cfg.rollout.mode == "async" and self.cfg.rollout.max_staleness >= 1
         self.checkpoints = CheckpointSchedule(run, overlap=self.overlap)
         self._taken = 0  # steps whose samples the trainer has taken from the buffer
+        self.shaping = Shaping(self.cfg.training) if self.cfg.rollout.dynamic_sampling else None
+        self.skipped_steps = 0  # dynamic sampling: steps left with no group with signal
         self._last_timers: dict = {}
         self._last_episodes = 0
 
@@ -127,12 +133,14 @@ class StepLoop:
         t0 = time.perf_counter()
         run.controller.harness_errors.raise_if_failed()
         summary.add_sync(await run.publisher.before_step(run.backend, run.version))
-        if generate_first:  # sync mode: generate this step's groups, then train
-            await run.controller.run(asyncio.Event(), max_groups=self.groups_per_step)
-        groups = await run.buffer.take(self.groups_per_step, run.version, timeout=cfg.rollout.step_timeout_seconds * 10)
-        run.controller.harness_errors.raise_if_failed()
+        groups = await self._take(self.groups_per_step, generate_first)
         if not groups:
             raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
+        shaped = None
+        if self.shaping is not None:
+            groups, shaped = await fill_batch(groups, self.groups_per_step, lambda n: self._take(n, generate_first),
+                                              self.shaping, cfg.rollout.max_refill_rounds)
+            self.skipped_steps += shaped.skipped
         self._taken += 1
         t_ckpt = time.perf_counter()
         times.wait_s = t_ckpt - t0
@@ -164,6 +172,8 @@ class StepLoop:
                        train_s=times.train_s, sync_s=times.sync_s, elapsed=time.perf_counter() - t_start, controller=run.controller,
                        buffer=run.buffer, watchdog=run.watchdog, trained_tokens=run.trained_tokens)
         row.update(times.row())
+        if shaped is not None:
+            row.update(shaped.row(self.skipped_steps))
         row.update(self._rollout_work())
         row.update(run.controller.harness_stats.snapshot())
         row.update(run.sandboxes.metrics())
@@ -172,6 +182,15 @@ class StepLoop:
         row.update({k: v for k, v in run.controller.counters.items()
                     if k.startswith(("env/", keys.gateway("")))})  # harness errors; the agent gateway's counters
         return row
+
+    async def _take(self, n: int, generate_first: bool) -> list:
+        """Up to `n` groups off the buffer; in sync mode (`generate_first`) generated first."""
+        run = self.run
+        if generate_first:  # sync mode: generate this step's groups, then train
+            await run.controller.run(asyncio.Event(), max_groups=n)
+        groups = await run.buffer.take(n, run.version, timeout=self.cfg.rollout.step_timeout_seconds * 10)
+        run.controller.harness_errors.raise_if_failed()
+        return groups
 
     def _rollout_work(self) -> dict:
         """The rollout's work since the last step, summed over episodes, and the episodes finished."""

@@ -81,6 +81,11 @@ ROLLOUT_EPISODES_STEP = "rollout/episodes_step"  # episodes finished since the l
 TOKENS_TRAINED = "tokens/trained"  # tokens of the step's trained episodes
 ROLLOUT_EPISODES_TRAINED = "rollout/episodes_trained"  # the step's episodes trained on (not masked)
 ROLLOUT_SAMPLES_BUILT = "rollout/samples_built"  # their samples: more than episodes when some train per segment
+# dynamic sampling (rollout.dynamic_sampling; loop/shaping.py), in the rows of runs that turn it on
+ROLLOUT_DROPPED_FLAT_GROUPS = "rollout/dropped_flat_groups"  # the step's groups dropped: all rewards equal, no signal
+ROLLOUT_REFILL_ROUNDS = "rollout/refill_rounds"  # the step's rounds of taking more groups to replace them
+ROLLOUT_SKIPPED_STEPS = "rollout/skipped_steps"  # cumulative: steps left with no group with signal, not trained
+ROLLOUT_OVERLONG_FILTERED = "rollout/overlong_filtered"  # the step's episodes cut at the length limit, out of the loss
 ROLLOUT_COUNTERS = ("aborted_generations", "resumed_generations", "wasted_tokens", "server_retries", "weight_resyncs")
 
 

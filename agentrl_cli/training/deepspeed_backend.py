@@ -14,7 +14,7 @@ Choices worth knowing:
   ranks and multiplied by the world size (DeepSpeed divides the summed gradients by it), so the
   update is the token mean over every rank's samples however unevenly the tokens fall, and the
   mean of the ranks' reported losses is the loss one rank would report on all the samples
-  (`seq_mean` likewise counts the sequences of all ranks).
+  (`seq_mean` and `seq_mean_token_sum` likewise count the sequences of all ranks).
 - Samples of a micro-batch that begin with the same prompt (a GRPO group) share one forward pass
   over it (`shared_prompts.py`): the same log-probs and gradients, for a fraction of the tokens.
 - With `training.correction` other than none, the step first computes pi_old: a no-grad forward
@@ -45,7 +45,7 @@ import templates
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.errors import ConfigError, NotFoundError
 from agentrl_cli.training import corrections, shared_prompts
-from agentrl_cli.training.grpo import Sample, collate, mismatch_kl, sequence_weights
+from agentrl_cli.training.grpo import Sample, aggregation_weights, collate, mismatch_kl
 
 TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
 CKPT_TAG = "ckpt"
@@ -231,7 +231,7 @@ class DeepSpeedBackend:
         total = sum(b.num_tokens for b in batches)
         sequences = sum(int((b.loss_mask.sum(dim=1) > 0).sum()) for b in batches)
         global_total, global_sequences = self._global_counts(total, sequences)
-        per_sequence = getattr(self.config, "loss_aggregation", "token_mean") == "seq_mean"
+        aggregation = getattr(self.config, "loss_aggregation", "token_mean")
         sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
         loss_sum, grad_norm = 0.0, None
         old = self._old_logprobs(batches, prompts) if self.correction.needs_old_logprobs else [None] * len(batches)
@@ -250,7 +250,7 @@ class DeepSpeedBackend:
                 new_lp, old[i], batch.old_logprobs, batch.advantages, batch.loss_mask, self.correction,
                 weights[i].weights if weights[i] is not None else None, kl_coef=self.config.kl_coef, ref_lp=ref_lp,
                 entropy=entropy, entropy_coef=self.config.entropy_coef, num_tokens=global_total,
-                token_weights=sequence_weights(batch.loss_mask, global_sequences) if per_sequence else None)
+                token_weights=aggregation_weights(aggregation, batch.loss_mask, global_sequences))
             loss = loss * self.world_size  # DeepSpeed divides the summed gradients by the world size
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
             for key, value in m.items():

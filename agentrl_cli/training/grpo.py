@@ -270,6 +270,24 @@ def sequence_weights(loss_mask: torch.Tensor, num_sequences: int) -> torch.Tenso
     return loss_mask / per_row / max(int(num_sequences), 1)
 
 
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean_token_sum", "seq_mean")
+
+
+def aggregation_weights(mode: str, loss_mask: torch.Tensor, num_sequences: int) -> torch.Tensor | None:
+    """`ppo_clip_loss`'s `token_weights` for `training.loss_aggregation` (l_it: token t's loss in
+    sequence i, M_i its trained tokens, N the step's sequences with any):
+    token_mean: sum_i sum_t l_it / sum_i M_i (None: the loss's own token mean, over `num_tokens`);
+    seq_mean_token_sum: (1/N) sum_i sum_t l_it (DAPO's and verl's name; a longer answer weighs more);
+    seq_mean: (1/N) sum_i (1/M_i) sum_t l_it (every trajectory weighs the same; `sequence_weights`)."""
+    if mode == "token_mean":
+        return None
+    if mode == "seq_mean_token_sum":
+        return loss_mask.to(torch.float32) / max(int(num_sequences), 1)
+    if mode == "seq_mean":
+        return sequence_weights(loss_mask, num_sequences)
+    raise ValueError(f"loss_aggregation {mode!r} is not one of {', '.join(LOSS_AGGREGATIONS)}; set training.loss_aggregation to one of them")
+
+
 def mismatch_kl(infer_lp: torch.Tensor, train_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """k3 estimate of KL(inference || trainer) over masked tokens, from the log-probs the inference
     server returned and the trainer's own log-probs of the same tokens before any update. Zero
