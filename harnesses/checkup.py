@@ -34,7 +34,9 @@ def check_harness(target: str, platform_config) -> list[Check]:
                           f"missing {', '.join(missing)}" if missing else "")]
     if missing:
         return checks
-    applied = {m: OPTIONAL_DEFAULTS[m] for m in OPTIONAL_DEFAULTS if not hasattr(cls, m)}
+    from harnesses.defaults import defaults_applied
+
+    applied = {m: OPTIONAL_DEFAULTS[m] for m, defaulted in defaults_applied(cls).items() if defaulted}
     checks.append(Check.info("defaults applied", applied or "none: the harness defines every optional member",
                              "optional members agentrl's default stands in for (harnesses/base.py)"))
     checks.append(_contained("reward source", lambda: _reward(hc)))
