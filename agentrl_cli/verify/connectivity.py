@@ -134,7 +134,7 @@ def sandbox_check(cfg) -> Check:
     where = url or f"local {cfg.sandbox.backend} sandboxes under {cfg.sandbox.root_dir}"
     name = f"sandboxes ({where})"
     fix = ("start the sandbox service (`agentrl serve sandbox`) or correct sandbox.service_url" if url else
-           "`agentrl sandbox doctor` names what is missing (bubblewrap, cgroups); `agentrl stage run 5` checks in depth")
+           "`agentrl sandbox check` names what is missing (bubblewrap, cgroups); `agentrl stage run 5` checks in depth")
     if url:
         health = _http_probe(name, url, fix, [("GET", "/health", None)])
         if health.status != CheckStatus.PASS:
