@@ -34,7 +34,8 @@ def serve(
 
     Start two (on two hosts, or two terminals) for failover: the leader renews its lease every
     lease/3 seconds and hands queued jobs to the executor; a follower takes over when the lease runs
-    out. Each leadership change is printed (one JSON line each with --json).
+    out. Each leadership change is printed (one JSON line each with --json). With `controlplane.port`
+    set, GET /health on `controlplane.host`:`controlplane.port` answers 200 while the instance reaches the store.
 
     Examples:
 
@@ -64,12 +65,22 @@ def serve(
             role = "leader" if state.leader else f"follower of {state.holder}"
             typer.echo(f"{cp.instance_id}: {role} (term {state.term})")
 
+    health = None
+    if cfg.controlplane.port:
+        from agentrl_cli.controlplane.health import create_app
+        from agentrl_cli.serving import ServerThread
+
+        health = ServerThread(create_app(cp), cfg.controlplane.host, cfg.controlplane.port, name="control-plane health",
+                              allow_non_loopback=True).start()
     if not json_out:
         typer.echo(f"control plane {cp.instance_id} on {store.display_url}, executor {cfg.controlplane.executor}, "
-                   f"lease {cfg.controlplane.lease_seconds:g} s", err=True)
+                   f"lease {cfg.controlplane.lease_seconds:g} s" + (f", health on {health.url}/health" if health else ""),
+                   err=True)
     try:
         cp.serve(stop, changed)
     finally:
+        if health is not None:
+            health.stop()
         store.close()
 
 
@@ -122,9 +133,11 @@ def render(
 ) -> None:
     """Render what the cluster needs for the configured pools and priorities, validated offline.
 
-    kubernetes: Namespace, ServiceAccounts and RBAC per role, Kueue ResourceFlavor/ClusterQueue/LocalQueue
-    per pool, WorkloadPriorityClass per priority, the control-plane Deployment, a Job per pool and a
-    training JobSet - each checked against its schema (exit 1 if one fails). slurm: the slurm.conf lines
+    kubernetes: Namespaces (restricted Pod Security; the sandbox's own), ServiceAccounts and RBAC per role,
+    Kueue ResourceFlavor/ClusterQueue/LocalQueue per pool, WorkloadPriorityClass per priority,
+    NetworkPolicies, a Service per server, the control-plane, reward, gateway and sandbox Deployments,
+    a Job per pool and a training JobSet, running the images `agentrl image build` tags from
+    image.lock_file (else this environment's lock) - each checked against its schema (exit 1 if one fails). slurm: the slurm.conf lines
     (partitions, tiers, preemption, quota licenses).
 
     Examples:

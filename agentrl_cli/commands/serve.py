@@ -25,7 +25,7 @@ def _warn_if_exposed(host: str, what: str, clients: str) -> None:
 
 @app.command("sandbox")
 def sandbox(
-    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default; the API has no authentication).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default sandbox.host, loopback; the API has no authentication).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8700,
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -47,6 +47,7 @@ def sandbox(
 
     loaded = load(config, sets)
     c = loaded.config.sandbox
+    host = host or c.host
     if c.backend == "bwrap":
         check_bwrap(c.bwrap)  # fail closed before binding
     _warn_if_exposed(host, "the sandbox API", "the trainer's rollout workers")
@@ -63,7 +64,7 @@ def sandbox(
 def inference(
     engine: Annotated[str, typer.Option("--engine", help="hf (embedded server) or sglang (execs SGLang's launcher).")] = "hf",
     model: Annotated[str, typer.Option("--model", help="Model directory or builtin:tiny-agent (default model.path).")] = "",
-    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default inference.host, loopback).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind (default inference.port).")] = 0,
     batch_window_ms: Annotated[float, typer.Option("--batch-window-ms", help="Batching window (default rollout.batch_window_ms).")] = -1.0,
     max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Most requests per forward pass (default inference.max_batch_size).")] = 0,
@@ -95,6 +96,7 @@ def inference(
         raise UsageError(f"bad --engine {engine!r}", "use hf or sglang")
     path = resolve_model_path(model or cfg.model.path, cfg.model.cache_dir)
     port = port or cfg.inference.port
+    host = host or cfg.inference.host
     if engine == "sglang":
         from agentrl_cli.inference.launcher import check_sglang, sglang_command
 
@@ -127,7 +129,7 @@ def inference(
 
 @app.command("reward")
 def reward(
-    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default reward.host, loopback).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8710,
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -148,6 +150,7 @@ def reward(
     from agentrl_cli.reward.service import create_app
 
     loaded = load(config, sets)
+    host = host or loaded.config.reward.host
     scorer = Scorer.from_config(loaded.config)
     err().print(f"reward service on http://{host}:{port} (verifiers {scorer.versions()})", markup=False)
     try:
@@ -196,7 +199,7 @@ def env(
 @app.command("gateway")
 def gateway(
     inference_url: Annotated[Optional[list[str]], typer.Option("--inference-url", metavar="URL", help="An inference server or router (repeatable; default: the config's inference servers).", show_default=False)] = None,
-    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback by default).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default gateway.host, loopback).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind.")] = 8730,
     session_ttl_s: Annotated[float, typer.Option("--session-ttl-s", min=1, help="Seconds an idle session lives.")] = 600.0,
     max_sessions: Annotated[int, typer.Option("--max-sessions", min=0, help="Sessions (and calls) in flight before new ones get 429 with Retry-After; 0 = no limit.")] = 0,
@@ -224,6 +227,7 @@ def gateway(
 
     loaded = load(config, sets)
     cfg = loaded.config
+    host = host or cfg.gateway.host
     urls = [u.rstrip("/") for u in inference_url or []] or config_urls(cfg)
     if not admin_key:
         _warn_if_exposed(host, "session management (creating sessions, posting rewards)", "the training run")

@@ -145,7 +145,7 @@ def describe_allowed(info: FieldInfo) -> str:
             if isinstance(meta, getattr(at, attr.capitalize())):
                 bounds.append(f"{sym} {getattr(meta, attr)}")
         if isinstance(meta, at.MinLen) and meta.min_length:
-            bounds.append(f"at least {meta.min_length} character(s)")
+            bounds.append(f"at least {meta.min_length} {'item' if kind == 'a list' else 'character'}(s)")
     text = kind + ("" if not bounds else " " + " and ".join(bounds))
     return text + (" (or null)" if optional else "")
 

@@ -1,7 +1,9 @@
 """Load, merge and validate the platform config; turn every mistake into a ConfigError.
 
 Precedence, lowest first: built-in defaults < the YAML file < `AGENTRL_SECTION__KEY` environment
-variables < `--set section.key=value` overrides. Lists in the file replace the default list whole;
+variables < `--set section.key=value` overrides. A secret key (a SecretStr field, e.g.
+inference.api_key) also reads from a file named by `AGENTRL_SECTION__KEY_FILE` (how pods get the
+Kubernetes Secrets mounted as files: the value never sits in argv or a ConfigMap). Lists in the file replace the default list whole;
 list items are addressed by index (`--set harnesses.0.cpu=2`). Values of overrides are parsed as
 YAML scalars, so `8` is an int, `true` a bool and `[a, b]` a list.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from agentrl_cli.config.explain import format_validation_error
 from agentrl_cli.config.models import PlatformConfig
@@ -59,6 +61,26 @@ def mask_override(item: str) -> str:
     return item
 
 
+def secret_keys() -> list[tuple[str, str]]:
+    """(section, key) of every SecretStr field of the config."""
+    out = []
+    for section, f in PlatformConfig.model_fields.items():
+        model = f.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            out += [(section, name) for name, g in model.model_fields.items()
+                    if SecretStr in (g.annotation, *getattr(g.annotation, "__args__", ()))]
+    return out
+
+
+def _read_secret_file(path: str, var: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"environment variable {var} names {path}, which cannot be read: {exc}",
+                          f"point {var} at a readable file holding only the secret (e.g. a mounted Kubernetes Secret), "
+                          "or unset it") from None
+
+
 def config_hash(config: PlatformConfig) -> str:
     canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -72,10 +94,15 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     data, source = _read_file(path)
     merged = _deep_merge(PlatformConfig().model_dump(mode="python"), data)
     origins: dict[tuple, str] = {}
+    secret_files = {f"{section}.{name}_file": [section, name] for section, name in secret_keys()}
     for key, value in sorted(env.items()):
         if key.startswith(ENV_PREFIX) and "__" in key:
-            parts = _split_path(key[len(ENV_PREFIX):].lower().replace("__", "."), f"environment variable {key}")
-            _set_path(merged, parts, _parse_scalar(value), f"environment variable {key}")
+            dotted = key[len(ENV_PREFIX):].lower().replace("__", ".")
+            if dotted in secret_files:
+                parts, parsed = secret_files[dotted], _read_secret_file(value, key)
+            else:
+                parts, parsed = _split_path(dotted, f"environment variable {key}"), _parse_scalar(value)
+            _set_path(merged, parts, parsed, f"environment variable {key}")
             origins[tuple(parts)] = f"environment variable {key}"
     for item in overrides:
         parts, value = _parse_set(item)

@@ -136,12 +136,14 @@ class GatewayConfig(Section):
     """The recording gateway a training run starts for its agent harnesses (harnesses/agent)."""
 
     port: int = Field(0, ge=0, le=65535, description="Port of the run's gateway on 127.0.0.1 (0 = a free one; the agent sandboxes' allowlist gets it either way)")
+    host: str = Field("127.0.0.1", description="Address `agentrl serve gateway` binds (loopback by default; the rendered gateway pod passes 0.0.0.0); a run's own gateway stays on 127.0.0.1")
     session_ttl_s: float = Field(600.0, gt=0, le=86_400, description="An agent session idle this long (no call in flight, none begun) expires; its episode ends without its record")
     retry_after_s: float = Field(1.0, gt=0, le=600, description="What a 429 (the run's staleness limit reached) asks an agent to wait before retrying (Retry-After; the openai SDK honours it)")
 
 
 class SandboxConfig(Section):
     backend: Literal["bwrap", "process"] = Field("bwrap", description="bwrap = bubblewrap isolation; process = NO isolation (explicit opt-out)")
+    host: str = Field("127.0.0.1", description="Address `agentrl serve sandbox` binds (loopback by default; the rendered sandbox pod passes 0.0.0.0)")
     pool_size: int = Field(8, ge=0, description="Warm sandboxes kept ready")
     max_concurrency: int = Field(64, ge=1, description="Most sandboxes alive at once")
     wall_timeout_s: float = Field(30.0, gt=0, description="Wall-clock deadline per command; the process group is killed")
@@ -163,6 +165,7 @@ class SandboxConfig(Section):
 
 class RewardConfig(Section):
     service_url: str | None = Field(None, description="Reward service URL; None scores in-process")
+    host: str = Field("127.0.0.1", description="Address `agentrl serve reward` binds (loopback by default; the rendered reward pod passes 0.0.0.0)")
     timeout_s: float = Field(30.0, gt=0, description="Deadline for scoring one trajectory")
     max_retries: int = Field(2, ge=0, le=10, description="Retries before a trajectory is marked infra_error")
     normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (GRPO's own per-group centring only), group (z-score within each task group), window (z-score against a running window of recent rewards, across steps)")
@@ -171,6 +174,17 @@ class RewardConfig(Section):
         default_factory=lambda: {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1},
         description="Weights of the named reward components")
     cache_size: int = Field(100_000, ge=0, description="Idempotency cache entries")
+
+
+LORA_TARGETS_DEFAULT = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraConfig(Section):
+    rank: int = Field(8, ge=1, le=1024, description="LoRA rank r of each adapted projection")
+    alpha: float = Field(16.0, gt=0, le=100_000, description="LoRA alpha: the adapter's update is scaled by alpha / rank")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input while training (0 keeps the trainer's and the server's log-probs alike)")
+    target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS_DEFAULT), min_length=1,
+                                      description="Module names (last component) that get an adapter; the default covers Llama-family attention and MLP projections")
 
 
 class TrainingConfig(Section):
@@ -182,6 +196,8 @@ class TrainingConfig(Section):
     total_steps: int = Field(100, ge=1, description="Trainer steps in a full run")
     learning_rate: float = Field(1e-5, gt=0, lt=1, description="Optimizer learning rate")
     micro_batch_size: int = Field(4, ge=1, description="Trajectories per rank per forward pass")
+    max_tokens_per_micro_batch: int = Field(0, ge=0, le=16_777_216, description="Packing: samples of a step are packed into micro-batches of at most this many tokens (no attention across samples, positions restart per sample) instead of micro_batch_size padded rows; 0 = off")
+    lora: LoraConfig | None = Field(None, description="Train a LoRA adapter (peft) instead of every weight; weight sync then sends the adapter alone (None = full fine-tuning)")
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step")
     zero_stage: int = Field(2, ge=0, le=3, description="DeepSpeed ZeRO stage")
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Training precision (fp32 on CPU)")
@@ -273,9 +289,11 @@ class PriorityConfig(Section):
 
 
 class ControlPlaneConfig(Section):
-    state_store: str = Field("sqlite:///runs/state.db", description="sqlite:///PATH or postgresql://USER@HOST:PORT/DB state store URL (a password comes from PGPASSWORD or ~/.pgpass, never this file)")
+    state_store: str = Field("sqlite:///runs/state.db", description="sqlite:///PATH or postgresql://USER@HOST:PORT/DB state store URL (a password comes from PGPASSWORD, the file AGENTRL_PGPASSWORD_FILE names, or ~/.pgpass, never this file)")
     executor: Literal["local", "slurm", "kubernetes"] = Field("local", description="Where jobs run: local subprocesses, Slurm (sbatch), or Kubernetes Jobs queued by Kueue")
     lease_seconds: float = Field(5.0, gt=0, le=3600, description="Leader lease: a leader that has not renewed for this long is replaced by a follower")
+    host: str = Field("127.0.0.1", description="Address the health endpoint of `agentrl controlplane serve` binds (loopback by default; the rendered pods pass 0.0.0.0)")
+    port: int = Field(0, ge=0, le=65535, description="Port of the health endpoint of `agentrl controlplane serve` (GET /health: 200 while the instance's lease loop runs; 0 = none, as when several instances share one host); the rendered Deployment serves it on 8740")
     jobs_dir: str = Field("runs/jobs", description="Job logs and the local executor's spool (on Slurm, a directory the compute nodes share)")
     pools: list[PoolConfig] = Field(
         default_factory=lambda: [PoolConfig(name="rollout", capacity=2, quota=2, priority=1, preemptible=True),
@@ -319,8 +337,9 @@ class ImageConfig(Section):
     lock_file: str = Field("agentrl.lock.json", description="Lock of exact versions per role: written by `agentrl image lock`, compared with the running environment by `image verify` and stage 2")
     roles: dict[str, list[str]] = Field(
         default_factory=lambda: {"base": ["torch"], "train": ["agentrl-cli", "deepspeed", "transformers", "safetensors"],
-                                 "inference": ["agentrl-cli", "transformers", "safetensors"], "env": ["agentrl-cli", "pyseccomp"]},
-        description="Packages each image role is built from (their dependencies are locked too); base is under every role; the inference role adds sglang and sglang-router when inference.engine is sglang")
+                                 "inference": ["agentrl-cli", "transformers", "safetensors"], "env": ["agentrl-cli", "pyseccomp"],
+                                 "controlplane": ["agentrl-cli", "psycopg"]},
+        description="Packages each image role is built from (their dependencies are locked too); base is under every role; the inference role adds sglang and sglang-router when inference.engine is sglang. The rendered manifests run train (trainer), inference (inference, gateway), env (sandbox, reward) and controlplane")
     allowed_licences: list[str] = Field(default_factory=lambda: list(LICENCES), description="Licences (SPDX ids; * wildcards) a locked package may carry; any other is a failing check naming the package")
     licence_overrides: dict[str, str] = Field(default_factory=dict, description="package -> licence, for packages whose metadata states none (set after reading their terms)")
     builder: Literal["auto", "docker", "podman", "buildah"] = Field("auto", description="Image builder for `image build` and stage 2; auto = the first of docker, podman, buildah that works here")

@@ -34,7 +34,10 @@ def _render_model(obj: BaseModel, indent: int, first_prefix: str = "") -> list[s
         prefix = first_prefix if i == 0 and first_prefix else pad
         sub = _model_of(info.annotation)
         comment = f"{pad}# {info.description}"
-        if sub is not None and typing.get_origin(_unwrap(info.annotation)) is None:
+        if sub is not None and value is None:  # an optional section that is off: its keys as a comment
+            lines += [comment, f"{prefix}{name}: null", f"{pad}# to turn it on, replace null with (defaults shown):"]
+            lines += [f"{pad}# {line[indent:]}" for line in _render_model(sub(), indent + 2) if not line.lstrip().startswith("#")]
+        elif sub is not None and typing.get_origin(_unwrap(info.annotation)) is None:
             lines += [comment, f"{prefix}{name}:"] + _render_model(value, indent + 2)
         elif sub is not None:
             lines += [comment, f"{prefix}{name}:"]

@@ -1,34 +1,76 @@
-"""Kubernetes and Kueue manifests for the configured pools, priorities and roles, as plain dicts.
+"""Kubernetes and Kueue manifests for the configured pools, priorities and roles, as plain dicts, in a
+form that runs as rendered.
 
 What is rendered, and how the config lands in it:
-- a Namespace (`cluster.namespace`); one ServiceAccount per role (controlplane, trainer, inference,
-  environment). Only the control plane mounts a token, and only it has a Role: create/read/delete
-  Jobs and JobSets, read Kueue Workloads, Pods and their logs, in its own namespace. The others get
-  no API rights at all.
+- Namespaces: `cluster.namespace` enforcing the restricted Pod Security Standard, and
+  `<namespace>-sandbox` for the sandbox service (see "The sandbox" below).
+- one ServiceAccount per role (controlplane, trainer, inference, gateway, reward, sandbox). Only the
+  control plane mounts a token, and only it has a Role: create/read/delete Jobs and JobSets, read
+  Kueue Workloads, Pods and their logs, in its own namespace. The others get no API rights at all.
 - per pool: a ResourceFlavor (nodeLabels = `node_labels`), a ClusterQueue with that flavor's quota
   (cpu = `capacity`, pods = `quota`, accelerators = `accelerators` x `quota`) and preemption of lower
   priorities when `preemptible`, and a LocalQueue `<cluster.kueue_queue>-<pool>`.
 - per priority: a WorkloadPriorityClass `agentrl-<name>` with its value.
-- the control plane: a Deployment of two `agentrl controlplane serve` replicas reading the config from
-  a ConfigMap; a no-op Job per pool (the job template `agentrl job submit` fills in); a JobSet for a
-  multi-role training run (trainer x `cluster.nodes` with `cluster.gpus_per_node`, inference, environment).
-Credentials never appear: pods read them from Secrets by reference (state-store password, S3 keys).
+- workloads, each from the image `agentrl image build` tags for its role (`image/names.py`): the
+  control plane (a Deployment, two replicas on PostgreSQL, one on SQLite, which cannot be shared), the
+  reward service, the gateway and the sandbox service (Deployments), a no-op Job per pool (the
+  template `agentrl job submit` fills in) and a JobSet for a training run (trainer x `cluster.nodes`
+  with `cluster.gpus_per_node`, inference x `inference.replicas`). Every server gets a Service, binds
+  0.0.0.0 by an explicit `--host` (the config's `*.host` stays loopback for one box), and is probed
+  on its GET /health. The ConfigMap holds the config with the in-cluster addresses filled in where
+  the config names none (inference.urls: each inference pod's JobSet hostname, so weight sync reaches
+  every server; reward and sandbox service_url: their Services) and no secret at all.
+- resources (requests = limits): trainer: `agentrl plan`'s training memory per rank x ranks per node
+  + 1 GiB, a core per rank (x training.cpu_threads when set); inference: the plan's memory per server
+  + 1 GiB, inference.cpu_threads cores (at least one); sandbox: the plan's environment cores and memory
+  split over its environment hosts (the Deployment's replicas); reward, gateway and control plane the
+  fixed `SERVICE_RESOURCES`; a submitted Job its `--cpus` and `JOB_MEMORY_PER_CPU` per core.
+- NetworkPolicies (`networkpolicies.py`): default deny, then the east-west allowlist the roles need.
+Secrets never appear: each is a Kubernetes Secret the operator creates, mounted read-only as a file
+under /var/run/secrets/agentrl/ and named to the process by an environment variable holding the
+path (AGENTRL_INFERENCE__API_KEY_FILE, AGENTRL_PGPASSWORD_FILE, AWS_SHARED_CREDENTIALS_FILE).
+Pods follow the restricted Pod Security Standard: non-root UID/GID of the images, no privilege
+escalation, every capability dropped, RuntimeDefault seccomp, a read-only root file system with
+emptyDirs for /tmp, HOME and the working directory (runs/ lives there: mount a PersistentVolumeClaim
+over it to keep checkpoints past the pod).
+The sandbox: bubblewrap builds user, pid, mount and network namespaces and mounts a fresh /proc,
+which RuntimeDefault seccomp (unshare/mount) and the masked /proc of a container refuse. Its pods
+therefore run in their own namespace labelled privileged, in a user namespace of their own
+(hostUsers: false, Kubernetes >= 1.33 with a runtime that supports it), with procMount Unmasked and
+seccomp/AppArmor Unconfined, and otherwise the restricted settings (non-root, no escalation, no
+capabilities, read-only root); every command inside still runs under agentrl's own seccomp filter.
 ClusterQueues, ResourceFlavors and WorkloadPriorityClasses are cluster-scoped, for an administrator to apply.
 """
 
 from __future__ import annotations
 
+import math
+import re
+
 import yaml
 
-from agentrl_cli import __version__
 from agentrl_cli.config.models import PlatformConfig, PoolConfig
 from agentrl_cli.controlplane.executor import JobSpec
+from agentrl_cli.image.names import HOME, RUN_GID, RUN_UID, WORKDIR, config_images
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
-ROLES = ("controlplane", "trainer", "inference", "environment")
+ROLES = ("controlplane", "trainer", "inference", "gateway", "reward", "sandbox")
+SERVERS = ("controlplane", "inference", "gateway", "reward", "sandbox")
+# ports the rendered pods pass to `--port` (the inference server's is inference.port)
+PORTS = {"sandbox": 8700, "reward": 8710, "gateway": 8730, "controlplane": 8740}
+HEALTH_PATH = "/health"  # every server's: inference (embedded and SGLang), reward, sandbox, gateway, control plane
 QUEUE_LABEL, PRIORITY_LABEL = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
+COMPONENT, PART_OF = "app.kubernetes.io/component", "app.kubernetes.io/part-of"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-CONFIG_MAP, STORE_SECRET, S3_SECRET = "agentrl-config", "agentrl-state-store", "agentrl-s3"
+CONFIG_MAP, CONFIG_PATH = "agentrl-config", "/etc/agentrl/agentrl.yaml"
+SECRETS_DIR = "/var/run/secrets/agentrl"
+JOBSET = "agentrl-train"
+GI = 2**30
+# (cpu cores, memory bytes) of the servers without a plan line: the reward service scores through the
+# sandbox service, the gateway holds a tokenizer and the sessions, the control plane a lease loop
+SERVICE_RESOURCES = {"reward": (1, 1 * GI), "gateway": (1, 2 * GI), "controlplane": (0.5, GI // 2)}
+RUNTIME_MEMORY = GI  # Python, torch and agentrl's own state, on top of what the plan counts
+JOB_MEMORY_PER_CPU = 2 * GI  # a submitted job names its cores only
 
 
 def sa_name(role: str) -> str:
@@ -39,38 +81,87 @@ def queue_name(cfg: PlatformConfig, pool: str) -> str:
     return f"{cfg.cluster.kueue_queue}-{pool}"
 
 
-def image(cfg: PlatformConfig, role: str) -> str:
-    return f"{cfg.cluster.image_registry.rstrip('/')}/{role}:{__version__}"
+def sandbox_namespace(cfg: PlatformConfig) -> str:
+    return f"{cfg.cluster.namespace}-sandbox"
 
 
-def _meta(name: str, cfg: PlatformConfig | None = None, labels: dict | None = None) -> dict:
-    meta: dict = {"name": name, "labels": {"app.kubernetes.io/part-of": "agentrl", **(labels or {})}}
-    if cfg is not None:
-        meta["namespace"] = cfg.cluster.namespace
+def namespace_of(cfg: PlatformConfig, role: str) -> str:
+    return sandbox_namespace(cfg) if role == "sandbox" else cfg.cluster.namespace
+
+
+def port_of(cfg: PlatformConfig, role: str) -> int:
+    return cfg.inference.port if role == "inference" else PORTS[role]
+
+
+def service_url(cfg: PlatformConfig, role: str) -> str:
+    return f"http://agentrl-{role}.{namespace_of(cfg, role)}.svc:{port_of(cfg, role)}"
+
+
+def inference_urls(cfg: PlatformConfig) -> list[str]:
+    """Each inference pod of the training JobSet by its stable hostname (JobSet DNS hostnames)."""
+    return [f"http://{JOBSET}-inference-{i}-0.{JOBSET}.{cfg.cluster.namespace}.svc:{cfg.inference.port}"
+            for i in range(cfg.inference.replicas)]
+
+
+def _meta(name: str, namespace: str | None = None, labels: dict | None = None) -> dict:
+    meta: dict = {"name": name, "labels": {PART_OF: "agentrl", **(labels or {})}}
+    if namespace is not None:
+        meta["namespace"] = namespace
     return meta
 
 
-def render_all(cfg: PlatformConfig) -> list[dict]:
-    docs: list[dict] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(cfg.cluster.namespace)}]
-    docs += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa_name(r), cfg),
+def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: dict[str, float] | None = None) -> list[dict]:
+    """Every object, in apply order. `images`: workload -> tag (default: the config's lock, see
+    image/names.py); `plan`: `agentrl plan` item -> value (default: computed from the config)."""
+    from agentrl_cli.controlplane.networkpolicies import network_policies
+
+    images = images if images is not None else config_images(cfg)
+    plan = plan if plan is not None else plan_values(cfg)
+    docs: list[dict] = _namespaces(cfg)
+    docs += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa_name(r), namespace_of(cfg, r)),
               "automountServiceAccountToken": r == "controlplane"} for r in ROLES]
     docs += _rbac(cfg)
     for pool in cfg.controlplane.pools:
         docs += _pool_objects(cfg, pool)
     docs += [{"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": _meta(f"agentrl-{p.name}"), "value": p.value,
               "description": f"agentrl priority class {p.name}"} for p in cfg.controlplane.priorities]
-    docs.append(_config_map(cfg))
-    docs.append(_controlplane_deployment(cfg))
+    docs += [_config_map(cfg, ns) for ns in (cfg.cluster.namespace, sandbox_namespace(cfg))]
+    docs += network_policies(cfg)
+    docs += [_service(cfg, role) for role in SERVERS]
+    docs.append(_controlplane_deployment(cfg, images))
+    docs += [_server_deployment(cfg, images, role, plan) for role in ("reward", "gateway", "sandbox")]
     for pool in cfg.controlplane.pools:
         spec = JobSpec(job_id=f"noop-{pool.name}", pool=pool.name, priority=cfg.controlplane.priorities[0].name,
                        priority_value=cfg.controlplane.priorities[0].value, command=["sh", "-c", "echo agentrl no-op job"])
-        docs.append(render_job(cfg, spec))
-    docs.append(_training_jobset(cfg))
+        docs.append(render_job(cfg, spec, images=images))
+    docs.append(_training_jobset(cfg, images, plan))
     return docs
 
 
 def to_yaml(docs: list[dict]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def plan_values(cfg: PlatformConfig) -> dict[str, float]:
+    """`agentrl plan`'s lines for this config (default inputs), "<area> <item>" -> value."""
+    from agentrl_cli.plan import PlanInputs, build_plan, model_shape
+
+    return {f"{ln.area} {ln.item}": ln.value for ln in build_plan(cfg, model_shape(cfg.model), PlanInputs())}
+
+
+def _namespaces(cfg: PlatformConfig) -> list[dict]:
+    def ns(name: str, level: str, why: str) -> dict:
+        meta = _meta(name, labels={f"pod-security.kubernetes.io/{mode}": level for mode in ("enforce", "audit", "warn")})
+        meta["labels"]["pod-security.kubernetes.io/enforce-version"] = "latest"
+        meta["annotations"] = {"agentrl/pod-security": why}
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+    return [ns(cfg.cluster.namespace, "restricted", "every agentrl pod here meets the restricted Pod Security Standard"),
+            ns(sandbox_namespace(cfg), "privileged",
+               "the sandbox service alone: bubblewrap creates user, pid, mount and network namespaces and mounts a fresh "
+               "/proc, which RuntimeDefault seccomp and a masked /proc refuse, so its pods set seccomp and AppArmor "
+               "Unconfined and procMount Unmasked in a user namespace of their own (hostUsers: false), non-root, "
+               "without privilege escalation or capabilities; each sandboxed command runs under agentrl's seccomp filter")]
 
 
 def _rbac(cfg: PlatformConfig) -> list[dict]:
@@ -80,11 +171,11 @@ def _rbac(cfg: PlatformConfig) -> list[dict]:
              {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": read},
              {"apiGroups": [""], "resources": ["pods"], "verbs": read},
              {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}]
-    name = sa_name("controlplane")
-    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, cfg), "rules": rules},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, cfg),
+    name, ns = sa_name("controlplane"), cfg.cluster.namespace
+    return [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, ns), "rules": rules},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, ns),
              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": cfg.cluster.namespace}]}]
+             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}]
 
 
 def _pool_objects(cfg: PlatformConfig, pool: PoolConfig) -> list[dict]:
@@ -101,90 +192,197 @@ def _pool_objects(cfg: PlatformConfig, pool: PoolConfig) -> list[dict]:
                   "resourceGroups": [{"coveredResources": [r["name"] for r in resources],
                                       "flavors": [{"name": flavor, "resources": resources}]}],
                   "preemption": {"withinClusterQueue": "LowerPriority" if pool.preemptible else "Never"}}},
-        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": _meta(queue_name(cfg, pool.name), cfg),
+        {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": _meta(queue_name(cfg, pool.name), cfg.cluster.namespace),
          "spec": {"clusterQueue": flavor}},
     ]
 
 
-def _secret_env(cfg: PlatformConfig, role: str) -> list[dict]:
-    def ref(var: str, secret: str, key: str) -> dict:
-        return {"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}}
-    env = []
+def cluster_config(cfg: PlatformConfig) -> dict:
+    """The config the pods read: no secret (each comes from its mounted Secret), and the in-cluster
+    addresses of the servers where the config names none."""
+    from agentrl_cli.config.load import secret_keys
+
+    data = cfg.model_dump(mode="json")
+    for section, key in secret_keys():
+        data[section][key] = None
+    store = data["controlplane"]["state_store"]
+    data["controlplane"]["state_store"] = re.sub(r"^(\w+://[^:/@]+):[^@/]*@", r"\1@", store)  # a password in the URL
+    if not data["inference"]["urls"]:
+        data["inference"]["urls"] = inference_urls(cfg)
+    for section in ("reward", "sandbox"):
+        if not data[section]["service_url"]:
+            data[section]["service_url"] = service_url(cfg, section)
+    return data
+
+
+def _config_map(cfg: PlatformConfig, namespace: str) -> dict:
+    data = yaml.safe_dump(cluster_config(cfg), sort_keys=False)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(CONFIG_MAP, namespace), "data": {"agentrl.yaml": data}}
+
+
+def _secret_files(cfg: PlatformConfig, role: str) -> list[tuple[str, str, str]]:
+    """(Secret name, key, environment variable naming the mounted file) a role needs."""
+    out = []
+    if cfg.inference.api_key is not None and role in ("inference", "trainer", "gateway"):
+        out.append(("agentrl-inference-api-key", "api_key", "AGENTRL_INFERENCE__API_KEY_FILE"))
     if role == "controlplane" and cfg.controlplane.state_store.startswith("postgres"):
-        env.append(ref("PGPASSWORD", STORE_SECRET, "password"))
-    if role in ("trainer", "environment") and cfg.data.store == "s3":
-        env += [ref("AWS_ACCESS_KEY_ID", S3_SECRET, "access_key_id"), ref("AWS_SECRET_ACCESS_KEY", S3_SECRET, "secret_access_key")]
-    return env
+        from agentrl_cli.controlplane.store import PASSWORD_FILE_ENV
+
+        out.append(("agentrl-state-store", "password", PASSWORD_FILE_ENV))
+    if role == "trainer" and cfg.data.store == "s3":
+        out.append(("agentrl-s3", "credentials", "AWS_SHARED_CREDENTIALS_FILE"))  # an AWS shared-credentials file
+    return out
 
 
-def _container(cfg: PlatformConfig, role: str, command: list[str], cpus: int, accelerators: int = 0) -> dict:
-    limits: dict = {"cpu": str(cpus)}
+def _cpu(cores: float) -> str:
+    return str(int(cores)) if float(cores).is_integer() else f"{math.ceil(cores * 1000)}m"
+
+
+def _memory(nbytes: float) -> str:
+    return f"{math.ceil(nbytes / 2**20)}Mi"
+
+
+def _security(role: str) -> tuple[dict, dict]:
+    """(pod securityContext, container securityContext)."""
+    seccomp = {"type": "Unconfined" if role == "sandbox" else "RuntimeDefault"}
+    pod = {"runAsNonRoot": True, "runAsUser": RUN_UID, "runAsGroup": RUN_GID, "fsGroup": RUN_GID, "seccompProfile": seccomp}
+    container = {"allowPrivilegeEscalation": False, "privileged": False, "capabilities": {"drop": ["ALL"]},
+                 "readOnlyRootFilesystem": True, "runAsNonRoot": True, "runAsUser": RUN_UID, "runAsGroup": RUN_GID,
+                 "seccompProfile": seccomp}
+    if role == "sandbox":
+        pod["appArmorProfile"] = container["appArmorProfile"] = {"type": "Unconfined"}
+        container["procMount"] = "Unmasked"
+    return pod, container
+
+
+def _container(cfg: PlatformConfig, images: dict[str, str], role: str, command: list[str], cpus: float, memory: float,
+               accelerators: int = 0) -> dict:
+    limits: dict = {"cpu": _cpu(cpus), "memory": _memory(memory)}
     if accelerators:
         limits[cfg.cluster.accelerator_resource] = str(accelerators)
-    c = {"name": role, "image": image(cfg, role), "command": command,
-         "resources": {"requests": {"cpu": str(cpus)}, "limits": limits},
-         "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}}
-    env = _secret_env(cfg, role)
+    mounts = [{"name": "config", "mountPath": "/etc/agentrl", "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}, {"name": "home", "mountPath": HOME}, {"name": "work", "mountPath": WORKDIR}]
+    env = []
+    for secret, key, var in _secret_files(cfg, role):
+        mounts.append({"name": secret, "mountPath": f"{SECRETS_DIR}/{secret}", "readOnly": True})
+        env.append({"name": var, "value": f"{SECRETS_DIR}/{secret}/{key}"})
+    c: dict = {"name": role, "image": images[role], "imagePullPolicy": "Always", "command": command, "workingDir": WORKDIR,
+               "resources": {"requests": {k: v for k, v in limits.items()}, "limits": limits},
+               "securityContext": _security(role)[1], "volumeMounts": mounts}
     if env:
         c["env"] = env
+    if role in SERVERS:
+        port = port_of(cfg, role)
+        c["ports"] = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+        probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}, "periodSeconds": 10, "timeoutSeconds": 5}
+        c["readinessProbe"] = {**probe, "failureThreshold": 3}
+        c["livenessProbe"] = {**probe, "failureThreshold": 6}
+        if role == "inference":  # loading the model may take inference.startup_timeout_s
+            c["startupProbe"] = {**probe, "failureThreshold": max(1, math.ceil(cfg.inference.startup_timeout_s / 10))}
     return c
 
 
-def _pod_spec(cfg: PlatformConfig, role: str, pool: PoolConfig, container: dict, restart: str = "Never") -> dict:
-    container["volumeMounts"] = [{"name": "config", "mountPath": "/etc/agentrl", "readOnly": True}]
+def _pod_spec(cfg: PlatformConfig, role: str, container: dict, pool: PoolConfig | None = None,
+              restart: str | None = None) -> dict:
+    volumes: list[dict] = [{"name": "config", "configMap": {"name": CONFIG_MAP, "defaultMode": 0o440}},
+                           {"name": "tmp", "emptyDir": {"sizeLimit": _memory(_tmp_bytes(cfg, role))}},
+                           {"name": "home", "emptyDir": {}}, {"name": "work", "emptyDir": {}}]
+    volumes += [{"name": secret, "secret": {"secretName": secret, "defaultMode": 0o440, "items": [{"key": key, "path": key}]}}
+                for secret, key, _ in _secret_files(cfg, role)]
     spec: dict = {"serviceAccountName": sa_name(role), "automountServiceAccountToken": role == "controlplane",
-                  "restartPolicy": restart, "containers": [container],
-                  "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}]}
-    if pool.node_labels:
+                  "securityContext": _security(role)[0], "containers": [container], "volumes": volumes}
+    if role == "sandbox":
+        spec["hostUsers"] = False
+    if restart:
+        spec["restartPolicy"] = restart
+    if pool is not None and pool.node_labels:
         spec["nodeSelector"] = dict(pool.node_labels)
-    if pool.accelerators and cfg.cluster.accelerator_product:
+    if pool is not None and pool.accelerators and cfg.cluster.accelerator_product:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In", "values": [cfg.cluster.accelerator_product]}]}]}}}
     return spec
 
 
-def render_job(cfg: PlatformConfig, spec: JobSpec, role: str = "trainer") -> dict:
+def _tmp_bytes(cfg: PlatformConfig, role: str) -> int:
+    if role == "sandbox":  # the sandboxes' work directories and /tmp live under sandbox.root_dir in /tmp
+        s = cfg.sandbox
+        return s.max_concurrency * (s.workdir_size_mb + s.tmpfs_size_mb) * 2**20 + GI
+    return GI
+
+
+def _template_labels(role: str) -> dict:
+    return {PART_OF: "agentrl", COMPONENT: role}
+
+
+def render_job(cfg: PlatformConfig, spec: JobSpec, role: str = "trainer", images: dict[str, str] | None = None) -> dict:
     """The Job for one submitted job: suspended until Kueue admits it into the pool's LocalQueue."""
+    images = images if images is not None else config_images(cfg)
     pool = next(p for p in cfg.controlplane.pools if p.name == spec.pool)
     labels = {QUEUE_LABEL: queue_name(cfg, pool.name), PRIORITY_LABEL: f"agentrl-{spec.priority}",
               "agentrl/job-id": spec.job_id, "agentrl/pool": pool.name}
-    container = _container(cfg, role, list(spec.command), spec.cpus, pool.accelerators)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(f"agentrl-{spec.job_id}".lower()[:63], cfg, labels),
+    container = _container(cfg, images, role, list(spec.command), spec.cpus, spec.cpus * JOB_MEMORY_PER_CPU, pool.accelerators)
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": _meta(f"agentrl-{spec.job_id}".lower()[:63], cfg.cluster.namespace, labels),
             "spec": {"suspend": True, "backoffLimit": 0, "ttlSecondsAfterFinished": 86400,
-                     "template": {"metadata": {"labels": {"agentrl/job-id": spec.job_id}},
-                                  "spec": _pod_spec(cfg, role, pool, container)}}}
+                     "template": {"metadata": {"labels": {**_template_labels(role), "agentrl/job-id": spec.job_id}},
+                                  "spec": _pod_spec(cfg, role, container, pool, restart="Never")}}}
 
 
-def _config_map(cfg: PlatformConfig) -> dict:
-    data = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(CONFIG_MAP, cfg), "data": {"agentrl.yaml": data}}
+def _service(cfg: PlatformConfig, role: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(f"agentrl-{role}", namespace_of(cfg, role)),
+            "spec": {"type": "ClusterIP", "selector": _template_labels(role),
+                     "ports": [{"name": "http", "port": port_of(cfg, role), "targetPort": "http", "protocol": "TCP"}]}}
 
 
-def _controlplane_deployment(cfg: PlatformConfig) -> dict:
-    labels = {"app.kubernetes.io/name": "agentrl-controlplane"}
-    container = _container(cfg, "controlplane", ["agentrl", "controlplane", "serve", "--config", "/etc/agentrl/agentrl.yaml"], 1)
-    container["volumeMounts"] = [{"name": "config", "mountPath": "/etc/agentrl", "readOnly": True}]
-    pod = {"serviceAccountName": sa_name("controlplane"), "automountServiceAccountToken": True, "containers": [container],
-           "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}]}
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta("agentrl-controlplane", cfg, labels),
-            "spec": {"replicas": 2, "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": {"app.kubernetes.io/part-of": "agentrl", **labels}}, "spec": pod}}}
+def _deployment(cfg: PlatformConfig, role: str, replicas: int, pod: dict) -> dict:
+    labels = _template_labels(role)
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(f"agentrl-{role}", namespace_of(cfg, role)),
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": pod}}}
 
 
-def _training_jobset(cfg: PlatformConfig) -> dict:
+def _controlplane_deployment(cfg: PlatformConfig, images: dict[str, str]) -> dict:
+    cpus, memory = SERVICE_RESOURCES["controlplane"]
+    command = ["agentrl", "controlplane", "serve", "--config", CONFIG_PATH,
+               "--set", "controlplane.host=0.0.0.0", "--set", f"controlplane.port={PORTS['controlplane']}"]
+    container = _container(cfg, images, "controlplane", command, cpus, memory)
+    replicas = 2 if cfg.controlplane.state_store.startswith("postgres") else 1  # a SQLite file is one pod's own
+    return _deployment(cfg, "controlplane", replicas, _pod_spec(cfg, "controlplane", container))
+
+
+def _server_deployment(cfg: PlatformConfig, images: dict[str, str], role: str, plan: dict[str, float]) -> dict:
+    replicas = 1
+    if role == "sandbox":
+        replicas = max(1, int(plan["environments hosts"]))
+        cpus = max(1, math.ceil(plan["environments CPU cores"] / replicas))
+        memory = plan["environments memory"] * 1e9 / replicas + RUNTIME_MEMORY
+    else:
+        cpus, memory = SERVICE_RESOURCES[role]
+    command = ["agentrl", "serve", role, "--config", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(port_of(cfg, role))]
+    container = _container(cfg, images, role, command, cpus, memory)
+    return _deployment(cfg, role, replicas, _pod_spec(cfg, role, container))
+
+
+def _training_jobset(cfg: PlatformConfig, images: dict[str, str], plan: dict[str, float]) -> dict:
     pools = sorted(cfg.controlplane.pools, key=lambda p: -p.priority)
     top = pools[0]
     top_priority = max(cfg.controlplane.priorities, key=lambda p: p.value).name
+    ranks = cfg.cluster.gpus_per_node or math.ceil(cfg.training.world_size / cfg.cluster.nodes)
 
-    def replicated(role: str, replicas: int, command: list[str], accelerators: int) -> dict:
-        container = _container(cfg, role, command, 1, accelerators)
+    def replicated(role: str, replicas: int, command: list[str], cpus: float, memory: float, accelerators: int) -> dict:
+        container = _container(cfg, images, role, command, cpus, memory, accelerators)
         return {"name": role, "replicas": replicas,
-                "template": {"spec": {"backoffLimit": 0, "template": {"spec": _pod_spec(cfg, role, top, container)}}}}
+                "template": {"spec": {"backoffLimit": 0, "template": {"metadata": {"labels": _template_labels(role)},
+                                                                     "spec": _pod_spec(cfg, role, container, top, "Never")}}}}
 
-    jobs = [replicated("trainer", cfg.cluster.nodes, ["agentrl", "stage", "run", "8", "--config", "/etc/agentrl/agentrl.yaml"],
+    jobs = [replicated("trainer", cfg.cluster.nodes, ["agentrl", "stage", "run", "8", "--config", CONFIG_PATH],
+                       ranks * max(1, cfg.training.cpu_threads), plan["training memory per rank"] * 1e9 * ranks + RUNTIME_MEMORY,
                        cfg.cluster.gpus_per_node),
-            replicated("inference", 1, ["agentrl", "serve", "inference", "--config", "/etc/agentrl/agentrl.yaml"], top.accelerators),
-            replicated("environment", 1, ["agentrl", "serve", "sandbox", "--config", "/etc/agentrl/agentrl.yaml"], 0)]
+            replicated("inference", cfg.inference.replicas,
+                       ["agentrl", "serve", "inference", "--config", CONFIG_PATH, "--engine", cfg.inference.engine,
+                        "--host", "0.0.0.0", "--port", str(cfg.inference.port)],
+                       max(1, cfg.inference.cpu_threads), plan["inference memory per server"] * 1e9 + RUNTIME_MEMORY, top.accelerators)]
     return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": _meta("agentrl-train", cfg, {QUEUE_LABEL: queue_name(cfg, top.name), PRIORITY_LABEL: f"agentrl-{top_priority}"}),
-            "spec": {"suspend": True, "replicatedJobs": jobs}}
+            "metadata": _meta(JOBSET, cfg.cluster.namespace, {QUEUE_LABEL: queue_name(cfg, top.name),
+                                                              PRIORITY_LABEL: f"agentrl-{top_priority}"}),
+            "spec": {"suspend": True, "network": {"enableDNSHostnames": True, "subdomain": JOBSET}, "replicatedJobs": jobs}}

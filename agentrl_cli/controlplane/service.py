@@ -37,6 +37,8 @@ class ControlPlane:
         self.lease = LeaderLease(store, instance_id or new_instance_id(), cfg.controlplane.lease_seconds, lease_name)
         self.dispatch = dispatch
         self.state: LeaseState | None = None
+        self.started_at = time.monotonic()
+        self.last_ok: float | None = None  # monotonic time of the last step that reached the store
 
     @property
     def instance_id(self) -> str:
@@ -93,6 +95,7 @@ class ControlPlane:
             while not stop.is_set():
                 try:
                     state = self.step()
+                    self.last_ok = time.monotonic()
                 except Exception as exc:  # noqa: BLE001 - a store or scheduler hiccup must not end the instance
                     log.warning("%s: step failed: %s", self.instance_id, exc)
                     self.lease.term = 0  # without a confirmed lease this instance writes nothing

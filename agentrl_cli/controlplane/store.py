@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from agentrl_cli.errors import AgentrlError, ConfigError
 
 LEASE_NAME = "controlplane"
+PASSWORD_FILE_ENV = "AGENTRL_PGPASSWORD_FILE"  # a file holding the PostgreSQL password (a mounted Secret)
 
 # Each migration is a list of statements; its index + 1 is the schema version it brings the store to.
 MIGRATIONS: list[list[str]] = [
@@ -92,14 +93,24 @@ class StateStore:
             return conn
         import psycopg
 
+        # a password file (a mounted Kubernetes Secret): libpq ignores a PGPASSFILE that its group may read,
+        # and a Secret volume with fsGroup always is, so agentrl reads this one itself
+        extra = {}
+        pw_file = os.environ.get(PASSWORD_FILE_ENV)
+        if pw_file and not os.environ.get("PGPASSWORD"):
+            try:
+                extra["password"] = Path(pw_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise StoreUnreachable(f"{PASSWORD_FILE_ENV} names {pw_file}, which cannot be read: {exc}",
+                                       f"point {PASSWORD_FILE_ENV} at a readable file holding the password, or unset it") from None
         try:
-            return psycopg.connect(self._target, autocommit=True, connect_timeout=max(1, int(timeout_s)))
+            return psycopg.connect(self._target, autocommit=True, connect_timeout=max(1, int(timeout_s)), **extra)
         except psycopg.Error as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreUnreachable(
                 f"state store {self.display_url} is unreachable: {first}",
                 "start PostgreSQL or fix controlplane.state_store (postgresql://USER@HOST:PORT/DB; the password "
-                "comes from PGPASSWORD or ~/.pgpass)") from None
+                f"comes from PGPASSWORD, the file ${PASSWORD_FILE_ENV} names, or ~/.pgpass)") from None
 
     def reconnect(self, timeout_s: float = 5.0) -> None:
         """Drop the connection and open a new one (after the database restarted or the network dropped)."""

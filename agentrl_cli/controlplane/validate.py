@@ -21,6 +21,8 @@ BY_KIND = {
     ("batch/v1", "Job"): "k8s/job-batch-v1.json",
     ("apps/v1", "Deployment"): "k8s/deployment-apps-v1.json",
     ("v1", "Namespace"): "k8s/namespace-v1.json",
+    ("v1", "Service"): "k8s/service-v1.json",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "k8s/networkpolicy-networking-v1.json",
     ("v1", "ServiceAccount"): "k8s/serviceaccount-v1.json",
     ("v1", "Secret"): "k8s/secret-v1.json",
     ("v1", "ConfigMap"): "k8s/configmap-v1.json",

@@ -29,7 +29,7 @@ from agentrl_cli.errors import AgentrlError
 from agentrl_cli.report import Check, atomic_write_text
 
 LOCK_SCHEMA = 1
-ROLES_ORDER = ("base", "train", "inference", "env")
+ROLES_ORDER = ("base", "train", "inference", "env", "controlplane")
 # free-text licence names and trove classifiers -> SPDX ids
 _NAMES = {
     "apache": "Apache-2.0", "apache 2.0": "Apache-2.0", "apache-2.0": "Apache-2.0", "apache license 2.0": "Apache-2.0",
@@ -220,7 +220,7 @@ def read_lock(path: Path, strict_digest: bool = True) -> dict:
 
 def image_tags(lock: dict, registry: str) -> dict[str, str]:
     """role -> image tag: the base from Python and torch, roles from agentrl's version; all end in the digest."""
-    short = lock["digest"][:12]
+    registry, short = registry.rstrip("/"), lock["digest"][:12]
     torch_v = (lock.get("torch_build") or {}).get("version") or "none"
     tags = {"base": f"{registry}/agentrl-base:py{lock['python']}-torch{torch_v.replace('+', '-')}-{short}"}
     version = next((p["version"] for r in lock["roles"].values() for n, p in r["packages"].items() if normalize(n) == "agentrl-cli"),

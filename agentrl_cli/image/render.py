@@ -3,7 +3,8 @@
 One base image pins the runtime (Python from `cluster.base_image`, torch and the base role's
 packages, installed `--no-deps` from exact pins); each role image is a thin layer on it with the
 role's remaining pins and agentrl's wheel, and runs `agentrl image verify` for its role by default.
-Tags come from the lock (`lock.image_tags`). The build context gets the requirement files and a
+Every image ends as the non-root user of `names.py` (numeric USER, the pods' runAsUser/runAsGroup).
+Tags come from the lock (`lock.image_tags`, shared with the rendered manifests through `names.py`). The build context gets the requirement files and a
 copy of the lock; `images.json` lists the tags in build order. Belongs here: rendering and reading
 the rendered files back to check them; building is `build.py`.
 """
@@ -17,6 +18,7 @@ from string import Template
 
 import templates
 from agentrl_cli.image.lock import image_tags, normalize
+from agentrl_cli.image.names import HOME, RUN_GID, RUN_UID, RUN_USER, WORKDIR
 from agentrl_cli.report import Check
 
 TEMPLATE_DIR = Path(templates.__file__).parent / "docker"
@@ -62,7 +64,8 @@ def render(lock: dict, out_dir: Path, registry: str, base_image: str) -> dict:
     base_names = {normalize(n) for n in base_pkgs}
     build = lock.get("torch_build") or {}
     common = {"digest": lock["digest"], "python": lock["python"], "torch": build.get("version") or "none",
-              "base_tag": tags["base"], "wheel": wheel_name(lock)}
+              "base_tag": tags["base"], "wheel": wheel_name(lock),
+              "user": RUN_USER, "uid": RUN_UID, "gid": RUN_GID, "home": HOME, "workdir": WORKDIR}
     files = {"Dockerfile.base": Template((TEMPLATE_DIR / "Dockerfile.base").read_text()).substitute(
         common, base_image=base_image or lock.get("base_image") or "python:3.11-slim", torch_index=_torch_index(build)),
         "requirements-base.txt": _pins(base_pkgs)}
@@ -105,6 +108,10 @@ def render_checks(lock: dict, out_dir: Path) -> list[Check]:
         if "${" in text or re.search(r"\$[a-z_]+", text):
             problems.append(f"{img['dockerfile']}: unrendered placeholder")
         froms = re.findall(r"^FROM\s+(\S+)", text, re.M)
+        users = re.findall(r"^USER\s+(\S+)", text, re.M)
+        if not users or users[-1] != f"{RUN_UID}:{RUN_GID}":
+            problems.append(f"{img['dockerfile']}: runs as {users[-1] if users else 'root (no USER)'}, expected the non-root "
+                            f"{RUN_UID}:{RUN_GID} the pods' securityContext names")
         if img["role"] != "base" and froms != [base_tag]:
             problems.append(f"{img['dockerfile']}: FROM {froms}, expected the base image {base_tag}")
         if img["role"] == "base":
@@ -121,5 +128,6 @@ def render_checks(lock: dict, out_dir: Path) -> list[Check]:
             problems.append(f"base: {name} pinned {base_pins.get(normalize(name))}, locked {p['version']}")
     return [Check.judge("Dockerfiles rendered", not problems,
                         {"images": {i["role"]: i["tag"] for i in index["images"]}, "context": index["context"]},
-                        "one base image, every role FROM it, every locked package pinned at its version",
+                        f"one base image, every role FROM it, every locked package pinned at its version, every image "
+                        f"running as {RUN_UID}:{RUN_GID}",
                         "fix templates/docker/ (a placeholder or FROM line) or relock", "\n".join(problems[:20]))]

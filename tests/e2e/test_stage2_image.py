@@ -62,7 +62,7 @@ def test_verify_fails_naming_the_package_when_the_environment_differs(cli, lock_
 
 def test_render_and_build_from_the_lock(cli, lock_file, tmp_path):
     result, data = cli.json("image", "render", "--lock", str(lock_file), "--out", str(tmp_path / "ctx"))
-    assert result.exit_code == 0 and [i["role"] for i in data["images"]] == ["base", "train", "inference", "env"]
+    assert result.exit_code == 0 and [i["role"] for i in data["images"]] == ["base", "train", "inference", "env", "controlplane"]
     assert (tmp_path / "ctx" / "Dockerfile.base").read_text().count("FROM ") == 1
     result, data = cli.json("image", "build", "--lock", str(lock_file), "--out", str(tmp_path / "ctx"))
     build = data["checks"][-1]

@@ -92,3 +92,13 @@ def test_an_unreachable_postgresql_url_is_a_clear_error_with_the_fix():
     with pytest.raises(StoreUnreachable) as info:
         StateStore(f"postgresql://agentrl@127.0.0.1:{free_port()}/agentrl", connect_timeout_s=2)
     assert "is unreachable" in info.value.message and "start PostgreSQL or fix controlplane.state_store" in info.value.hint
+
+
+def test_a_password_file_that_cannot_be_read_is_a_clear_error(monkeypatch, tmp_path):
+    from tests.conftest import free_port
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    monkeypatch.setenv("AGENTRL_PGPASSWORD_FILE", str(tmp_path / "missing"))
+    with pytest.raises(StoreUnreachable) as info:
+        StateStore(f"postgresql://agentrl@127.0.0.1:{free_port()}/agentrl", connect_timeout_s=2)
+    assert "AGENTRL_PGPASSWORD_FILE names" in info.value.message and "cannot be read" in info.value.message

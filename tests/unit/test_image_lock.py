@@ -26,7 +26,7 @@ def lock(cfg):
 def test_lock_pins_every_role_with_versions_licences_and_torch_build(lock):
     from importlib import metadata
 
-    assert set(lock["roles"]) == {"base", "train", "inference", "env"}
+    assert set(lock["roles"]) == {"base", "train", "inference", "env", "controlplane"}
     train = lock["roles"]["train"]["packages"]
     for name in ("torch", "deepspeed", "transformers", "agentrl-cli"):
         assert train[name]["version"] == metadata.version(name)
@@ -82,7 +82,7 @@ def test_malformed_missing_and_edited_locks_are_named_with_the_fix(tmp_path, loc
 
 def test_rendered_dockerfiles_pin_the_lock_and_a_broken_one_is_caught(tmp_path, lock, cfg):
     index = render(lock, tmp_path, cfg.cluster.image_registry, cfg.cluster.base_image)
-    assert [i["role"] for i in index["images"]] == ["base", "train", "inference", "env"]
+    assert [i["role"] for i in index["images"]] == ["base", "train", "inference", "env", "controlplane"]
     base = (tmp_path / "Dockerfile.base").read_text()
     assert f"FROM {cfg.cluster.base_image}" in base and f"torch=={lock['torch_build']['version']}" in (tmp_path / "requirements-base.txt").read_text()
     train = (tmp_path / "Dockerfile.train").read_text()
@@ -92,3 +92,8 @@ def test_rendered_dockerfiles_pin_the_lock_and_a_broken_one_is_caught(tmp_path, 
     reqs.write_text(reqs.read_text().replace(f"deepspeed=={lock['roles']['train']['packages']['deepspeed']['version']}", "deepspeed==0.0.1"))
     broken = render_checks(lock, tmp_path)[0]
     assert broken.status == "fail" and "deepspeed" in broken.detail
+    env = tmp_path / "Dockerfile.env"
+    assert env.read_text().rstrip().splitlines()[-3] == "USER 10001:10001"  # before ENTRYPOINT and CMD
+    env.write_text(env.read_text().replace("USER 10001:10001", ""))
+    rooted = render_checks(lock, tmp_path)[0]
+    assert rooted.status == "fail" and "Dockerfile.env: runs as 0:0, expected the non-root 10001:10001" in rooted.detail

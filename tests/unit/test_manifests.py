@@ -8,12 +8,17 @@ import copy
 import pytest
 import yaml
 
+from pydantic import SecretStr
+
+from agentrl_cli.config.load import load_config
 from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.controlplane.executor import ExecutorUnavailable
 from agentrl_cli.controlplane.kubernetes import KubernetesExecutor
 from agentrl_cli.controlplane.manifests import render_all
 from agentrl_cli.controlplane.slurm_conf import pool_lines, single_node_conf
 from agentrl_cli.controlplane.validate import validate_documents
+from agentrl_cli.errors import ConfigError
+from agentrl_cli.image.names import RUN_GID, RUN_UID
 
 
 @pytest.fixture
@@ -30,6 +35,14 @@ def cfg() -> PlatformConfig:
 
 def by(docs, kind, name=None):
     return [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+
+
+def pod_specs(docs):
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job"):
+            yield d["spec"]["template"]["spec"]
+        elif d["kind"] == "JobSet":
+            yield from (rj["template"]["spec"]["template"]["spec"] for rj in d["spec"]["replicatedJobs"])
 
 
 def test_two_pools_and_two_priorities_render_and_validate(cfg):
@@ -57,7 +70,9 @@ def test_each_role_has_its_own_account_and_only_the_control_plane_has_api_rights
     docs = render_all(cfg)
     accounts = {d["metadata"]["name"]: d["automountServiceAccountToken"] for d in by(docs, "ServiceAccount")}
     assert accounts == {"agentrl-controlplane": True, "agentrl-trainer": False, "agentrl-inference": False,
-                        "agentrl-environment": False}
+                        "agentrl-gateway": False, "agentrl-reward": False, "agentrl-sandbox": False}
+    pods = [p for p in pod_specs(docs)]
+    assert {p["serviceAccountName"] for p in pods if p["automountServiceAccountToken"]} == {"agentrl-controlplane"}
     (role,) = by(docs, "Role")
     (binding,) = by(docs, "RoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "agentrl-controlplane", "namespace": "rl"}]
@@ -66,16 +81,90 @@ def test_each_role_has_its_own_account_and_only_the_control_plane_has_api_rights
     assert not by(docs, "ClusterRole") and not by(docs, "Secret")
 
 
-def test_credentials_come_from_secrets_by_reference_only(cfg):
-    cfg.controlplane.state_store = "postgresql://agentrl@db:5432/agentrl"
+def test_secrets_are_files_from_secrets_never_a_config_map_value_or_argv(cfg, tmp_path):
+    cfg.controlplane.state_store = "postgresql://agentrl:hunter2@db:5432/agentrl"
     cfg.data.store = "s3"
+    cfg.inference.api_key = SecretStr("sk-planted")
     docs = render_all(cfg)
-    deploy = by(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
-    assert {"name": "PGPASSWORD", "valueFrom": {"secretKeyRef": {"name": "agentrl-state-store", "key": "password",
-                                                                 "optional": True}}} in deploy["env"]
+    text = yaml.safe_dump_all(docs)
+    assert "hunter2" not in text and "sk-planted" not in text and "**********" not in text and "secretKeyRef" not in text
+    cp = by(docs, "Deployment", "agentrl-controlplane")[0]["spec"]["template"]["spec"]
+    assert {"name": "AGENTRL_PGPASSWORD_FILE", "value": "/var/run/secrets/agentrl/agentrl-state-store/password"} in cp["containers"][0]["env"]
+    assert {"name": "agentrl-state-store", "secret": {"secretName": "agentrl-state-store", "defaultMode": 0o440,
+                                                      "items": [{"key": "password", "path": "password"}]}} in cp["volumes"]
     trainer = by(docs, "Job")[0]["spec"]["template"]["spec"]["containers"][0]
-    assert all("valueFrom" in e and "value" not in e for e in trainer["env"])
+    assert {e["name"] for e in trainer["env"]} == {"AGENTRL_INFERENCE__API_KEY_FILE", "AWS_SHARED_CREDENTIALS_FILE"}
+    config = yaml.safe_load(by(docs, "ConfigMap")[0]["data"]["agentrl.yaml"])
+    assert config["inference"]["api_key"] is None and config["controlplane"]["state_store"] == "postgresql://agentrl@db:5432/agentrl"
     assert validate_documents(docs) == []
+    # what the pod does with the mounted file: the config loader reads the key from it
+    (tmp_path / "api_key").write_text("sk-from-the-file\n")
+    loaded = load_config(None, env={"AGENTRL_INFERENCE__API_KEY_FILE": str(tmp_path / "api_key")}).config
+    assert loaded.inference.api_key.get_secret_value() == "sk-from-the-file"
+    with pytest.raises(ConfigError, match="AGENTRL_INFERENCE__API_KEY_FILE names"):
+        load_config(None, env={"AGENTRL_INFERENCE__API_KEY_FILE": str(tmp_path / "missing")})
+
+
+def test_every_server_has_a_service_probes_on_health_and_binds_all_interfaces_in_pods(cfg):
+    docs = render_all(cfg)
+    services = {d["metadata"]["name"]: d for d in by(docs, "Service")}
+    assert set(services) == {f"agentrl-{r}" for r in ("controlplane", "inference", "gateway", "reward", "sandbox")}
+    containers = {c["name"]: c for p in pod_specs(docs) for c in p["containers"]}
+    for name, svc in services.items():
+        role = name.removeprefix("agentrl-")
+        c = containers[role]
+        assert svc["spec"]["selector"] == {"app.kubernetes.io/part-of": "agentrl", "app.kubernetes.io/component": role}
+        assert svc["metadata"]["namespace"] == ("rl-sandbox" if role == "sandbox" else "rl")
+        assert c["ports"][0]["containerPort"] == svc["spec"]["ports"][0]["port"]
+        assert c["readinessProbe"]["httpGet"] == c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+        cmd = " ".join(c["command"])
+        assert "--host 0.0.0.0" in cmd or "controlplane.host=0.0.0.0" in cmd, cmd
+        assert c["resources"]["requests"] == c["resources"]["limits"] and "memory" in c["resources"]["limits"]
+    assert containers["inference"]["startupProbe"]["failureThreshold"] == 30  # inference.startup_timeout_s 300 / 10 s
+    config = yaml.safe_load(by(docs, "ConfigMap")[0]["data"]["agentrl.yaml"])
+    assert config["inference"]["urls"] == ["http://agentrl-train-inference-0-0.agentrl-train.rl.svc:30000"]
+    assert config["sandbox"]["service_url"] == "http://agentrl-sandbox.rl-sandbox.svc:8700"
+    assert PlatformConfig().sandbox.host == PlatformConfig().reward.host == PlatformConfig().gateway.host == "127.0.0.1"
+
+
+def test_pods_meet_the_restricted_standard_except_the_documented_sandbox(cfg):
+    docs = render_all(cfg)
+    levels = {d["metadata"]["name"]: d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] for d in by(docs, "Namespace")}
+    assert levels == {"rl": "restricted", "rl-sandbox": "privileged"}
+    for pod in pod_specs(docs):
+        sandbox = pod["serviceAccountName"] == "agentrl-sandbox"
+        assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == RUN_UID
+        assert pod["securityContext"]["seccompProfile"]["type"] == ("Unconfined" if sandbox else "RuntimeDefault")
+        assert pod.get("hostUsers", True) is not sandbox
+        for c in pod["containers"]:
+            ctx = c["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
+            assert ctx["readOnlyRootFilesystem"] and (ctx["runAsUser"], ctx["runAsGroup"]) == (RUN_UID, RUN_GID)
+            writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+            assert writable == {"/tmp", "/home/agentrl", "/var/lib/agentrl"}
+
+
+def test_network_policies_deny_by_default_and_allow_the_roles_edges(cfg):
+    docs = render_all(cfg)
+    policies = {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"] for d in by(docs, "NetworkPolicy")}
+    for ns in ("rl", "rl-sandbox"):
+        assert policies[(ns, "agentrl-default-deny")] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}
+
+    def sources(ns, role, port=None):
+        rules = policies[(ns, f"agentrl-{role}")]["ingress"]
+        return {p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for r in rules for p in r["from"]
+                if port is None or {"protocol": "TCP", "port": port} in r.get("ports", [])}
+
+    assert sources("rl-sandbox", "sandbox", 8700) == {"trainer", "reward", "controlplane"}
+    assert sources("rl", "reward", 8710) == {"trainer", "controlplane"}
+    assert sources("rl", "inference") == {"trainer", "gateway", "controlplane"}
+    assert sources("rl", "trainer") == {"trainer", "inference"}
+    assert sources("rl", "controlplane") == set()
+    sandbox_out = policies[("rl-sandbox", "agentrl-sandbox")]["egress"]
+    assert sandbox_out == [{"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "agentrl",
+                                                                    "app.kubernetes.io/component": "gateway"}},
+                                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "rl"}}}],
+                            "ports": [{"protocol": "TCP", "port": 8730}]}]
 
 
 @pytest.mark.parametrize("break_it, words", [
