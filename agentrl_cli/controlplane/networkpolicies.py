@@ -17,7 +17,7 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.manifests import (COMPONENT, PART_OF, _meta, namespace_of, port_of, sandbox_namespace)
+from agentrl_cli.controlplane.k8s_names import (COMPONENT, PART_OF, _meta, namespace_of, port_of, sandbox_namespace)
 
 NETWORKING = "networking.k8s.io/v1"
 NS_LABEL = "kubernetes.io/metadata.name"
