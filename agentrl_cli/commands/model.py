@@ -1,4 +1,5 @@
-"""`agentrl model build-tiny|import|info`: the built-in model, imported models and what `model.path` resolves to."""
+"""`agentrl model build-tiny|import|info|export`: the built-in model, imported models, what `model.path` resolves
+to, and a run's checkpoint exported as a model or LoRA adapter directory."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, print_
 from agentrl_cli.model.recipe import SFT_STEPS
 from agentrl_cli.observe.progress import WorkProgress
 
-app = typer.Typer(help="Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to.",
+app = typer.Typer(help="Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to, "
+                  "export a run's checkpoint.",
                   no_args_is_help=True)
 
 
@@ -114,3 +116,40 @@ def info_command(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOp
              "eos token": data["eos_token"], "stop tokens": ", ".join(f"{t} ({i})" for t, i in zip(chat.get("stop_tokens", []), chat.get("stop_ids", [])))}
     for k, v in lines.items():
         typer.echo(f"{k:12} {v}")
+
+
+@app.command("export")
+def export_command(
+    run: Annotated[str, typer.Argument(help="Run id under observe.runs_dir, `latest`, or a run directory.")],
+    merge: Annotated[bool, typer.Option("--merge", help="With LoRA: write the base model with the adapter merged in "
+                                        "(an ordinary Hugging Face directory) instead of the adapter.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Directory to write (new or empty; default: "
+                                                "exports/step-NNNNNNNN-KIND beside the run's checkpoints).")] = None,
+    step: Annotated[Optional[int], typer.Option("--step", min=0, help="Checkpoint step (default: the newest).")] = None,
+    config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Export a run's checkpoint: with training.lora, peft's adapter directory (adapter_config.json,
+    adapter_model.safetensors), or with --merge the merged model; without LoRA, the full weights
+    (--merge then changes nothing, and says so). The trainer is rebuilt as the run had it.
+
+    Examples:
+
+    * `agentrl model export latest --merge`
+
+    * `agentrl model export 20261129-101500-ab12cd --step 40 --out ./adapter-40`
+
+    * `agentrl model export runs/20261129-101500-ab12cd --merge --out ./merged --json`
+    """
+    from agentrl_cli.training.export import export_checkpoint
+
+    loaded = load(config, sets)
+    with WorkProgress(f"exporting {run}") as progress:
+        result = export_checkpoint(run, loaded.config, merge=merge, out=out, step=step,
+                                   progress=lambda message: progress.update(message, 0, 0))
+        progress.outcome = f"wrote {result.out}"
+    if json_out:
+        print_json(result.to_dict())
+        return
+    typer.echo(f"{result.out}  ({result.kind} weights of {Path(result.checkpoint).name}, {result.weight_bytes:,} bytes)")
+    if result.note:
+        typer.echo(result.note, err=True)

@@ -139,6 +139,7 @@ class GatewayConfig(Section):
     host: str = Field("127.0.0.1", description="Address `agentrl serve gateway` binds (loopback by default; the rendered gateway pod passes 0.0.0.0); a run's own gateway stays on 127.0.0.1")
     session_ttl_s: float = Field(600.0, gt=0, le=86_400, description="An agent session idle this long (no call in flight, none begun) expires; its episode ends without its record")
     retry_after_s: float = Field(1.0, gt=0, le=600, description="What a 429 (the run's staleness limit reached) asks an agent to wait before retrying (Retry-After; the openai SDK honours it)")
+    api_key: SecretStr | None = Field(None, description="Bearer key(s) session management at `agentrl serve gateway` requires, one per line: the first is current, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_GATEWAY__API_KEY_FILE, never argv")
 
 
 class SandboxConfig(Section):
@@ -161,6 +162,7 @@ class SandboxConfig(Section):
     workdir_size_mb: int = Field(64, ge=1, description="Size of each sandbox's work directory (a tmpfs when running as root)")
     root_dir: str = Field("/tmp/agentrl-sandboxes", description="Host directory holding the sandboxes' work directories")
     lease_timeout_s: float = Field(600.0, gt=0, description="A sandbox held longer than this is reclaimed by force")
+    api_key: SecretStr | None = Field(None, description="Bearer key(s) the sandbox service requires and sandbox.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_SANDBOX__API_KEY_FILE, never argv. Without one the service refuses to start unless bound to loopback with --insecure-loopback")
 
 
 class RewardConfig(Section):
@@ -174,9 +176,10 @@ class RewardConfig(Section):
         default_factory=lambda: {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1},
         description="Weights of the named reward components")
     cache_size: int = Field(100_000, ge=0, description="Idempotency cache entries")
+    api_key: SecretStr | None = Field(None, description="Bearer key(s) the reward service requires and reward.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_REWARD__API_KEY_FILE, never argv")
 
 
-LORA_TARGETS_DEFAULT = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_TARGETS_DEFAULT = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 class LoraConfig(Section):
@@ -184,7 +187,7 @@ class LoraConfig(Section):
     alpha: float = Field(16.0, gt=0, le=100_000, description="LoRA alpha: the adapter's update is scaled by alpha / rank")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input while training (0 keeps the trainer's and the server's log-probs alike)")
     target_modules: list[str] = Field(default_factory=lambda: list(LORA_TARGETS_DEFAULT), min_length=1,
-                                      description="Module names (last component) that get an adapter; the default covers Llama-family attention and MLP projections")
+                                      description="Module names (last component) that get an adapter; the default is the Llama-family attention projections (3.0% of a full sync at rank 8 on the built-in model; adding gate_proj, up_proj, down_proj makes it 7.4%)")
 
 
 class TrainingConfig(Section):
@@ -266,6 +269,7 @@ class ObserveConfig(Section):
     prometheus_port: int | None = Field(None, ge=1, le=65535, description="Serve a live run's metrics for Prometheus on this port (None = off)")
     prometheus_addr: str = Field("127.0.0.1", description="Address the Prometheus endpoint binds (0.0.0.0 lets a Prometheus server on another host scrape it)")
     tensorboard: bool = Field(False, description="Also write TensorBoard event files (<run dir>/…/tensorboard/)")
+    audit_log: str = Field("", description="Where services append audit lines (JSON: time, key id, endpoint, outcome) for sandbox executions, control-plane writes, weight updates and refused requests: a file, - for stderr (a pod's log), empty for <observe.runs_dir>/audit.jsonl")
 
 
 POOL_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -294,6 +298,7 @@ class ControlPlaneConfig(Section):
     lease_seconds: float = Field(5.0, gt=0, le=3600, description="Leader lease: a leader that has not renewed for this long is replaced by a follower")
     host: str = Field("127.0.0.1", description="Address the health endpoint of `agentrl controlplane serve` binds (loopback by default; the rendered pods pass 0.0.0.0)")
     port: int = Field(0, ge=0, le=65535, description="Port of the health endpoint of `agentrl controlplane serve` (GET /health: 200 while the instance's lease loop runs; 0 = none, as when several instances share one host); the rendered Deployment serves it on 8740")
+    api_key: SecretStr | None = Field(None, description="Bearer key(s) the control plane's HTTP API requires for everything but /health (job submission, cancellation, reads), one per line: the first is current, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_CONTROLPLANE__API_KEY_FILE, never argv")
     jobs_dir: str = Field("runs/jobs", description="Job logs and the local executor's spool (on Slurm, a directory the compute nodes share)")
     pools: list[PoolConfig] = Field(
         default_factory=lambda: [PoolConfig(name="rollout", capacity=2, quota=2, priority=1, preemptible=True),

@@ -6,6 +6,11 @@ Token ids in, token ids + log-probs + finish reason + weight version out. Connec
 every request has a deadline. Without a router, requests are spread round-robin or to the server
 with the fewest requests in flight (`least_loaded`).
 
+LoRA: `load_lora_adapter` / `unload_lora_adapter` on every server, and the policy's adapter
+(`PolicyAdapter`): once weight sync names one, every /generate carries it as `lora_path`. Clients
+built by `client_from_config` for the same servers share one `PolicyAdapter` in this process, so the
+rollout's client and the agent gateway's follow the adapter the run's weight sync publishes.
+
 Transport: aiohttp, one session per event loop (made on first use), keep-alive connections
 closed after 4 s idle, before the servers' 5 s (uvicorn's default) can close them under a request.
 httpx costs several times more client CPU per request; with 64 episodes answering at once
@@ -27,6 +32,9 @@ from agentrl_cli.errors import AgentrlError
 RETRYABLE_STATUS = {500, 502, 503, 504}
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # refused, reset, timed out
 KEEPALIVE_S = 4.0
+# SGLang's (and the embedded server's) 400 for a lora_path it has not loaded: a server that restarted
+# and has not been given the policy's adapter again yet, so the request is tried on another server
+ADAPTER_NOT_LOADED = "requested LoRA adapters are not loaded"
 
 
 @dataclass
@@ -51,6 +59,23 @@ class InferenceError(AgentrlError):
 class InferenceUnreachable(InferenceError):
     """Every attempt failed on the way (connection refused or reset, timeout, 5xx): the request may
     succeed once a server is back (`rollout/resume.py` waits for that and resumes)."""
+
+
+class LoraRefused(InferenceError):
+    """A server answered a LoRA load or unload with success false; `answers` holds every server's
+    answer (url -> {"success", "error_message", "loaded_adapters"})."""
+
+    def __init__(self, message: str, hint: str, answers: dict[str, dict]) -> None:
+        super().__init__(message, hint)
+        self.answers = answers
+
+
+@dataclass
+class PolicyAdapter:
+    """The LoRA adapter the servers serve the policy with: its name on the servers (sent as
+    `lora_path`), or None for the servers' base weights."""
+
+    name: str | None = None
 
 
 @dataclass
@@ -109,7 +134,8 @@ def parse_generation(data: dict, latency: float, server: str, retries: int) -> G
 
 class InferenceClient:
     def __init__(self, urls: list[str] | str, api_key: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
-                 backoff_s: float = 0.2, policy: str = "round_robin", max_connections: int = 512) -> None:
+                 backoff_s: float = 0.2, policy: str = "round_robin", max_connections: int = 512,
+                 adapter: PolicyAdapter | None = None) -> None:
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         if not self.urls:
             raise ValueError("InferenceClient needs at least one server URL")
@@ -124,6 +150,7 @@ class InferenceClient:
         self.in_flight = {u: 0 for u in self.urls}
         self.stats = {"requests": 0, "retries": 0, "failures": 0}
         self.watchdog = None  # optional observe.watchdog.Watchdog: per-server progress ("inference URL")
+        self.adapter = adapter if adapter is not None else PolicyAdapter()
 
     @property
     def headers(self) -> dict[str, str]:
@@ -157,6 +184,8 @@ class InferenceClient:
         body = {"input_ids": list(input_ids), "sampling_params": sampling.to_sglang(), "return_logprob": True}
         if rid:
             body["rid"] = rid
+        if self.adapter.name is not None:
+            body["lora_path"] = self.adapter.name
         data, server, latency, retries = await self._post_with_retries("/generate", body)
         return parse_generation(data, latency, server, retries)
 
@@ -176,11 +205,12 @@ class InferenceClient:
             except TRANSPORT_ERRORS as exc:  # connection refused/reset, timeouts
                 last = f"{server}: {type(exc).__name__}: {exc}"
             else:
+                missing = r.status_code == 400 and ADAPTER_NOT_LOADED in r.text
                 answered = r.status_code not in RETRYABLE_STATUS
                 if r.status_code < 400:
                     return r.json(), server, time.perf_counter() - t0, attempt
                 last = f"{server}: HTTP {r.status_code}: {r.text[:300]}"
-                if r.status_code not in RETRYABLE_STATUS:
+                if r.status_code not in RETRYABLE_STATUS and not missing:
                     self.stats["failures"] += 1
                     raise InferenceError(f"inference request rejected: {last}", "fix the request (see the message)")
             finally:
@@ -197,7 +227,7 @@ class InferenceClient:
 
     async def _post_everywhere(self, path: str, bodies: dict[str, dict], what: str, hint: str,
                                timeout_s: float | None = None) -> None:
-        """POST `bodies[url]` to every server at once; raise InferenceError naming those that failed."""
+        """POST `bodies[url]` to each of those servers at once; raise InferenceError naming those that failed."""
         async def one(url: str) -> str | None:
             try:
                 r = await self._send("POST", url + path, bodies[url], timeout_s)
@@ -209,9 +239,61 @@ class InferenceClient:
                 ok = False
             return None if ok else f"{url}: {r.text[:300]}"
 
-        errors = [e for e in await asyncio.gather(*(one(u) for u in self.urls)) if e]
+        errors = [e for e in await asyncio.gather(*(one(u) for u in bodies)) if e]
         if errors:
             raise InferenceError(f"{what} failed on " + "; ".join(errors), hint)
+
+    async def _lora_call(self, path: str, body: dict, urls: list[str] | None, what: str) -> dict[str, dict]:
+        """POST `body` to each server (all by default) at once: url -> its answer. A server not
+        answering raises InferenceUnreachable; one answering success false, LoraRefused."""
+        async def one(url: str) -> tuple[str, dict]:
+            try:
+                r = await self._send("POST", url + path, body)
+            except TRANSPORT_ERRORS as exc:
+                raise InferenceUnreachable(f"{what} on {url}: {type(exc).__name__}: {exc}",
+                                           "check that the inference server is up") from exc
+            try:
+                answer = r.json()
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or "success" not in answer:
+                if r.status_code in RETRYABLE_STATUS:
+                    raise InferenceUnreachable(f"{what} on {url}: HTTP {r.status_code}: {r.text[:300]}",
+                                               "check the server log")
+                answer = {"success": False, "error_message": f"HTTP {r.status_code}: {r.text[:300]}"}
+            return url, answer
+
+        answers = dict(await asyncio.gather(*(one(u) for u in (urls or self.urls))))
+        refused = {u: a for u, a in answers.items() if not a.get("success")}
+        if refused:
+            raise LoraRefused(f"{what} refused on " + "; ".join(f"{u}: {a.get('error_message') or a}"
+                                                                 for u, a in refused.items()),
+                              "see the message; SGLang needs --enable-lora with a --max-lora-rank and "
+                              "--lora-target-modules that cover the adapter", answers)
+        return answers
+
+    async def load_lora_adapter(self, name: str, path: str, *, urls: list[str] | None = None) -> dict[str, dict]:
+        """Every server (or `urls`) loads the adapter directory `path` as `name`; returns each one's
+        answer ({"success", "error_message", "loaded_adapters"}). Raises LoraRefused when a server
+        refuses it (the others may have loaded it), InferenceUnreachable when one does not answer."""
+        return await self._lora_call("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, urls,
+                                     f"loading LoRA adapter {name!r} from {path}")
+
+    async def unload_lora_adapter(self, name: str, *, urls: list[str] | None = None) -> dict[str, dict]:
+        """Every server (or `urls`) unloads the adapter `name`; as `load_lora_adapter` for failures."""
+        return await self._lora_call("/unload_lora_adapter", {"lora_name": name}, urls,
+                                     f"unloading LoRA adapter {name!r}")
+
+    def use_adapter(self, name: str | None) -> None:
+        """Send `lora_path: name` with every /generate from now on (None: the base weights)."""
+        self.adapter.name = name
+
+    async def update_weight_version(self, version: str, *, urls: list[str] | None = None,
+                                    abort_all_requests: bool = False) -> None:
+        """Relabel the weights every server (or `urls`) serves as `version`, loading nothing."""
+        body = {"new_version": str(version), "abort_all_requests": abort_all_requests}
+        await self._post_everywhere("/update_weight_version", dict.fromkeys(urls or self.urls, body),
+                                    "update_weight_version", "see the server log")
 
     async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
         """Load new weights on every server; raise InferenceError naming the servers that failed."""
@@ -301,10 +383,19 @@ class InferenceClient:
 CLIENT_POLICY = {"least_loaded": "least_loaded", "power_of_two": "least_loaded"}
 
 
+_POLICY_ADAPTERS: dict[tuple[str, ...], PolicyAdapter] = {}
+
+
+def policy_adapter(urls: list[str]) -> PolicyAdapter:
+    """The one PolicyAdapter of this process for the servers at `urls`."""
+    key = tuple(sorted(u.rstrip("/") for u in urls))
+    return _POLICY_ADAPTERS.setdefault(key, PolicyAdapter())
+
+
 def client_from_config(config, urls: list[str]) -> InferenceClient:
     """The client a run uses: `inference.api_key`, `request_timeout_s`, `max_retries` and, over
-    several servers with no router in front, `router_policy`."""
+    several servers with no router in front, `router_policy`; the servers' shared PolicyAdapter."""
     inf = config.inference
     return InferenceClient(urls, api_key=inf.api_key.get_secret_value() if inf.api_key else None,
                            timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
-                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"))
+                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls))

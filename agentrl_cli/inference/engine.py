@@ -10,6 +10,19 @@ A weight update loads the new model in the caller's thread, then the scheduler s
 between batches: requests submitted before the update finish on the old weights (or are
 aborted when asked), requests submitted after it wait for the new ones, so no request ever mixes
 two weight versions. HTTP shapes belong in `protocol.py` / `hf_server.py`.
+
+LoRA adapters (SGLang's `load_lora_adapter` / `unload_lora_adapter`): each loaded adapter is a copy
+of the serving model with the adapter merged in (`lora.py`), under its name, with its own prefix
+cache (keys and values of other weights are never reused). A request naming an adapter
+(`lora_path`) is decoded by that copy, one without by the base; a batch holds the requests of one
+adapter only (the oldest eligible request's), and while requests of another adapter wait, no more
+join it. Loading a name already loaded is refused, as SGLang does; an adapter that does not fit
+leaves the engine as it was. Unloading refuses new requests for the name at once; requests already
+queued or running on it finish on it. A full weight update keeps the loaded adapters, as SGLang
+does: each is merged again onto the new base and swapped in with it (one that no longer fits the
+new base is unloaded, its waiting requests aborted, and the update's message names it).
+A request served by an adapter reports the weight version the engine had when that adapter was
+loaded (or merged again by a weight update); one served by the base, the engine's current version.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from safetensors.torch import load_file as load_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl_cli.inference.batch import BatchRun, Request
+from agentrl_cli.inference.lora import AdapterFiles, merged_model, read_adapter
 from agentrl_cli.inference.prefix_cache import PrefixCache
 from agentrl_cli.inference.sampling import GenParams, context_error
 from agentrl_cli.inference.stats import EngineStats
@@ -51,10 +65,30 @@ MAX_WINDOW_FACTOR = 8  # a batch forms at most this many windows after its first
 
 
 @dataclass(eq=False)
+class Adapter:
+    """A loaded LoRA adapter: the serving base with it merged in, and that model's prefix cache."""
+
+    name: str
+    files: AdapterFiles
+    model: object
+    weight_version: str
+    prefix_cache: PrefixCache
+    replaced_by: "Adapter | None" = None  # the same adapter merged onto the base a weight update swapped in
+
+    def current(self) -> "Adapter":
+        adapter = self
+        while adapter.replaced_by is not None:
+            adapter = adapter.replaced_by
+        return adapter
+
+
+@dataclass(eq=False)
 class _Swap:
     model: object
     model_path: str
     weight_version: str | None
+    adapters: list = field(default_factory=list)  # (Adapter, its files merged onto `model`)
+    dropped: list = field(default_factory=list)  # adapters that do not fit `model`
     barrier: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     ok: bool = False
@@ -101,7 +135,10 @@ class HFEngine:
         self._seq = itertools.count()
         self._closed = False
         self.stats = EngineStats()
-        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.prefix_cache_tokens = prefix_cache_tokens
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)  # the base weights'
+        self._adapters: dict[str, Adapter] = {}
+        self._running_adapter: Adapter | None = None
         self._thread = threading.Thread(target=self._loop, name="hf-engine-scheduler", daemon=True)
         self._thread.start()
 
@@ -178,13 +215,17 @@ class HFEngine:
     # ---- requests ----------------------------------------------------------------------------
 
     def submit(self, input_ids: list[int], sampling: dict | None = None, return_logprob: bool = False,
-               rid: str | None = None, *, logprob_start_len: int = -1, internal: bool = False) -> Future:
-        """Queue one prompt; the Future resolves to a result dict (see `Request.result`)."""
+               rid: str | None = None, *, logprob_start_len: int = -1, internal: bool = False,
+               lora_path: str | None = None) -> Future:
+        """Queue one prompt (decoded by the LoRA adapter named `lora_path`, else the base weights);
+        the Future resolves to a result dict (see `Request.result`)."""
         return self.submit_many([dict(input_ids=input_ids, sampling=sampling, return_logprob=return_logprob,
-                                      rid=rid, logprob_start_len=logprob_start_len)], internal=internal)[0]
+                                      rid=rid, logprob_start_len=logprob_start_len, lora_path=lora_path)],
+                                internal=internal)[0]
 
     def submit_many(self, specs: list[dict], *, internal: bool = False) -> list[Future]:
-        """Queue several prompts at once (keys as `submit`'s arguments), so they share a batch."""
+        """Queue several prompts at once (keys as `submit`'s arguments), so they share a batch. A
+        `lora_path` naming no loaded adapter raises ValueError and queues nothing."""
         prepared = []
         for spec in specs:
             input_ids, sampling = list(spec["input_ids"]), spec.get("sampling") or {}
@@ -201,11 +242,21 @@ class HFEngine:
         with self._cv:
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            for (rid, input_ids, params, want_lp, start), future in zip(prepared, futures):
+            adapters = [self._adapter_locked(spec.get("lora_path")) for spec in specs]
+            for (rid, input_ids, params, want_lp, start), adapter, future in zip(prepared, adapters, futures):
                 self._queue.append(Request(rid, input_ids, params, want_lp, start, future, next(self._seq),
-                                           admitted=self._paused is None, internal=internal))
+                                           admitted=self._paused is None, internal=internal, adapter=adapter))
             self._cv.notify_all()
         return futures
+
+    def _adapter_locked(self, name: str | None) -> Adapter | None:
+        if name is None:
+            return None
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            raise ValueError(f"The following requested LoRA adapters are not loaded: {name}\n"
+                             f"Loaded adapters: {sorted(self._adapters)}. Load it first with POST /load_lora_adapter.")
+        return adapter
 
     def abort(self, rid: str = "", abort_all: bool = False) -> int:
         """SGLang's abort_request: no-op unless `abort_all` or `rid` is live; then every live request
@@ -220,13 +271,16 @@ class HFEngine:
         queued = [r for r in self._queue if match(r)]
         self._queue = [r for r in self._queue if not match(r)]
         for r in queued:
-            r.weight_version = r.weight_version or self.weight_version
+            r.weight_version = r.weight_version or self._version_of(r)
             self._complete_locked(r, {**r.result(dict(WAITING_ABORT)), "waiting_abort": True})
         running = [r for r in self._running if match(r) and r.abort_message is None]
         for r in running:
             r.abort_message = message
         self._cv.notify_all()
         return len(queued) + len(running)
+
+    def _version_of(self, req: Request) -> str:
+        return req.adapter.current().weight_version if req.adapter is not None else self.weight_version
 
     def _complete_locked(self, req: Request, result: dict) -> None:
         if not req.internal:
@@ -277,8 +331,64 @@ class HFEngine:
         with self._cv:
             if self._running or any(r.admitted for r in self._queue):
                 return False
-            self.prefix_cache.clear()
+            for cache in self._prefix_caches_locked():
+                cache.clear()
             return True
+
+    def _prefix_caches_locked(self) -> list[PrefixCache]:
+        return [self.prefix_cache, *(a.prefix_cache for a in self._adapters.values())]
+
+    # ---- LoRA adapters -----------------------------------------------------------------------
+
+    def load_lora_adapter(self, name: str, path) -> tuple[bool, str]:
+        """Merge the peft adapter at `path` onto a copy of the serving model and serve it as `name`.
+        (False, why) when the name is taken or the adapter does not fit; nothing changes then."""
+        with self._update_lock:  # not beside a weight update: the adapter is merged onto the base it serves with
+            with self._cv:
+                if self._closed:
+                    return False, "the engine is closed"
+                if not name:
+                    return False, "lora_name must not be empty"
+                if name in self._adapters:
+                    return False, f"Failed to load LoRA adapter {name} because it is already loaded"
+            try:
+                files = read_adapter(path)
+                model = merged_model(self._model, files)
+            except Exception as exc:  # noqa: BLE001 - any failure means: refuse it, keep serving as before
+                return False, f"Failed to load LoRA adapter {name} from {path}: {exc}"
+            with self._cv:
+                self._adapters[name] = Adapter(name, files, model, self.weight_version,
+                                               PrefixCache(self.prefix_cache_tokens))
+        log.info("loaded LoRA adapter %s from %s (%d bytes)", name, path, files.bytes)
+        return True, ""
+
+    def unload_lora_adapter(self, name: str) -> tuple[bool, str]:
+        """Stop serving `name`: new requests for it are refused; those already queued finish on it."""
+        with self._cv:
+            if self._adapters.pop(name, None) is None:
+                return False, f"LoRA with name {name} does not exist. Loaded LoRAs: {sorted(self._adapters)}"
+        return True, ""
+
+    def loaded_adapters(self) -> dict[str, str]:
+        """Loaded adapter name -> the path it was loaded from (SGLang's `loaded_adapters`)."""
+        with self._cv:
+            return {name: a.files.path for name, a in self._adapters.items()}
+
+    def _merge_adapters_onto(self, model) -> tuple[list, list, str]:
+        """Every loaded adapter merged onto `model` (a new base): ((adapter, merged model) pairs, the
+        adapters that do not fit it, a sentence naming those)."""
+        with self._cv:
+            adapters = list(self._adapters.values())
+        merged, dropped = [], []
+        for adapter in adapters:
+            try:
+                merged.append((adapter, merged_model(model, adapter.files)))
+            except Exception as exc:  # noqa: BLE001 - an adapter that no longer fits is unloaded, not fatal
+                dropped.append(adapter)
+                log.warning("LoRA adapter %s does not fit the new weights and is unloaded: %s", adapter.name, exc)
+        note = f" LoRA adapter(s) {', '.join(a.name for a in dropped)} did not fit the new weights and were unloaded." \
+            if dropped else ""
+        return merged, dropped, note
 
     def update_weights_from_disk(self, model_path, weight_version: str | None = None,
                                  abort_all_requests: bool = False) -> tuple[bool, str]:
@@ -291,11 +401,12 @@ class HFEngine:
                                      f"{self.vocab_size}")
             except Exception as exc:  # noqa: BLE001 - any load failure means: keep the old weights
                 return False, f"Failed to update weights: {exc}.\nRolling back to original weights."
-            problem = self._swap_in(_Swap(model, str(model_path), weight_version), abort_all_requests)
+            adapters, dropped, note = self._merge_adapters_onto(model)
+            problem = self._swap_in(_Swap(model, str(model_path), weight_version, adapters, dropped), abort_all_requests)
         if problem:
             return False, f"Failed to update weights: {problem}."
         message = "Succeeded to update model weights."
-        return True, message + (f" Weight version updated to {weight_version}." if weight_version is not None else "")
+        return True, message + (f" Weight version updated to {weight_version}." if weight_version is not None else "") + note
 
     def update_weights_from_tensors(self, tensors: dict, weight_version: str | None = None,
                                     abort_all_requests: bool = False) -> tuple[bool, str]:
@@ -317,10 +428,11 @@ class HFEngine:
             with torch.no_grad():
                 for name, tensor in tensors.items():
                     params[name].copy_(tensor)
-            problem = self._swap_in(_Swap(model, self.model_path, weight_version), abort_all_requests)
+            adapters, dropped, note = self._merge_adapters_onto(model)
+            problem = self._swap_in(_Swap(model, self.model_path, weight_version, adapters, dropped), abort_all_requests)
         if problem:
             return False, f"Failed to update parameter online: {problem}."
-        return True, "Succeeded to update parameter online."
+        return True, "Succeeded to update parameter online." + note
 
     def _swap_in(self, swap: _Swap, abort_all_requests: bool) -> str | None:
         """Hand a loaded model to the scheduler, which swaps it in between batches; wait for that.
@@ -340,7 +452,8 @@ class HFEngine:
         with self._cv:
             return {"num_running_reqs": len(self._running), "num_queue_reqs": len(self._queue),
                     "weight_version": self.weight_version, "paused": self._paused,
-                    "prefix_cache_tokens": self.prefix_cache.tokens, **self.stats.snapshot()}
+                    "prefix_cache_tokens": sum(c.tokens for c in self._prefix_caches_locked()),
+                    "lora_adapters": len(self._adapters), **self.stats.snapshot()}
 
     def close(self) -> None:
         with self._cv:
@@ -382,11 +495,15 @@ class HFEngine:
         with self._cv:
             if self._closed or self._paused is not None or self._swap is not None or not self._queue:
                 return []
+            adapter = self._running_adapter
+            if any(self._serving(r) is not adapter for r in self._queue):
+                return []  # a request of other weights waits: let this batch drain, the next one is the oldest's
             joining = self._queue[:room]
             self._queue = self._queue[len(joining):]
             self._running.extend(joining)
             for r in joining:
-                r.weight_version = self.weight_version
+                r.adapter = adapter
+                r.weight_version = self._version_of(r)
             self.stats.batch_joined(len(joining))
             return joining
 
@@ -435,14 +552,24 @@ class HFEngine:
                 if wait > 0 and len(eligible) < self.max_batch_size:
                     self._cv.wait(wait)
                     continue
-                batch = eligible[:self.max_batch_size]
+                adapter = self._serving(eligible[0])  # one set of weights per batch: the oldest request's
+                batch = [r for r in eligible if self._serving(r) is adapter][:self.max_batch_size]
                 taken = set(map(id, batch))
                 self._queue = [r for r in self._queue if id(r) not in taken]
                 self._running = list(batch)
+                self._running_adapter = adapter
                 self.stats.batch_started(len(batch))
                 for r in batch:
-                    r.weight_version = self.weight_version
-                return batch, self._model
+                    r.adapter = adapter
+                    r.weight_version = self._version_of(r)
+                if adapter is None:
+                    return batch, self._model, self.prefix_cache
+                return batch, adapter.model, adapter.prefix_cache
+
+    @staticmethod
+    def _serving(req: Request) -> Adapter | None:
+        """The adapter that decodes `req` now: the one it named, merged onto the current base."""
+        return req.adapter.current() if req.adapter is not None else None
 
     def _apply_swap_locked(self) -> None:
         swap, self._swap = self._swap, None
@@ -452,16 +579,25 @@ class HFEngine:
         self.prefix_cache.clear()  # keys and values of the old weights
         if swap.weight_version is not None:
             self.weight_version = swap.weight_version
+        for old, model in swap.adapters:  # requests naming `old` are decoded by its new merge from now on
+            old.replaced_by = Adapter(old.name, old.files, model, self.weight_version, PrefixCache(self.prefix_cache_tokens))
+            if self._adapters.get(old.name) is old:
+                self._adapters[old.name] = old.replaced_by
+        for old in swap.dropped:
+            if self._adapters.get(old.name) is old:
+                del self._adapters[old.name]
+            self._abort_locked(lambda r, old=old: self._serving(r) is old,
+                               message=f"Aborted: LoRA adapter {old.name} does not fit the new weights")
         self.eos_ids = _eos_ids(self._model, self.tokenizer)
         swap.ok = True
         swap.done.set()
         self._cv.notify_all()
 
-    def _run_batch(self, batch: list[Request], model) -> None:
+    def _run_batch(self, batch: list[Request], model, prefix_cache: PrefixCache) -> None:
         started, generated = time.perf_counter(), 0
         try:
             generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size,
-                                 prefix_cache=self.prefix_cache).run()
+                                 prefix_cache=prefix_cache).run()
         except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
             log.exception("batch of %d requests failed", len(batch))
             with self._cv:
@@ -470,6 +606,6 @@ class HFEngine:
                         r.future.set_exception(exc)
         finally:
             with self._cv:
-                self._running = []
+                self._running, self._running_adapter = [], None
                 self.stats.record_batch(generated, time.perf_counter() - started)
                 self._cv.notify_all()

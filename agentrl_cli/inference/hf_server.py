@@ -1,5 +1,5 @@
 """The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
-(`/generate`, health, info, weight updates, abort, metrics) and its OpenAI-compatible API
+(`/generate`, health, info, weight updates, LoRA adapters, abort, metrics) and its OpenAI-compatible API
 (`agentrl_cli.openai_api`, mounted here over the same engine) over an `HFEngine`, so clients
 cannot tell it from an SGLang server for the endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
 updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
@@ -22,9 +22,10 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 from agentrl_cli import __version__
 from agentrl_cli.inference.awaiting import await_results
 from agentrl_cli.inference.metrics import engine_registry
-from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, PauseIn, ProtocolError,
-                                            UpdateWeightsFromDiskIn, UpdateWeightVersionIn, build_output, dumps,
-                                            error_body, parse_generate, parse_model)
+from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, LoadLoRAAdapterIn, PauseIn,
+                                            ProtocolError, UnloadLoRAAdapterIn, UpdateWeightsFromDiskIn,
+                                            UpdateWeightVersionIn, build_output, dumps, error_body, parse_generate,
+                                            parse_model)
 from agentrl_cli.openai_api import EngineBackend, add_openai_routes
 from agentrl_cli.weightsync.group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
                                                 parse_dtype)
@@ -108,7 +109,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
         parsed = parse_generate(await _body(request), engine.tokenizer, engine.vocab_size, engine.context_length)
         try:
             futures = engine.submit_many([dict(input_ids=i.input_ids, sampling=i.sampling, rid=i.rid,
-                                               return_logprob=i.return_logprob, logprob_start_len=i.logprob_start_len)
+                                               return_logprob=i.return_logprob, logprob_start_len=i.logprob_start_len,
+                                               lora_path=i.lora_path)
                                           for i in parsed.items])
         except ValueError as exc:
             raise ProtocolError(str(exc)) from None
@@ -152,8 +154,9 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
                 "context_length": engine.context_length, "max_running_requests": engine.max_batch_size,
                 "max_batch_size": engine.max_batch_size, "batch_window_ms": engine.batch_window_s * 1000.0,
                 "weight_version": engine.weight_version, "enable_metrics": enable_metrics,
-                "skip_tokenizer_init": False}
-        return {**args, "status": "ready", "max_total_num_tokens": engine.context_length * engine.max_batch_size,
+                "skip_tokenizer_init": False, "enable_lora": True}
+        return {**args, "loaded_lora_adapters": engine.loaded_adapters(), "status": "ready",
+                "max_total_num_tokens": engine.context_length * engine.max_batch_size,
                 "max_req_input_len": engine.context_length - 1,
                 "internal_states": [{**args, "last_gen_throughput": snap["gen_throughput"],
                                      "recent_batch_sizes": snap["recent_batch_sizes"], "recent_joins": snap["recent_joins"],
@@ -186,6 +189,21 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: str | N
         ok, message = await asyncio.to_thread(engine.update_weights_from_disk, req.model_path,
                                               weight_version=version, abort_all_requests=req.abort_all_requests)
         return json_response({"success": ok, "message": message, "num_paused_requests": 0}, 200 if ok else 400)
+
+    def lora_answer(ok: bool, message: str) -> Response:
+        """SGLang's LoRAUpdateOutput: 200 on success, 400 with the reason otherwise."""
+        return json_response({"success": ok, "error_message": message, "loaded_adapters": engine.loaded_adapters()},
+                             200 if ok else 400)
+
+    @app.post("/load_lora_adapter")
+    async def load_lora_adapter(request: Request):
+        req = parse_model(LoadLoRAAdapterIn, await _body(request))
+        return lora_answer(*await asyncio.to_thread(engine.load_lora_adapter, req.lora_name, req.lora_path))
+
+    @app.post("/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request):
+        req = parse_model(UnloadLoRAAdapterIn, await _body(request))
+        return lora_answer(*engine.unload_lora_adapter(req.lora_name))
 
     @app.post("/update_weight_version")
     async def update_weight_version(request: Request):

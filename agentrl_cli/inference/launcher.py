@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from agentrl_cli.errors import AgentrlError
+from agentrl_cli.errors import AgentrlError, ConfigError
 from agentrl_cli.httpclient import http_client
 
 ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_loaded; power-of-two is its nearest
@@ -59,7 +59,14 @@ class ServerProcess:
 TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of Hermes `<tool_call>` blocks: the convention agentrl's chat renderer and embedded server use
 
 
-def sglang_command(cfg, model_path: str, port: int) -> list[str]:
+def sglang_command(cfg, model_path: str, port: int, lora=None) -> list[str]:
+    """SGLang's command line for `cfg` (the inference section). With `lora` (training.lora) the server
+    takes LoRA adapters loaded at run time (`--enable-lora`), sized for them: `--max-lora-rank` and
+    `--lora-target-modules` are fixed at launch, and an adapter of a higher rank or other modules is refused."""
+    if lora is not None and cfg.dp_size > 1:
+        raise ConfigError(f"SGLang loads LoRA adapters at run time only with one data-parallel rank (its "
+                          f"load_lora_adapter asserts dp_size == 1); inference.dp_size is {cfg.dp_size}",
+                          "set inference.dp_size: 1 and start more servers with inference.replicas, or unset training.lora")
     cmd = [cfg.python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", cfg.host,
            "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--weight-version", "0",
            "--tool-call-parser", TOOL_CALL_PARSER]
@@ -73,6 +80,8 @@ def sglang_command(cfg, model_path: str, port: int) -> list[str]:
         cmd.append("--enable-metrics")
     if cfg.prefix_cache_tokens == 0:
         cmd.append("--disable-radix-cache")
+    if lora is not None:
+        cmd += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--lora-target-modules", *lora.target_modules]
     return cmd
 
 
@@ -212,7 +221,7 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
         for i in range(cfg.replicas):
             port = cfg.port + i
             url = f"http://{cfg.host}:{port}"
-            cmd = (sglang_command(cfg, model_path, port) if cfg.engine == "sglang" else
+            cmd = (sglang_command(cfg, model_path, port, config.training.lora) if cfg.engine == "sglang" else
                    hf_command(cfg, model_path, port, config.rollout.batch_window_ms,
                               config.model.dtype, config.model.context_length))
             env = thread_env(cpu_thread_split(config, beside_trainer)[1]) if cfg.engine == "hf" else None

@@ -21,7 +21,7 @@ from agentrl_cli.inference.sampling import context_error
 Number = StrictFloat | StrictInt
 UNSUPPORTED_SUFFIX = "is not supported by the embedded server"
 # /generate fields SGLang has and we do not; a request setting one to a non-empty value gets a 400
-UNSUPPORTED_TOP_LEVEL = ("image_data", "video_data", "audio_data", "input_embeds", "lora_path", "lora_id",
+UNSUPPORTED_TOP_LEVEL = ("image_data", "video_data", "audio_data", "input_embeds", "lora_id",
                          "custom_logit_processor", "return_hidden_states", "return_routed_experts", "session_params",
                          "token_ids_logprob", "bootstrap_host", "bootstrap_port", "bootstrap_room", "return_entropy",
                          "return_bytes", "background")
@@ -29,7 +29,9 @@ UNSUPPORTED_SAMPLING = ("json_schema", "regex", "ebnf", "structural_tag", "stop_
 LOAD_FORMATS = (None, "auto", "safetensors", "pt")
 EXPECTED = {"stop": "a string or a list of strings", "stop_token_ids": "a list of integer token ids",
             "rid": "a string or a list of strings", "sampling_params": "an object or a list of objects",
-            "weight_version": "a string"}
+            "weight_version": "a string",
+            "lora_path": "the name of a loaded LoRA adapter (POST /load_lora_adapter), null, or a list of those "
+                         "(one per prompt)"}
 
 
 class ProtocolError(ValueError):
@@ -97,6 +99,20 @@ class UpdateWeightVersionIn(BaseModel):
     abort_all_requests: StrictBool = True
 
 
+class LoadLoRAAdapterIn(BaseModel):
+    """SGLang's LoadLoRAAdapterReqInput (`pinned` only places adapters in GPU slots: accepted, no effect here)."""
+
+    model_config = ConfigDict(extra="ignore")
+    lora_name: StrictStr
+    lora_path: StrictStr
+    pinned: StrictBool = False
+
+
+class UnloadLoRAAdapterIn(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    lora_name: StrictStr
+
+
 class PauseIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
     mode: Literal["abort", "retract", "in_place"] = "abort"
@@ -117,6 +133,7 @@ class WorkItem:
     rid: str
     return_logprob: bool
     logprob_start_len: int
+    lora_path: str | None = None  # the LoRA adapter that decodes it; None: the base weights
 
 
 @dataclass
@@ -256,8 +273,9 @@ def parse_generate(body: Any, tokenizer, vocab_size: int, context_length: int) -
     rids = _per_prompt(body, "rid", None, count, batch)
     logprobs = _per_prompt(body, "return_logprob", False, count, batch)
     starts = _per_prompt(body, "logprob_start_len", -1, count, batch)
+    loras = _loras(body.get("lora_path"), count)
     items, as_list = [], batch
-    for i, (ids, raw, rid, want_lp, start) in enumerate(zip(prompts, samplings, rids, logprobs, starts)):
+    for i, (ids, raw, rid, want_lp, start, lora) in enumerate(zip(prompts, samplings, rids, logprobs, starts, loras)):
         where = f"sampling_params[{i}]" if batch else "sampling_params"
         sp = _check_sampling(raw, where)
         if not isinstance(want_lp, bool):
@@ -280,8 +298,23 @@ def parse_generate(body: Any, tokenizer, vocab_size: int, context_length: int) -
             if sp.n > 1 and sp.sampling_seed is not None:
                 sample["sampling_seed"] = sp.sampling_seed + k
             items.append(WorkItem(ids, sample, uuid.uuid4().hex if sp.n > 1 or rid is None else rid,
-                                  want_lp, start))
+                                  want_lp, start, lora))
     return ParsedGenerate(items, as_list, text_in_lp)
+
+
+def _loras(value: Any, count: int) -> list[str | None]:
+    """`lora_path` per prompt: one name (or null) for every prompt, or a list with one per prompt
+    (SGLang's form; a single prompt may send a one-element list)."""
+    if isinstance(value, list):
+        if len(value) != count:
+            raise ProtocolError(f"lora_path has {len(value)} entries but the request has {count} prompt(s)")
+        names = value
+    else:
+        names = [value] * count
+    for name in names:
+        if name == "" or (name is not None and not isinstance(name, str)):
+            raise ProtocolError(f"lora_path: expected {EXPECTED['lora_path']}, got {value!r}")
+    return names
 
 
 def output_text(output_ids: list[int], finish_reason: dict | None, tokenizer, *, skip_special_tokens: bool = True,

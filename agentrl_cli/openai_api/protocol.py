@@ -54,7 +54,8 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "best_of": (lambda v: v in (None, 1), "send n instead (best_of other than 1 is not served)"),
     # SGLang extensions (the SGLang router forwards return_hidden_states=false with every request)
     "return_hidden_states": (_unset, "remove it: hidden states are not returned"),
-    "lora_path": (_unset, "remove it: LoRA adapters are not served"),
+    "lora_path": (_unset, "remove it: this route serves the base weights; a loaded LoRA adapter is served through "
+                          "/generate with lora_path"),
     "regex": (_unset, "remove it: no constrained decoding"),
     "ebnf": (_unset, "remove it: no constrained decoding"),
     "json_schema": (_unset, "remove it: no constrained decoding"),

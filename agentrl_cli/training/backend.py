@@ -25,7 +25,14 @@ STEP_METRICS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "m
 @runtime_checkable
 class TrainingBackend(Protocol):
     """A policy being trained on this rank. Every method that moves data between ranks (all but
-    `step`, `rank`, `world_size`) must be called by all ranks together, in the same order."""
+    `step`, `rank`, `world_size`) must be called by all ranks together, in the same order.
+
+    Two optional members, for LoRA (`training.lora`); agentrl reads them with `getattr`, so a backend
+    without them keeps working as a full fine-tuning one (`backend_lora`):
+    - `lora`: the LoraConfig the backend trains an adapter with, or None (full fine-tuning).
+    - `export_adapter(dir: Path) -> Path`: write peft's adapter directory (adapter_config.json and
+      adapter_model.safetensors, as `PeftModel.save_pretrained` lays them out) on rank 0 and return
+      `dir`; every rank calls it. The adapter weight sync and `agentrl model export` use it."""
 
     step: int        # optimizer steps done (restored by load_checkpoint)
     rank: int        # this process's global rank
@@ -41,7 +48,8 @@ class TrainingBackend(Protocol):
         ...
 
     def save_checkpoint(self, dir: Path, client_state: dict) -> None:
-        """Write model, optimizer and `client_state` (the caller's own resume data) under `dir`."""
+        """Write model, optimizer and `client_state` (the caller's own resume data) under `dir`. With
+        LoRA the model part may be the adapter alone (the base weights are the model directory's)."""
         ...
 
     def load_checkpoint(self, dir: Path) -> dict:
@@ -50,11 +58,15 @@ class TrainingBackend(Protocol):
 
     def export_weights(self, dir: Path) -> Path:
         """Write an ordinary Hugging Face model directory (config, safetensors, tokenizer files) that
-        AutoModelForCausalLM.from_pretrained loads; returns its path."""
+        AutoModelForCausalLM.from_pretrained loads; returns its path. With LoRA the adapter is merged
+        into the written weights (no adapter keys); the training model keeps its adapter."""
         ...
 
     def parameter_names(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(name, full shape) of every parameter, tied parameters under each of their names."""
+        """(name, full shape) of every parameter, tied parameters under each of their names. With
+        LoRA: the names of the model without adapters (`model.layers.0.self_attn.q_proj.weight`), and
+        the two methods below give their merged values (so a full weight sync and its read-back
+        verification work unchanged)."""
         ...
 
     def named_parameter_sample(self, names: list[str], n: int) -> dict[str, list[float]]:
@@ -69,6 +81,11 @@ class TrainingBackend(Protocol):
     def close(self) -> None:
         """Release the engine and any process group this backend created."""
         ...
+
+
+def backend_lora(backend):
+    """The LoraConfig `backend` trains with, or None (full fine-tuning, or a backend without LoRA)."""
+    return getattr(backend, "lora", None)
 
 
 def backend_class(training_config) -> type:

@@ -17,6 +17,10 @@ Choices worth knowing:
   (`seq_mean` and `seq_mean_token_sum` likewise count the sequences of all ranks).
 - Samples of a micro-batch that begin with the same prompt (a GRPO group) share one forward pass
   over it (`shared_prompts.py`): the same log-probs and gradients, for a fraction of the tokens.
+- With `training.max_tokens_per_micro_batch` set, micro-batches are bins of at most that many
+  tokens instead, each run as one packed row with no padding (`packing.py`; prompt sharing is then
+  off); the loss is the padded one. Ranks with fewer bins run empty filler micro-batches so every
+  rank runs as many (ZeRO reduces inside backward).
 - With `training.correction` other than none, the step first computes pi_old: a no-grad forward
   (eval mode) over all its micro-batches with the weights the step starts from, before any of them
   trains, so it stays the step's starting policy however the micro-batches are accumulated. The
@@ -27,6 +31,12 @@ Choices worth knowing:
   compile its shared-memory all-reduce op (`deepspeed_shm_comm`, measured 212 s on 2 cores the
   first time, then cached under ~/.cache/torch_extensions); it serves only DeepSpeed's inference
   all-reduce, so it is switched off unless AGENTRL_DS_SHM_COMM=1.
+- With `training.lora` set, peft's LoRA layers are put in the model (`lora.py`) and only their
+  parameters train and reach the optimizer. The KL reference is the same model with its adapters
+  switched off. Checkpoints hold the adapter and its optimizer state (the base weights are the
+  model directory's); `export_adapter` writes peft's adapter directory; `export_weights`,
+  `parameter_names`, `named_parameter_sample` and `named_tensors` give the ordinary Hugging Face
+  names with merged values (base + adapter), so a full weight sync needs no LoRA support.
 - Without RANK/WORLD_SIZE in the environment the backend is a single rank in this process on
   127.0.0.1 with a free port; the variables it sets are restored by `close()`.
 """
@@ -44,12 +54,13 @@ import torch
 import templates
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.training import corrections, shared_prompts
+from agentrl_cli.training import corrections, lora, packing, shared_prompts
 from agentrl_cli.training.grpo import Sample, aggregation_weights, collate, mismatch_kl
 
 TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
 CKPT_TAG = "ckpt"
 CLIENT_KEY = "agentrl_client_state"
+RECORD = "agentrl-backend.json"  # beside the engine's files: the model and training config that wrote them
 
 
 def build_deepspeed_config(cfg: TrainingConfig) -> dict:
@@ -190,14 +201,23 @@ class DeepSpeedBackend:
             torch.manual_seed(training_config.seed)
             self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or model_path))
             model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+            self.model_path = str(Path(model_path).absolute()) if Path(model_path).is_dir() else str(model_path)
             pad = self.tokenizer.pad_token_id
             self.pad_id = int(pad if pad is not None else (model.config.pad_token_id or 0))
-            optimizer = torch.optim.AdamW(model.parameters(), lr=training_config.learning_rate, weight_decay=0.0)
+            self.lora, self.peft_model = training_config.lora, None
+            if self.lora is not None:  # DeepSpeed trains the model with peft's layers in it (lora.py)
+                self.peft_model = lora.wrap(model, self.lora)
+                model = self.peft_model.get_base_model()
+            trainable = [p for p in model.parameters() if p.requires_grad]
+            optimizer = torch.optim.AdamW(trainable, lr=training_config.learning_rate, weight_decay=0.0)
             self.ds_config = build_deepspeed_config(training_config)
             self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=self.ds_config)
-            # the KL penalty's reference: the starting policy, frozen (samples may also bring their own)
+            # the KL penalty's reference: the starting policy, frozen (samples may also bring their own);
+            # with LoRA, the trained model itself with its adapters switched off
             self.reference = None
-            if training_config.kl_coef > 0:
+            if training_config.kl_coef > 0 and self.peft_model is not None:
+                self.reference = lora.AdaptersOff(self.peft_model, self.engine.module)
+            elif training_config.kl_coef > 0:
                 self.reference = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
                 self.reference.eval().requires_grad_(False).to(self.engine.device)
         except BaseException:
@@ -220,14 +240,18 @@ class DeepSpeedBackend:
     def train_step(self, samples: list[Sample]) -> dict:
         if not samples:
             raise ValueError("train_step: no samples; every rank must pass at least one")
-        mbs = self.config.micro_batch_size
-        batches, prompts = [], []
-        for i in range(0, len(samples), mbs):
-            batch = collate(samples[i:i + mbs], self.pad_id, max_len=self.config.seq_len_limit)
-            split = shared_prompts.split(batch, self.pad_id) if shared_prompts.cache_argument(self.engine) else None
-            batches.append(batch.to(self.engine.device))
-            prompts.append(split.to(self.engine.device) if split is not None else None)
-        self._check_same_micro_batches(len(batches))
+        if self.config.max_tokens_per_micro_batch:
+            batches, prompts, per_sample = self._packed_micro_batches(samples, self.config.max_tokens_per_micro_batch)
+        else:
+            mbs = self.config.micro_batch_size
+            batches, prompts = [], []
+            for i in range(0, len(samples), mbs):
+                batch = collate(samples[i:i + mbs], self.pad_id, max_len=self.config.seq_len_limit)
+                split = shared_prompts.split(batch, self.pad_id) if shared_prompts.cache_argument(self.engine) else None
+                batches.append(batch.to(self.engine.device))
+                prompts.append(split.to(self.engine.device) if split is not None else None)
+            self._check_same_micro_batches(len(batches))
+            per_sample = torch.cat([b.loss_mask.sum(dim=1) for b in batches])
         total = sum(b.num_tokens for b in batches)
         sequences = sum(int((b.loss_mask.sum(dim=1) > 0).sum()) for b in batches)
         global_total, global_sequences = self._global_counts(total, sequences)
@@ -241,11 +265,11 @@ class DeepSpeedBackend:
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             self.engine.set_gradient_accumulation_boundary(last)
-            new_lp, entropy = shared_prompts.token_logprobs(self.engine, batch, prompts[i], self.temperature)
+            new_lp, entropy = self._token_logprobs(self.engine, batch, prompts[i])
             ref_lp = batch.ref_logprobs
             if ref_lp is None and self.reference is not None:
                 with torch.no_grad():
-                    ref_lp, _ = shared_prompts.token_logprobs(self.reference, batch, prompts[i], self.temperature)
+                    ref_lp, _ = self._token_logprobs(self.reference, batch, prompts[i])
             loss, m = corrections.policy_loss(
                 new_lp, old[i], batch.old_logprobs, batch.advantages, batch.loss_mask, self.correction,
                 weights[i].weights if weights[i] is not None else None, kl_coef=self.config.kl_coef, ref_lp=ref_lp,
@@ -265,22 +289,48 @@ class DeepSpeedBackend:
         metrics = {key: value / max(total, 1) for key, value in sums.items()}
         if batches[0].ref_logprobs is None and self.reference is None:
             metrics.pop("kl_ref")
-        metrics.update(self._correction_metrics(weights, samples, batches))
+        metrics.update(self._correction_metrics(weights, samples, per_sample))
         metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                        lr=float(self.engine.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
                        step=self.step)
         return metrics
+
+    def _packed_micro_batches(self, samples: list[Sample], budget: int) -> tuple[list, list, torch.Tensor]:
+        """(micro-batches, their packed rows, trained tokens of each sample in `samples` order) with
+        packing on (`packing.py`): bins of at most `budget` tokens, as many on every rank."""
+        limit = self.config.seq_len_limit
+        if not getattr(self, "_packing_checked", False):
+            packing.check_isolation(self.engine, self.engine.device)
+            self._packing_checked = True
+        bins = packing.plan([min(len(s.token_ids), limit) for s in samples], budget)
+        if self.world_size > 1:
+            bins = packing.fill(bins, self._most_micro_batches(len(bins)))
+        batches, rows = [], []
+        per_sample = torch.zeros(len(samples))
+        for members in bins:
+            batch = collate([samples[i] for i in members] or [packing.filler(samples[0])], self.pad_id, max_len=limit)
+            if members:
+                per_sample[members] = batch.loss_mask.sum(dim=1)
+            batches.append(batch.to(self.engine.device))
+            rows.append(packing.pack(batch).to(self.engine.device))
+        return batches, rows, per_sample
+
+    def _token_logprobs(self, model, batch, forward) -> tuple[torch.Tensor, torch.Tensor]:
+        """A micro-batch's (logprobs, entropy): through its packed row, or its shared prompts (or None)."""
+        if isinstance(forward, packing.PackedRow):
+            return packing.token_logprobs(model, batch, forward, self.temperature)
+        return shared_prompts.token_logprobs(model, batch, forward, self.temperature)
 
     def _old_logprobs(self, batches, prompts) -> list[torch.Tensor]:
         """pi_old of every micro-batch: the step's starting weights, no gradient, before any update."""
         self.engine.eval()
         try:
             with torch.no_grad():
-                return [shared_prompts.token_logprobs(self.engine, b, p, self.temperature)[0] for b, p in zip(batches, prompts)]
+                return [self._token_logprobs(self.engine, b, p)[0] for b, p in zip(batches, prompts)]
         finally:
             self.engine.train()
 
-    def _correction_metrics(self, weights: list, samples: list[Sample], batches) -> dict:
+    def _correction_metrics(self, weights: list, samples: list[Sample], per_sample: torch.Tensor) -> dict:
         """The behaviour weights' diagnostics over every rank's units (when a correction is on) and the
         token-weighted policy lag of this rank's samples (when they all carry their staleness)."""
         out: dict = {}
@@ -292,7 +342,7 @@ class DeepSpeedBackend:
                 every = [None] * self.world_size
                 torch.distributed.all_gather_object(every, mine)
             out.update(corrections.diagnostics(*(torch.cat([e[j] for e in every]) for j in range(3))))
-        lag = corrections.policy_lag([s.staleness for s in samples], torch.cat([b.loss_mask.sum(dim=1) for b in batches]))
+        lag = corrections.policy_lag([s.staleness for s in samples], per_sample)
         if lag is not None:
             out[corrections.POLICY_LAG] = lag
         return out
@@ -315,6 +365,12 @@ class DeepSpeedBackend:
             raise ValueError(f"train_step: ranks passed between {-int(t[1])} and {int(t[0])} micro-batches; "
                              f"give every rank the same number of samples (e.g. {self.samples_per_step})")
 
+    def _most_micro_batches(self, count: int) -> int:
+        """The largest micro-batch count of any rank (packed bins differ between ranks)."""
+        t = torch.tensor([count], dtype=torch.long, device=self.engine.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return int(t[0])
+
     def _local_grad_norm(self) -> float:
         norms = [p.grad.detach().float().norm() for p in self.module.parameters() if p.grad is not None]
         return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
@@ -329,47 +385,94 @@ class DeepSpeedBackend:
         return deepspeed.zero.GatheredParameters(unique, modifier_rank=None)
 
     def save_checkpoint(self, dir: Path, client_state: dict) -> None:
-        self.engine.save_checkpoint(str(dir), tag=CKPT_TAG, client_state={CLIENT_KEY: dict(client_state)})
+        """The engine's checkpoint (with LoRA only the adapter and its optimizer state: the frozen
+        base weights are the model directory's; DeepSpeed still keeps a tied frozen weight under its
+        second name, e.g. lm_head.weight, which loads back unchanged) and RECORD: the model and
+        training config it needs (`export.py` rebuilds the trainer from it)."""
+        self.engine.save_checkpoint(str(dir), tag=CKPT_TAG, client_state={CLIENT_KEY: dict(client_state)},
+                                    exclude_frozen_parameters=self.lora is not None)
+        if self.rank == 0:
+            record = {"model_path": self.model_path, "training": self.config.model_dump(mode="json")}
+            (Path(dir) / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     def load_checkpoint(self, dir: Path) -> dict:
         if not (Path(dir) / CKPT_TAG).is_dir():
             raise NotFoundError(f"no DeepSpeed checkpoint under {dir} (expected {Path(dir) / CKPT_TAG})",
                                 "point at a directory written by save_checkpoint, or start without resuming")
-        path, client = self.engine.load_checkpoint(str(dir), tag=CKPT_TAG)
+        self._check_lora_record(Path(dir))
+        # with LoRA the checkpoint holds the adapter alone: the base weights stay as loaded
+        path, client = self.engine.load_checkpoint(str(dir), tag=CKPT_TAG, load_module_strict=self.lora is None)
         if path is None:
             raise NotFoundError(f"DeepSpeed could not load the checkpoint under {dir}",
                                 "check that every rank sees the directory and that the world size matches")
         return dict((client or {}).get(CLIENT_KEY, {}))
 
+    def _check_lora_record(self, dir: Path) -> None:
+        """A checkpoint written with other LoRA settings (or none) is refused by name, not half loaded."""
+        try:
+            record = json.loads((dir / RECORD).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return  # written before the record existed: by a trainer without LoRA
+        saved = (record.get("training") or {}).get("lora")
+        mine = self.lora.model_dump(mode="json") if self.lora is not None else None
+        if saved != mine:
+            raise ConfigError(f"the checkpoint under {dir} was trained with training.lora={saved}, and this trainer "
+                              f"has training.lora={mine}", "resume with the checkpoint's training.lora settings, or "
+                              "start a new run (training.resume_from_latest: false, or another run directory)")
+
+    def export_adapter(self, dir: Path) -> Path:
+        """peft's adapter directory (adapter_config.json, adapter_model.safetensors) at `dir`, written
+        by rank 0; every rank must call it (ZeRO-3 gathers the adapter)."""
+        if self.peft_model is None:
+            raise ConfigError("export_adapter needs training.lora: this trainer trains every weight",
+                              "set training.lora, or export the full weights (export_weights)")
+        with self._gathered([p for _, p in lora.adapter_parameters(self.module)]):
+            if self.rank == 0:
+                lora.save_adapter(self.peft_model, Path(dir))
+        if self.world_size > 1:
+            torch.distributed.barrier()
+        return Path(dir)
+
     def export_weights(self, dir: Path) -> Path:
+        """An ordinary Hugging Face directory; with LoRA the adapter merged into a copy of the adapted
+        weights (the training model keeps its adapter)."""
         from agentrl_cli.model.tiny import save_model_dir
 
+        info = {"kind": "export", "step": self.step}
+        if self.lora is not None:
+            info["lora_merged"] = self.lora.model_dump(mode="json")
         with self._gathered(list(self.module.parameters())):
             if self.rank == 0:
-                save_model_dir(self.module, self.tokenizer, Path(dir), {"kind": "export", "step": self.step})
+                model = lora.merged_model(self.module) if self.lora is not None else self.module
+                save_model_dir(model, self.tokenizer, Path(dir), info)
         if self.world_size > 1:
             torch.distributed.barrier()
         return Path(dir)
 
     def parameter_names(self) -> list[tuple[str, tuple[int, ...]]]:
-        """(name, full shape) of every parameter, tied ones under each of their names."""
-        return [(name, tuple(getattr(p, "ds_shape", p.shape))) for name, p in self.module.named_parameters(remove_duplicate=False)]
+        """(name, full shape) of every parameter, tied ones under each of their names; with LoRA the
+        ordinary names of the model without adapters (lora.hf_parameters)."""
+        return [(name, tuple(getattr(p, "ds_shape", p.shape)))
+                for name, p, _ in lora.hf_parameters(self.module, remove_duplicate=False)]
 
     def named_parameter_sample(self, names: list[str], n: int) -> dict[str, list[float]]:
-        params = dict(self.module.named_parameters(remove_duplicate=False))
+        """The first `n` values of each named parameter (with LoRA: merged), by ordinary name."""
+        params = {name: (p, layer) for name, p, layer in lora.hf_parameters(self.module, remove_duplicate=False)}
         missing = [name for name in names if name not in params]
         if missing:
             raise KeyError(f"no parameter named {missing}; some that exist: {sorted(params)[:5]}")
-        with self._gathered([params[name] for name in names]):
-            return {name: params[name].detach().flatten()[:n].float().cpu().tolist() for name in names}
+        with self._gathered([q for name in names for q in lora.merge_inputs(*params[name])]):
+            return {name: lora.merged_value(*params[name]).flatten()[:n].float().cpu().tolist() for name in names}
 
     def named_tensors(self) -> dict[str, torch.Tensor]:
         """Full CPU copies of every parameter under its Hugging Face name (tied ones once), in
-        `named_parameters` order, on rank 0; {} on the other ranks. Every rank must call it (ZeRO-3
-        gathers the partitions, as export_weights does)."""
-        params = list(self.module.named_parameters())
-        with self._gathered([p for _, p in params]):
-            out = {name: p.detach().to("cpu", copy=True) for name, p in params} if self.rank == 0 else {}
+        `named_parameters` order, on rank 0; {} on the other ranks. With LoRA: the merged weights under
+        their ordinary names, no adapter tensors. Every rank must call it (ZeRO-3 gathers the
+        partitions, as export_weights does)."""
+        params = lora.hf_parameters(self.module)
+        with self._gathered(list(self.module.parameters())):
+            out = ({name: lora.merged_value(p, layer).to("cpu", copy=True) for name, p, layer in params}
+                   if self.rank == 0 else {})
         return out
 
     def close(self) -> None:

@@ -97,6 +97,9 @@ class Handlers:
     def export_weights(self, dir: str) -> str:
         return str(self.backend.export_weights(Path(dir)))
 
+    def export_adapter(self, dir: str) -> str:
+        return str(self.backend.export_adapter(Path(dir)))
+
     def named_tensors(self) -> dict:
         return self.backend.named_tensors()
 
@@ -110,8 +113,8 @@ class Handlers:
         return None
 
 
-COMMANDS = ("hello", "train_step", "save_checkpoint", "load_checkpoint", "export_weights", "named_tensors",
-            "parameter_names", "named_parameter_sample", "close")
+COMMANDS = ("hello", "train_step", "save_checkpoint", "load_checkpoint", "export_weights", "export_adapter",
+            "named_tensors", "parameter_names", "named_parameter_sample", "close")
 
 
 def _error(exc: BaseException) -> dict:

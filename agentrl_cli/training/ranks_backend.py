@@ -164,6 +164,7 @@ class RanksBackend:
 
     def __init__(self, model_path: str | Path, cfg, run_dir: Path, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.world_size = cfg.training.world_size
+        self.lora = cfg.training.lora  # the ranks wrap their models with it (deepspeed_backend)
         check_devices(cfg)
         self.run_dir = Path(run_dir)
         self.control = self.run_dir / "trainer-ranks"
@@ -296,6 +297,10 @@ class RanksBackend:
 
     def export_weights(self, dir: Path) -> Path:
         return Path(self._call("export_weights", dir=str(Path(dir).absolute())))
+
+    def export_adapter(self, dir: Path) -> Path:
+        """peft's adapter directory, written by rank 0 (training.lora only)."""
+        return Path(self._call("export_adapter", dir=str(Path(dir).absolute())))
 
     def parameter_names(self) -> list[tuple[str, tuple[int, ...]]]:
         if self._names is None:  # fixed for the model's life; weight sync asks at every sync

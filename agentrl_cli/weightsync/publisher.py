@@ -13,8 +13,12 @@
 Every publish is verified: a few sampled tensors are read back from every server with
 `get_weights_by_name` and compared with the trainer's values taken when the weights were read; a
 difference fails loudly (`WeightSyncError`) instead of letting the rollout sample from weights
-nobody trained. One lock keeps a re-sync from interleaving with a publish. Counters (into the
-rollout's): `weight_sync_retries`, `weight_resyncs`, `weight_resync_failures`.
+nobody trained. A transport whose publish leaves the servers' weights as they were (a LoRA adapter
+beside the base) verifies it its own way: its `verify(prepared, published, tolerance)` returns the
+tensors it checked, or None for this read-back. One lock keeps a re-sync from interleaving with a
+publish. Counters (into the rollout's): `weight_sync_retries`, `weight_resyncs`,
+`weight_resync_failures`, `weight_sync_lora_fallbacks` (publishes a transport made as a full sync
+because a server refused the adapter: the history row's `fallback` says why).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from agentrl_cli.weightsync.base import (
     WeightSyncError,
     WeightTransport,
 )
-from agentrl_cli.weightsync.servers import load_from_disk, stale_servers
+from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, stale_servers
 
 if TYPE_CHECKING:
     from agentrl_cli.training.backend import TrainingBackend
@@ -80,7 +84,11 @@ class WeightPublisher:
         with self._busy():
             published = await self.transport.publish(prepared)
             loaded = time.perf_counter()
-            published.verified_tensors = await self.verify(prepared.reference)
+            own = getattr(self.transport, "verify", None)
+            checked = await own(prepared, published, self.tolerance) if own is not None else None
+            published.verified_tensors = checked if checked is not None else await self.verify(prepared.reference)
+        if published.details.get("fallback"):
+            self.counters["weight_sync_lora_fallbacks"] += 1
         done = time.perf_counter()
         published.timings = {"export_s": prepared.read_s, **published.timings, "verify_s": done - loaded}
         published.seconds = prepared.read_s + done - t0
@@ -181,7 +189,7 @@ class WeightPublisher:
         answers = await asyncio.gather(*(self.client.get_weights_by_name(name, 1) for name in names))
         for name, answer in zip(names, answers):
             for url, rows in answer.items():
-                theirs = _flatten(rows)[: self.sample]
+                theirs = flatten_rows(rows)[: self.sample]
                 mine = ours[name][: len(theirs)]
                 worst = max((abs(a - b) for a, b in zip(mine, theirs)), default=float("inf"))
                 if not theirs or worst > self.tolerance:
@@ -195,15 +203,3 @@ class WeightPublisher:
         """Wait for a publish in flight, then release what the transport holds."""
         await self.wait()
         await self.transport.close()
-
-
-def _flatten(rows) -> list[float]:
-    out: list[float] = []
-    stack = [rows]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, list):
-            stack.extend(reversed(x))
-        else:
-            out.append(float(x))
-    return out

@@ -1,5 +1,10 @@
 """Which transport `training.weight_sync` names: a row here, or a `module:Class` path. A transport
-class builds itself from the platform config with `from_config(cfg, client, workdir)`."""
+class builds itself from the platform config with `from_config(cfg, client, workdir)`.
+
+With `training.lora` set, `disk` means the adapter transport (`lora.py`: the adapter alone, a full
+sync only when a server refuses it). `distributed` stays the full broadcast: the trainer's tensors
+are the merged weights (base + adapter), so the servers serve the policy as their base weights and
+no adapter is sent; it moves as many bytes as without LoRA."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ TRANSPORTS: dict[str, str] = {
     "disk": "agentrl_cli.weightsync.disk:DiskTransport",
     "distributed": "agentrl_cli.weightsync.distributed:DistributedTransport",
 }
+LORA_TRANSPORTS: dict[str, str] = {"disk": "agentrl_cli.weightsync.lora:LoraTransport"}  # with training.lora
 
 
 def ranks_per_server(cfg) -> int:
@@ -22,5 +28,7 @@ def ranks_per_server(cfg) -> int:
 
 def make_transport(cfg, client, workdir: Path) -> WeightTransport:
     """The `training.weight_sync` transport for a run whose files live under `workdir`."""
-    cls = load_class("weight-sync transport", cfg.training.weight_sync, TRANSPORTS, "training.weight_sync")
+    rows = TRANSPORTS if cfg.training.lora is None else {**TRANSPORTS, **LORA_TRANSPORTS}
+    cls = load_class("weight-sync transport", cfg.training.weight_sync, rows, "training.weight_sync")
+    client.use_adapter(None)  # a run starts on the servers' base weights, whatever an earlier run here published
     return cls.from_config(cfg, client, Path(workdir))

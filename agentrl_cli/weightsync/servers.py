@@ -1,6 +1,7 @@
 """What the publisher asks of each inference server by URL, outside the load-balanced client: the
 weight version it serves, and loading a model directory on one server alone (a server that
-restarted comes back with its launch weights and is brought up to date without touching the others).
+restarted comes back with its launch weights and is brought up to date without touching the others);
+and reading the numbers out of a `get_weights_by_name` answer.
 """
 
 from __future__ import annotations
@@ -49,3 +50,16 @@ async def load_from_disk(urls: list[str], path: str, version: str, *, headers: d
                 raise InferenceError(f"re-syncing weights on {url} failed ({r.status_code}: {r.text[:300]}; serving {now})",
                                      "check the export path and the server log")
     return list(urls)
+
+
+def flatten_rows(rows) -> list[float]:
+    """The numbers of a `get_weights_by_name` answer (nested lists), in order."""
+    out: list[float] = []
+    stack = [rows]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, list):
+            stack.extend(reversed(x))
+        else:
+            out.append(float(x))
+    return out
