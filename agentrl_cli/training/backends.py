@@ -8,16 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.training.backend import backend_class
+
 
 def make_backend(model_path: str | Path, cfg, run_dir: Path):
     """A `TrainingBackend` for the platform config `cfg`."""
+    cls = backend_class(cfg.training)
+    if cfg.training.lora is not None and not hasattr(cls, "export_adapter"):
+        raise ConfigError(f"training.lora is set but the training backend {cfg.training.backend!r} has no "
+                          "export_adapter, so it cannot train or sync an adapter",
+                          "unset training.lora, or use training.backend: deepspeed (or a backend with LoRA support)")
     if cfg.training.world_size == 1:
         import torch
 
         from agentrl_cli.inference.launcher import cpu_thread_split
 
-        cls = backend_class(cfg.training)
         if not torch.cuda.is_available():  # this process shares the host's cores with the embedded servers
             torch.set_num_threads(cpu_thread_split(cfg)[0])
         return cls(str(model_path), cfg.training)

@@ -298,3 +298,20 @@ def test_model_export_of_a_full_fine_tuning_run_writes_the_full_weights_and_says
     assert "--merge changes nothing" in body["note"]
     written = load_file(tmp_path / "out" / "model.safetensors")
     assert written.keys() == expected.keys() and all(torch.equal(written[k], v) for k, v in expected.items())
+
+
+class _NoAdapterBackend:
+    """A plugin backend that knows nothing of adapters."""
+
+    def __init__(self, model_path, training_config) -> None:
+        raise AssertionError("never built: the LoRA check comes first")
+
+
+def test_a_backend_without_export_adapter_is_refused_when_training_lora_is_set(tmp_path):
+    from agentrl_cli.config.models import PlatformConfig
+    from agentrl_cli.training.backends import make_backend
+
+    cfg = PlatformConfig.model_validate({"training": {"backend": f"{__name__}:_NoAdapterBackend", "lora": {}}})
+    with pytest.raises(ConfigError) as err:
+        make_backend(tmp_path, cfg, tmp_path)
+    assert "_NoAdapterBackend" in err.value.message and "training.lora" in err.value.hint
