@@ -71,6 +71,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                      "The control plane: leader-elected instances over the state store, and the cluster manifests."),
     "job": ("agentrl_cli.commands.job", "app", "group",
             "Submit jobs to a pool and follow them (executor: controlplane.executor)."),
+    "secrets": ("agentrl_cli.commands.secrets", "app", "group",
+                "Make and rotate the bearer keys of the services: key files with one key per line, the first current."),
 }
 
 

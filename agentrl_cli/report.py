@@ -233,10 +233,15 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def write_report(report: StageReport, reports_dir: Path, name: str | None = None) -> tuple[Path, Path]:
+    """Write the report's JSON and Markdown, secrets redacted (`observe/redaction.py`): a check's
+    detail may quote a log or a harness's output."""
+    from agentrl_cli.observe.redaction import current
+
+    redactor = current()
     name = name or f"stage-{report.stage}"
     json_path, md_path = reports_dir / f"{name}.json", reports_dir / f"{name}.md"
-    atomic_write_text(json_path, json.dumps(report.to_dict(), indent=2, default=str) + "\n")
-    atomic_write_text(md_path, report.to_markdown())
+    atomic_write_text(json_path, json.dumps(redactor.strings(report.to_dict()), indent=2, default=str) + "\n")
+    atomic_write_text(md_path, redactor.text(report.to_markdown()))
     return json_path, md_path
 
 

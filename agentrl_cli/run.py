@@ -9,7 +9,14 @@ builds the parts and hands them to the step loop (`loop/steps.py`); each part li
 Every step appends a row to the run's `metrics.jsonl` (losses, reward, phase times, counters);
 every evaluation a row of `eval/<harness>/success_rate`. Resume picks the newest complete
 checkpoint (`training.resume_from_latest`) and restores model, optimizer, step, weight version,
-sampler position, RNGs, buffered and in-flight episodes (`loop/checkpoints.py`).
+sampler position, RNGs, buffered and in-flight episodes and the ledger of trained draws
+(`loop/checkpoints.py`, `loop/ledger.py`).
+
+A trainer crash (a rank killed, out of memory, a train step that raised or stopped answering:
+`loop/restarts.py`) restarts the run: `supervised` closes the crashed run and starts a new one that
+resumes from the latest complete checkpoint, up to `training.max_restarts` times; each restart is a
+row of metrics.jsonl with its cause, and the summary's `restarts`. `train` (stage 8, verify's
+resume probe) and verify's own run are supervised.
 
 A harness that needs the recording gateway (`needs_gateway`: the `agent` harness, whose agents talk
 to the model through the OpenAI API) gets the run's (`rollout/agent_gateway.py`), started before
@@ -29,19 +36,21 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
-from agentrl_cli.loop.checkpoints import resume
+from agentrl_cli.loop.checkpoints import resume, reuse_stored
 from agentrl_cli.loop.evaluation import evaluate
 from agentrl_cli.loop.samples import SampleBuilder
+from agentrl_cli.loop.restarts import crash_cause, describe, exhausted, restart_row
 from agentrl_cli.loop.steps import RunSummary, StepLoop, samples_per_step
 from agentrl_cli.observe.step_metrics import MetricsLog
 from agentrl_cli.observe.watchdog import Watchdog
 from agentrl_cli.outcomes import Phase
 from agentrl_cli.training.checkpoint import CheckpointManager
 
-__all__ = ["RunSummary", "TrainingRun", "samples_per_step", "train", "training"]
+__all__ = ["RunSummary", "TrainingRun", "samples_per_step", "supervised", "train", "training"]
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class TrainingRun:
@@ -63,6 +72,12 @@ class TrainingRun:
         self.gateway = None  # rollout.agent_gateway.AgentGateway, when a harness needs one
         self.sandbox_leaks: dict = {}  # filled by close(): what outlived the run's sandbox pools
         self.step, self.version, self.resumed_from, self.trained_tokens = 0, 0, None, 0
+        self.ledger: list[dict] = []  # per trained step, the draws it trained on (loop/ledger.py)
+        self.restarts = 0  # trainer restarts before this run (supervised)
+        self.restarting = False  # started again after a crash: reuse the stored trajectories even with no checkpoint
+        self.step_rows: list[dict] = []  # the step rows and evaluations of this run, whatever ends it
+        self.evals: list[dict] = []
+        self.checkpoints_written: list[str] = []
 
     async def start(self) -> None:
         from transformers import AutoTokenizer
@@ -125,6 +140,8 @@ class TrainingRun:
         if latest is not None:
             self.progress(f"resuming from {latest.name}")
             await resume(self, latest)
+        elif self.restarting:
+            await reuse_stored(self)
 
     def _start_gateway(self, urls: list[str]):
         from agentrl_cli.rollout.agent_gateway import AgentGateway
@@ -216,11 +233,80 @@ async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: 
         await run.close()
 
 
+async def supervised(cfg, run_dir: Path, model_path: Path, body: Callable[[TrainingRun], Awaitable[T]], *, run_id: str,
+                     phase: str = Phase.TRAIN, progress: Callable[[str], None] = lambda msg: None,
+                     crashed: list[TrainingRun] | None = None) -> T:
+    """`await body(run)` on a started run, closed on the way out; after a trainer crash, again on a new
+    run resumed from the latest complete checkpoint, up to `training.max_restarts` times (then
+    `TrainerRestartsExhausted`, naming the cause). `body` must continue to its goal from the run's
+    step (as `TrainingRun.run` does). The crashed runs are appended to `crashed`."""
+    from agentrl_cli.config.load import with_overrides
+
+    crashed = [] if crashed is None else crashed
+    restarts: list[dict] = []
+    attempt, pending_row = cfg, None
+    while True:
+        run = TrainingRun(attempt, run_dir, model_path, run_id=run_id, phase=phase, progress=progress)
+        run.restarts, run.restarting = len(restarts), bool(restarts)
+        if pending_row is not None:
+            run.metrics.append(pending_row)
+        try:
+            try:
+                await run.start()
+                result = await body(run)
+            finally:
+                await run.close()
+            if isinstance(result, RunSummary):
+                result.restarts = list(restarts)
+            return result
+        except Exception as exc:
+            cause = crash_cause(exc)
+            if cause is None:
+                raise
+            crashed.append(run)
+            if len(restarts) >= cfg.training.max_restarts:
+                raise exhausted(restarts, cause, exc, cfg.training.max_restarts) from exc
+            latest = run.ckpt.latest() if getattr(run, "ckpt", None) is not None else None
+            # a run told not to resume (training.resume_from_latest: false) resumes only what it wrote itself
+            written = {n for r in crashed for n in r.checkpoints_written}
+            if latest is not None and not (cfg.training.resume_from_latest or latest.name in written):
+                latest = None
+            pending_row = restart_row(len(restarts) + 1, cause, exc, run.step, latest.name if latest else None)
+            restarts.append(pending_row)
+            attempt = with_overrides(cfg, {"training.resume_from_latest": latest is not None}, "a trainer restart")
+            log.error("the trainer crashed (%s) at step %d: %s; restart %d of %d from %s", cause, run.step, describe(exc),
+                      len(restarts), cfg.training.max_restarts, latest.name if latest else "the start")
+            progress(f"the trainer crashed ({cause}): restarting from {latest.name if latest else 'the start'} "
+                     f"(restart {len(restarts)} of training.max_restarts={cfg.training.max_restarts})")
+
+
 async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str, phase: str = Phase.TRAIN,
                 progress: Callable[[str], None] = lambda msg: None, **run_options) -> RunSummary:
-    """Start a run, train to step `steps` (`run_options` as `TrainingRun.run`), close it; the summary's
-    counters include what outlived the run's sandbox pools."""
-    async with training(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress) as run:
-        summary = await run.run(steps, **run_options)
-    summary.counters.update(run.sandbox_leaks)
+    """Start a run, train to step `steps` (`run_options` as `TrainingRun.run`), close it, restarting
+    after a trainer crash (`supervised`). The summary covers the whole run: the steps and evaluations
+    of crashed attempts up to the checkpoint the next resumed from, and the restarts; its counters
+    include what outlived the last attempt's sandbox pools."""
+    crashed: list[TrainingRun] = []
+    last: list[TrainingRun] = []
+
+    async def body(run: TrainingRun) -> RunSummary:
+        last.append(run)
+        return await run.run(steps, **run_options)
+    summary = await supervised(cfg, run_dir, model_path, body, run_id=run_id, phase=phase, progress=progress, crashed=crashed)
+    summary.counters.update(last[-1].sandbox_leaks)
+    if crashed:
+        kept_rows, kept_evals = [], []
+        for dead, after in zip(crashed, [*crashed[1:], last[-1]]):
+            upto = _resumed_step(after)
+            kept_rows = [r for r in kept_rows if r["step"] <= upto] + [r for r in dead.step_rows if r["step"] <= upto]
+            kept_evals = [e for e in kept_evals if e["step"] <= upto] + [e for e in dead.evals if e["step"] <= upto]
+        summary.metrics = kept_rows + summary.metrics
+        seen = {e["step"] for e in kept_evals}
+        summary.evals = kept_evals + [e for e in summary.evals if e["step"] not in seen]
+        summary.start_step, summary.resumed_from = _resumed_step(crashed[0]), crashed[0].resumed_from
     return summary
+
+
+def _resumed_step(run: TrainingRun) -> int:
+    """The step `run` started at (from its checkpoint, else 0)."""
+    return int(run.resumed_from.split("-")[1]) if run.resumed_from else 0

@@ -36,6 +36,7 @@ from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, l
 from agentrl_cli.model.chat import ChatRenderer, chat_format, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.report import Check, CheckStatus, StageReport
+from agentrl_cli.security.keys import client_key
 
 PROMPTS = ["Compute the value of 12 + 30.", "How many lines of notes.txt contain the word iris?",
            "Write solution.py defining solve() that returns the value of 7 * 6.", "What is the total stock of table inv-1?"]
@@ -98,7 +99,7 @@ def _sglang_available(python: str) -> Check:
 
 async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]], tok) -> list[Check]:
     cfg = ctx.config
-    api_key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
+    api_key = client_key(cfg.inference.api_key)
     client = InferenceClient(served.urls, api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
                              max_retries=cfg.inference.max_retries)
     try:
@@ -268,7 +269,7 @@ OPENAI_HINT = "see the server log in the run's logs/ directory; agentrl_cli/open
 
 async def _openai_checks(ctx: StageContext, served: Served, tok, model) -> list[Check]:
     cfg = ctx.config
-    key = cfg.inference.api_key.get_secret_value() if cfg.inference.api_key else None
+    key = client_key(cfg.inference.api_key)
     async with async_http_client(base_url=served.urls[0], timeout=cfg.inference.request_timeout_s,
                                  headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
         return [await ctx.acheck("chat completion parses a tool call", lambda: _tool_call(http, cfg.inference.engine)),

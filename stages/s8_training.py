@@ -12,6 +12,9 @@ the training harnesses must gain `stages.short_min_success_gain`; the held-out h
 fall behind them by more than `verify.cross_harness_max_drop` during training; at least MIN_SHORT_STEPS steps trained; entropy neither collapses nor
 explodes (medians of the first and last tenth of the steps); gradient norm stays finite and bounded.
 full: `training.total_steps` with periodic checkpoints and resume from the latest.
+
+Every phase restarts its run after a trainer crash, up to `training.max_restarts` (`run.supervised`);
+a run that restarted gets an info check "trainer restarts" naming each restart's cause.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
                               "check the reward (stage 6) and the curriculum (rollout.curriculum)"))
     checks.append(Check.judge("checkpoint written", bool(a.checkpoints), a.checkpoints, "at least one complete checkpoint",
                               "see training.checkpoint_interval_steps and the checkpoints directory"))
+    checks += _restarts(a)
     checks.append(ctx.check("reloaded and resumed", lambda: _resume(ctx, cfg, path, steps, a)))
     checks.append(ctx.check("no trajectory stored twice", lambda: _unique_ids(ctx)))
     checks.append(_pools_clean(a))
@@ -128,9 +132,26 @@ def _first_smoke_run(ctx, cfg, path, steps: int) -> tuple[Check, RunSummary]:
 def _resume(ctx, cfg, path, steps: int, a: RunSummary) -> Check:
     b = _train(ctx, cfg, path, steps + 2)
     ok = b.resumed_from == a.checkpoints[-1] and b.start_step == a.steps and b.steps == steps + 2
-    return Check.judge("reloaded and resumed", ok, {"resumed_from": b.resumed_from, "start_step": b.start_step,
-                                                    "end_step": b.steps}, f"resumes at step {a.steps} and continues",
+    measured = {"resumed_from": b.resumed_from, "start_step": b.start_step, "end_step": b.steps}
+    if b.restarts:
+        measured["trainer_restarts"] = _restart_list(b)
+    return Check.judge("reloaded and resumed", ok, measured, f"resumes at step {a.steps} and continues",
                        "resume_from_latest is off or the checkpoint does not load")
+
+
+def _restart_list(s: RunSummary) -> list[dict]:
+    return [{"cause": r[keys.RESTART_CAUSE], "last_step": r[keys.RESTART_LAST_STEP], "from": r[keys.RESTART_FROM],
+             "error": r[keys.RESTART_ERROR]} for r in s.restarts]
+
+
+def _restarts(s: RunSummary) -> list[Check]:
+    """An info check naming each trainer restart of the run and its cause; none when it did not restart."""
+    if not s.restarts:
+        return []
+    causes = ", ".join(r[keys.RESTART_CAUSE] for r in s.restarts)
+    return [Check("trainer restarts", CheckStatus.INFO, _restart_list(s), "training.max_restarts bounds them",
+                  f"the trainer crashed {len(s.restarts)} time(s) ({causes}) and the run resumed from its latest checkpoint",
+                  "see the trainer's log under the run's logs/ for the crash")]
 
 
 def _unique_ids(ctx) -> Check:
@@ -164,6 +185,7 @@ def _short(ctx: StageContext, path) -> list[Check]:
     checks, s = ctx.produce("trained", lambda: _short_run(ctx, cfg, path, recipe))
     if s is None or len(s.evals) < 2:
         return checks + [Check.skipped("short checks", "training did not complete; see above")]
+    checks += _restarts(s)
     train_names = [h.name for h in cfg.harnesses if not h.held_out]
     held = [h.name for h in cfg.harnesses if h.held_out]
     before, after = s.evals[0], s.evals[-1]
@@ -214,15 +236,18 @@ def _short_run(ctx, cfg, path, recipe) -> tuple[Check, RunSummary]:
 
 def _full(ctx: StageContext, path) -> list[Check]:
     cfg = ctx.config
+    summaries: list[RunSummary] = []
 
     def go() -> Check:
         s = _train(ctx, cfg, path, cfg.training.total_steps, eval_tasks=_eval_tasks(cfg))
+        summaries.append(s)
         ok = s.steps == cfg.training.total_steps and bool(s.checkpoints)
         return Check.judge("full run", ok, {"steps": s.steps, "start_step": s.start_step, "resumed_from": s.resumed_from,
                                             "checkpoints": s.checkpoints[-3:], "evals": s.evals[-1:]},
                            f"{cfg.training.total_steps} steps with periodic checkpoints",
                            "rerun the same command to resume from the latest checkpoint")
-    return [ctx.check("full run", go)]
+    checks = [ctx.check("full run", go)]
+    return checks + (_restarts(summaries[0]) if summaries else [])
 
 
 def _r(values):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,10 @@ def isolated(tmp_path, monkeypatch):
         if key.startswith("AGENTRL_"):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    yield tmp_path
+    redaction = sys.modules.get("agentrl_cli.observe.redaction")
+    if redaction is not None:  # an in-process command protected this process with its own config's secrets
+        redaction._State.redactor = None
 
 
 class Cli:

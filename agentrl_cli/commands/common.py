@@ -26,7 +26,12 @@ RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id (default: t
 
 
 def load(config: Path | None, sets: list[str] | None) -> LoadedConfig:
-    return load_config(config, sets or [])
+    """The config; from here on this process redacts its secrets from every log record and print."""
+    from agentrl_cli.observe.redaction import protect_process
+
+    loaded = load_config(config, sets or [])
+    protect_process(loaded.config)
+    return loaded
 
 
 def out() -> Console:

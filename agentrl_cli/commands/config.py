@@ -17,7 +17,9 @@ app = typer.Typer(help="Show and validate the resolved configuration.", no_args_
 @app.command("show")
 def show(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
          describe: Annotated[bool, typer.Option("--describe", help="List every key with allowed values, meaning and default.")] = False) -> None:
-    """Print the resolved config (defaults < file < AGENTRL_SECTION__KEY env < --set); secrets masked.
+    """Print the resolved config (defaults < file < AGENTRL_SECTION__KEY env < --set); secrets masked:
+    secret keys, values of keys named like secrets (a harness option `api_token`), a password in a
+    URL, and anything that reads as a credential.
 
     Examples:
 
@@ -37,12 +39,17 @@ def show(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = Fals
             table.add_row(key, allowed, repr(default), desc)
         out().print(table)
         return
+    from agentrl_cli.observe.redaction import SecretRedactor
+
     loaded = load(config, sets)
+    redactor = SecretRedactor.build(loaded.config)
+    masked = redactor.config(loaded.resolved())
     if json_out:
-        print_json({"source": loaded.source, "config_hash": loaded.hash, "overrides": loaded.masked_overrides(), "config": loaded.resolved()})
+        print_json({"source": loaded.source, "config_hash": loaded.hash,
+                    "overrides": redactor.strings(loaded.masked_overrides()), "config": masked})
         return
     typer.echo(f"# source: {loaded.source}  hash: {loaded.hash}")
-    typer.echo(yaml.safe_dump(loaded.resolved(), sort_keys=False, allow_unicode=True).rstrip())
+    typer.echo(yaml.safe_dump(masked, sort_keys=False, allow_unicode=True).rstrip())
 
 
 @app.command("validate")

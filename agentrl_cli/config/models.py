@@ -196,6 +196,7 @@ class TrainingConfig(Section):
     checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (typical on GPUs: 50)")
     resume_from_latest: bool = Field(True, description="Resume from the newest complete checkpoint when one exists")
     keep_last_checkpoints: int = Field(3, ge=1, description="Checkpoints kept; older ones are deleted")
+    max_restarts: int = Field(2, ge=0, le=100, description="A trainer crash (a rank killed, out of memory, a train step that raised or stopped answering) restarts the run from its latest complete checkpoint up to this many times; each restart is a metrics.jsonl row with its cause; 0 = a crash ends the run")
     total_steps: int = Field(100, ge=1, description="Trainer steps in a full run")
     learning_rate: float = Field(1e-5, gt=0, lt=1, description="Optimizer learning rate")
     micro_batch_size: int = Field(4, ge=1, description="Trajectories per rank per forward pass")

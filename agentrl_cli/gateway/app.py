@@ -10,8 +10,10 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     GET    /health, GET /stats             liveness; the gateway/ counters (admin)
 
 The /s/ routes take the session's key as a bearer token (401 otherwise); the management routes take
-`admin_key` when one is set (an agent holding only its session key can neither post its own reward
-nor read other sessions). Every error is OpenAI's error object; a 429 carries Retry-After.
+one of `admin_key` when one is set (gateway.api_key: two keys at once during a rotation; an agent
+holding only its session key can neither post its own reward nor read other sessions). Session
+management that changes something (open, close, reward) and every refused management request is an
+audit line (`security/audit.py`). Every error is OpenAI's error object; a 429 carries Retry-After.
 
 Not here: what a call does (`service.py`).
 """
@@ -19,7 +21,6 @@ Not here: what a call does (`service.py`).
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -29,8 +30,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrl_cli.gateway.backend import describe
 from agentrl_cli.gateway.service import Backpressure, Gateway
-from agentrl_cli.gateway.sessions import base_url, bearer
+from agentrl_cli.gateway.sessions import base_url
 from agentrl_cli.openai_api import OpenAIError, chat_stream
+from agentrl_cli.security import AuditLog, KeyRing, bearer_token
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +50,12 @@ async def _json(request: Request) -> dict:
     return body
 
 
-def create_app(gateway: Gateway, *, admin_key: str | None = None, public_url: str | None = None) -> FastAPI:
-    """The gateway's app. `public_url`: the address agents reach the gateway at, when not the one the
-    request came in on (a sandbox reaching it through a proxy)."""
+def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, public_url: str | None = None,
+               audit: AuditLog | None = None) -> FastAPI:
+    """The gateway's app. `admin_key`: the key(s) session management needs (None: none). `public_url`:
+    the address agents reach the gateway at, when not the one the request came in on (a sandbox
+    reaching it through a proxy). `audit`: where management writes and refusals are recorded."""
+    admin_keys = KeyRing.coerce(admin_key)
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         yield
@@ -73,14 +78,36 @@ def create_app(gateway: Gateway, *, admin_key: str | None = None, public_url: st
         return JSONResponse(OpenAIError(f"internal gateway error: {type(exc).__name__}: {exc}", status=500,
                                         type="server_error").body(), status_code=500)
 
-    def admin(request: Request) -> None:
-        if admin_key is None:
-            return
-        token = bearer(request.headers.get("authorization")) or ""
-        if not hmac.compare_digest(token.encode(), admin_key.encode()):
+    def note(request: Request, key_id: str | None, status: int) -> None:
+        if audit is not None:
+            audit.record(key_id=key_id, method=request.method, endpoint=request.url.path, status=status,
+                         client=request.client.host if request.client else None)
+
+    def admin(request: Request) -> str | None:
+        """The id of the admin key the request carries (None when none is needed); 401 otherwise."""
+        if admin_keys is None:
+            return None
+        key_id = admin_keys.match(bearer_token(request.headers.get("authorization")))
+        if key_id is None:
             gateway.counters["gateway/unauthorized"] += 1
-            raise OpenAIError("session management needs the gateway's admin key as a bearer token (the one "
-                              "`agentrl serve gateway --admin-key` or the run was given)", status=401, code="invalid_api_key")
+            note(request, None, 401)
+            raise OpenAIError("session management needs the gateway's admin key as a bearer token (gateway.api_key: "
+                              "AGENTRL_GATEWAY__API_KEY_FILE for `agentrl serve gateway`, or the run's own)",
+                              status=401, code="invalid_api_key")
+        return key_id
+
+    @contextlib.contextmanager
+    def write(request: Request):
+        """Admit a management write (`admin`) and audit it with the status it ends with."""
+        key_id, status = admin(request), 500
+        try:
+            yield
+            status = 200
+        except OpenAIError as exc:
+            status = exc.status
+            raise
+        finally:
+            note(request, key_id, status)
 
     @app.get("/health")
     async def health() -> dict:
@@ -93,12 +120,12 @@ def create_app(gateway: Gateway, *, admin_key: str | None = None, public_url: st
 
     @app.post("/sessions")
     async def open_session(request: Request) -> dict:
-        admin(request)
-        body = await _json(request)
-        meta = body.get("meta") or {}
-        if not isinstance(meta, dict):
-            raise OpenAIError(f"meta must be a JSON object, got {meta!r}", param="meta")
-        session = gateway.open_session(meta)
+        with write(request):
+            body = await _json(request)
+            meta = body.get("meta") or {}
+            if not isinstance(meta, dict):
+                raise OpenAIError(f"meta must be a JSON object, got {meta!r}", param="meta")
+            session = gateway.open_session(meta)
         return {"session_id": session.id, "base_url": base_url(public_url or str(request.base_url), session.id),
                 "api_key": session.key, "ttl_s": gateway.store.ttl_s}
 
@@ -109,19 +136,19 @@ def create_app(gateway: Gateway, *, admin_key: str | None = None, public_url: st
 
     @app.delete("/sessions/{session_id}")
     async def close_session(session_id: str, request: Request) -> dict:
-        admin(request)
-        return gateway.close_session(session_id).to_dict()
+        with write(request):
+            return gateway.close_session(session_id).to_dict()
 
     @app.post("/sessions/{session_id}/reward")
     async def reward(session_id: str, request: Request) -> dict:
-        admin(request)
-        body = await _json(request)
-        if "reward" not in body:
-            raise OpenAIError('give {"reward": <number>} (and "call_id" for one call\'s reward)', param="reward")
-        call_id = body.get("call_id")
-        if call_id is not None and not isinstance(call_id, str):
-            raise OpenAIError(f"call_id must be a chat completion's id (a string), got {call_id!r}", param="call_id")
-        record = gateway.post_reward(session_id, body["reward"], call_id)
+        with write(request):
+            body = await _json(request)
+            if "reward" not in body:
+                raise OpenAIError('give {"reward": <number>} (and "call_id" for one call\'s reward)', param="reward")
+            call_id = body.get("call_id")
+            if call_id is not None and not isinstance(call_id, str):
+                raise OpenAIError(f"call_id must be a chat completion's id (a string), got {call_id!r}", param="call_id")
+            record = gateway.post_reward(session_id, body["reward"], call_id)
         return {"session_id": session_id, "rewards": record.to_dict()["rewards"]}
 
     @app.post("/s/{session_id}/v1/chat/completions")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from agentrl_cli.errors import AgentrlError
+from agentrl_cli.security.keys import client_key
 
 RETRYABLE_STATUS = {500, 502, 503, 504}
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # refused, reset, timed out
@@ -396,6 +397,6 @@ def client_from_config(config, urls: list[str]) -> InferenceClient:
     """The client a run uses: `inference.api_key`, `request_timeout_s`, `max_retries` and, over
     several servers with no router in front, `router_policy`; the servers' shared PolicyAdapter."""
     inf = config.inference
-    return InferenceClient(urls, api_key=inf.api_key.get_secret_value() if inf.api_key else None,
+    return InferenceClient(urls, api_key=client_key(inf.api_key),
                            timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
                            policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls))

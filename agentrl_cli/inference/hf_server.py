@@ -10,7 +10,6 @@ codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import uuid
 
@@ -27,6 +26,8 @@ from agentrl_cli.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, Ab
                                             UpdateWeightVersionIn, build_output, dumps, error_body, parse_generate,
                                             parse_model)
 from agentrl_cli.openai_api import EngineBackend, add_openai_routes
+from agentrl_cli.security import WEIGHT_UPDATE_PATHS, AuditLog, BearerAuth, KeyRing
+from agentrl_cli.security.http import paths
 from agentrl_cli.weightsync.group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
                                                 parse_dtype)
 
@@ -84,21 +85,17 @@ async def _body(request: Request):
         raise ProtocolError(f"the request body is not valid JSON: {exc}") from None
 
 
-def create_app(engine, *, served_model_name: str | None = None, api_key: str | None = None,
-               enable_metrics: bool = True) -> FastAPI:
-    """An app serving `engine`; `served_model_name` defaults to the (current) model path, as SGLang's."""
+def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing | str | None = None,
+               enable_metrics: bool = True, audit: AuditLog | None = None) -> FastAPI:
+    """An app serving `engine`; `served_model_name` defaults to the (current) model path, as SGLang's.
+    `api_key`: the key(s) required on everything but /health* and /metrics; `audit`: where weight
+    updates and refused requests are recorded."""
     app = FastAPI(title="agentrl embedded inference server (SGLang protocol)")
     model_name = lambda: served_model_name or engine.model_path  # noqa: E731
     registry = engine_registry(engine, model_name) if enable_metrics else None
 
-    @app.middleware("http")
-    async def require_api_key(request: Request, call_next):
-        path = request.url.path
-        if api_key and not (path.startswith("/health") or path == "/metrics"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return json_response({"error": "Unauthorized"}, 401)
-        return await call_next(request)
+    app.add_middleware(BearerAuth, keys=KeyRing.coerce(api_key), service="inference", audit=audit,
+                       audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})  # SGLang's 401 body
 
     @app.exception_handler(ProtocolError)
     async def bad_request(_request: Request, exc: ProtocolError):

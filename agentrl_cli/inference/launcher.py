@@ -6,6 +6,7 @@ deadline; stop is terminate, then kill."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,9 +96,15 @@ def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: s
            "--host", cfg.host, "--port", str(port), "--batch-window-ms", str(batch_window_ms),
            "--max-batch-size", str(cfg.max_batch_size), "--dtype", dtype, "--context-length", str(context_length),
            "--weight-version", "0", "--prefix-cache-tokens", str(cfg.prefix_cache_tokens)]
-    if cfg.api_key is not None:
-        cmd += ["--api-key", cfg.api_key.get_secret_value()]
-    return cmd
+    return cmd  # no key: argv is readable by every user of the host; `key_env` hands it over
+
+
+def key_env(cfg) -> dict[str, str]:
+    """The environment that gives an embedded server its key (inference.api_key): none when the key
+    comes from AGENTRL_INFERENCE__API_KEY_FILE, which the child inherits and follows through rotations."""
+    if cfg.api_key is None or os.environ.get("AGENTRL_INFERENCE__API_KEY_FILE"):
+        return {}
+    return {"AGENTRL_INFERENCE__API_KEY": json.dumps(cfg.api_key.get_secret_value())}  # a YAML string, as the loader parses it
 
 
 def host_cores() -> int:
@@ -224,7 +231,7 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
             cmd = (sglang_command(cfg, model_path, port, config.training.lora) if cfg.engine == "sglang" else
                    hf_command(cfg, model_path, port, config.rollout.batch_window_ms,
                               config.model.dtype, config.model.context_length))
-            env = thread_env(cpu_thread_split(config, beside_trainer)[1]) if cfg.engine == "hf" else None
+            env = {**thread_env(cpu_thread_split(config, beside_trainer)[1]), **key_env(cfg)} if cfg.engine == "hf" else None
             servers.append(_start(f"{cfg.engine}-{i}", cmd, url, logs, env))
         wait_healthy(servers, cfg.startup_timeout_s)
         if cfg.replicas > 1 and cfg.engine == "sglang":

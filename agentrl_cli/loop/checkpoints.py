@@ -2,15 +2,22 @@
 step's samples come in, when the run overlaps), and resuming from the newest.
 
 A checkpoint holds the trainer's engine and the run's own state: step, weight version, sampler
-position, RNGs, the buffer's untrained episodes and the draws in flight. Resume restores all of
-it: buffered episodes are read back from the store, in-flight draws run again first, and a draw
-repeated after the resume reuses its stored trajectory instead of storing it twice.
+position, RNGs, the buffer's untrained episodes, the draws in flight, and the ledger of the draws
+trained on so far (`ledger.json`, `ledger.py`). Resume restores all of it: buffered episodes are
+read back from the store, in-flight draws run again first, a draw repeated after the resume reuses
+its stored trajectory instead of storing it twice, and the ledger continues. So a run resumed any
+number of times trains on exactly the draws an uninterrupted one does, each once.
+
+The state is taken in `save`, in the same event-loop turn as the train step it follows (no await
+between): every draw is then trained (in the ledger), buffered, or in flight, and none can be taken
+off the buffer for the next step before the state is. Only the writing runs in the background.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+from agentrl_cli.loop.ledger import read_ledger, write_ledger
 from agentrl_cli.training.checkpoint import rng_state, set_rng_state
 
 
@@ -26,28 +33,36 @@ class CheckpointSchedule:
     async def save(self, step: int, steps: int) -> str | None:
         """Write the checkpoint of `step`; in the background when overlapping and not the last step
         (its name then comes from `wait`)."""
+        state = self._state()
         if self.overlap and step < steps:
-            self._task = asyncio.create_task(self._write())
+            self._task = asyncio.create_task(self._write(state))
             return None
-        return await self._write()
+        return await self._write(state)
 
     async def wait(self) -> str | None:
         """The name of the checkpoint being written in the background, once written."""
         task, self._task = self._task, None
         return await task if task is not None else None
 
-    async def _write(self) -> str:
-        # one event-loop turn (no await) takes the state: every finished episode is published and
-        # either in the buffer snapshot or still in flight; resume reloads the one and re-runs the
-        # other. The engine's weights stay as they are until the save returns (the next train step
-        # awaits it).
+    def _state(self) -> dict:
+        # no await here: every finished episode is published and either in the buffer snapshot or
+        # still in flight; resume reloads the one and re-runs the other
         run = self.run
         run.writer.flush()
-        state = {"step": run.step, "version": run.version, "sampler": run.sampler.state_dict(), "rng": rng_state(),
-                 "buffer": run.buffer.state_dict(), "inflight": run.controller.snapshot()}
-        path = await asyncio.to_thread(run.ckpt.save, run.step,
-                                       lambda d: run.backend.save_checkpoint(d / "engine", state),
-                                       {"version": run.version, "run_id": run.run_id})
+        return {"step": run.step, "version": run.version, "sampler": run.sampler.state_dict(), "rng": rng_state(),
+                "buffer": run.buffer.state_dict(), "inflight": run.controller.snapshot(),
+                "ledger": [dict(e) for e in run.ledger]}
+
+    async def _write(self, state: dict) -> str:
+        # the engine's weights stay as they are until the save returns (the next train step awaits it)
+        run = self.run
+        ledger = state.pop("ledger")
+
+        def write(d):
+            run.backend.save_checkpoint(d / "engine", state)
+            write_ledger(d, ledger)
+        path = await asyncio.to_thread(run.ckpt.save, state["step"], write, {"version": state["version"], "run_id": run.run_id})
+        run.checkpoints_written.append(path.name)
         return path.name
 
 
@@ -56,13 +71,20 @@ async def resume(run, latest) -> None:
     state = await asyncio.to_thread(run.backend.load_checkpoint, latest / "engine")
     run.step, run.version = int(state["step"]), int(state["version"])
     run.sampler.load_state_dict(state["sampler"])
+    run.ledger = read_ledger(latest) or []
     set_rng_state(state["rng"])
     await _reload_buffer(run, state.get("buffer", {}).get("pending", []))
     run.controller.restore(state.get("inflight", []))
-    run.controller.stored_ids = await asyncio.to_thread(_stored_ids, run)
-    run.controller.fetch = lambda tid: _fetch(run, tid)
+    await reuse_stored(run)
     run.resumed_from = latest.name
     await run.publisher.sync_retrying(run.backend, run.version)
+
+
+async def reuse_stored(run) -> None:
+    """Let the rollout reuse this run's stored trajectories instead of storing a draw twice (after a
+    resume, or a restart before the first checkpoint)."""
+    run.controller.stored_ids = await asyncio.to_thread(_stored_ids, run)
+    run.controller.fetch = lambda tid: _fetch(run, tid)
 
 
 def _stored_ids(run) -> set[str]:

@@ -1,6 +1,7 @@
-"""The trainer's step loop: take a step's groups off the buffer, train, publish weights every
-`rollout.weight_sync_interval_steps`, checkpoint, evaluate, and append the step's row to
-metrics.jsonl.
+"""The trainer's step loop: take a step's groups off the buffer, train, record the draws it trained
+on (`ledger.py`), publish weights every `rollout.weight_sync_interval_steps`, checkpoint, evaluate,
+and append the step's row to metrics.jsonl. A train step that raises ends the loop as
+`restarts.TrainerCrashed` (the run restarts from its latest checkpoint).
 
 Modes: `async` keeps the rollout running while the trainer steps (bounded by
 `rollout.max_staleness`); `sync` generates the step's groups, then trains. In async mode with room
@@ -25,6 +26,8 @@ from typing import Callable
 
 from agentrl_cli.loop.checkpoints import CheckpointSchedule
 from agentrl_cli.loop.evaluation import evaluate
+from agentrl_cli.loop.ledger import ledger_entry
+from agentrl_cli.loop.restarts import TrainerCrashed
 from agentrl_cli.loop.shaping import Shaping, fill_batch
 from agentrl_cli.observe import keys
 from agentrl_cli.observe.step_metrics import step_row
@@ -44,6 +47,7 @@ class RunSummary:
     counters: dict = field(default_factory=dict)
     timers: dict = field(default_factory=dict)
     resumed_from: str | None = None
+    restarts: list[dict] = field(default_factory=list)  # the trainer restarts of the run (loop/restarts.py rows)
 
     def add_sync(self, entry: dict | None) -> None:
         if entry is not None:
@@ -102,14 +106,17 @@ class StepLoop:
             rollout = asyncio.create_task(run.controller.run(stop))
         if eval_tasks:
             summary.evals.append(await evaluate(run, eval_tasks))
+            run.evals.append(summary.evals[-1])
         try:
             while run.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
                 row = await self._step(steps, rollout is None, summary, t_start)
                 run.metrics.append(row)
+                run.step_rows.append(row)
                 summary.metrics.append(row)
                 on_step(row)
                 if eval_tasks and eval_every and run.step % eval_every == 0:
                     summary.evals.append(await evaluate(run, eval_tasks))
+                    run.evals.append(summary.evals[-1])
         finally:
             stop.set()
             try:
@@ -147,11 +154,16 @@ class StepLoop:
         summary.add_checkpoint(await self.checkpoints.wait())  # written while this step's samples came in
         t1 = time.perf_counter()
         samples, stats = run.samples(groups, run.version)
-        with run.watchdog.busy("trainer"):
-            metrics = await asyncio.to_thread(run.backend.train_step, samples) if samples else {}
+        try:
+            with run.watchdog.busy("trainer"):
+                metrics = await asyncio.to_thread(run.backend.train_step, samples) if samples else {}
+        except Exception as exc:
+            raise TrainerCrashed(f"the train step of step {run.step + 1} failed",
+                                 "the run restarts from its latest checkpoint (training.max_restarts)") from exc
         t2 = time.perf_counter()
         times.train_s = t2 - t1
         run.step += 1
+        run.ledger.append(ledger_entry(run.step, groups))
         if run.step % cfg.rollout.weight_sync_interval_steps == 0:
             run.version += 1
             if self.overlap:
@@ -172,6 +184,7 @@ class StepLoop:
                        train_s=times.train_s, sync_s=times.sync_s, elapsed=time.perf_counter() - t_start, controller=run.controller,
                        buffer=run.buffer, watchdog=run.watchdog, trained_tokens=run.trained_tokens)
         row.update(times.row())
+        row[keys.TRAINER_RESTARTS] = run.restarts
         if shaped is not None:
             row.update(shaped.row(self.skipped_steps))
         row.update(self._rollout_work())

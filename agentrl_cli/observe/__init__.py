@@ -2,4 +2,5 @@
 and its exporters, `prometheus`, `tensorboard`, `system`), per-harness service levels
 (`harness_stats`), the watchdog that names stuck components, progress of long work on stderr
 (`progress`), the one reader of what a run recorded (`run_record`, which verify and troubleshoot
-read too), and the HTML run report (`run_data`, `plots`, `run_report`). Nothing here drives the run."""
+read too), the HTML run report (`run_data`, `plots`, `run_report`), and the redaction of secrets from
+everything a process logs, prints and reports (`redaction`). Nothing here drives the run."""

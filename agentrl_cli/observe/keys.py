@@ -100,6 +100,16 @@ def rollout(counter: str) -> str:
     return f"rollout/{counter}"
 
 
+# trainer restarts (training.max_restarts; loop/restarts.py): a cumulative count in every step row, and one
+# row per restart (EVENT = TRAINER_RESTART) with its cause, the last step it completed and the checkpoint it resumed
+TRAINER_RESTARTS = "run/trainer_restarts"
+EVENT = "event"  # what a row that is not a step's or an evaluation's records
+TRAINER_RESTART = "trainer_restart"
+RESTART_CAUSE = "restart/cause"  # rank_died, out_of_memory, hang, error
+RESTART_ERROR = "restart/error"  # the crash's message, cut to its first lines
+RESTART_LAST_STEP = "restart/last_step"  # the last step the crashed trainer completed
+RESTART_FROM = "restart/from_checkpoint"  # the checkpoint the run restarts from (null: from the start)
+
 INFER_GENERATE_S_TOTAL = "infer/generate_s_total"
 INFER_ENV_S_TOTAL = "infer/env_s_total"
 WATCHDOG_STUCK_NOW = "watchdog/stuck_now"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from agentrl_cli.report import CheckStatus
 from agentrl_cli.observe import keys, plots
+from agentrl_cli.observe.redaction import current
 from agentrl_cli.observe.run_data import RunData, collect, harness_levels, samples, series
 
 REPORT_NAME = "report.html"
@@ -178,7 +179,9 @@ def write_report(run_path: Path, *, data_config=None, store=None, out: Path | No
         data.notes.append(note)
     out = Path(out) if out else Path(run_path) / REPORT_NAME
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_html(data), encoding="utf-8")
+    # secrets redacted from everything shown (the figures' data URIs left whole): the page quotes
+    # check details, notes and whatever the run recorded
+    tmp.write_text(current().html(render_html(data)), encoding="utf-8")
     tmp.replace(out)
     return out, data
 

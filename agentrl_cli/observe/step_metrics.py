@@ -25,9 +25,11 @@ class MetricsLog:
     `<directory of the log>/tensorboard/`."""
 
     def __init__(self, path: Path, observe=None, *, run_id: str = "") -> None:
+        from agentrl_cli.observe.redaction import current
         from agentrl_cli.observe.system import SystemSampler
 
         self.path = Path(path)
+        self.redactor = current()  # a row's strings (error kinds, names) may quote what a harness said
         self.exporters: list = []
         self.system = SystemSampler()
         if observe is not None and observe.prometheus_port is not None:
@@ -40,7 +42,7 @@ class MetricsLog:
             self.exporters.append(TensorBoardExporter(self.path.parent / "tensorboard"))
 
     def append(self, row: dict) -> None:
-        row = {**row, **self.system.sample()}
+        row = self.redactor.strings({**row, **self.system.sample()})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row, default=float) + "\n")

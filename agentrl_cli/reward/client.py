@@ -19,6 +19,7 @@ from agentrl_cli.httpclient import http_client
 from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.reward.models import RewardResult, ScoreRequest
 from agentrl_cli.reward.scorer import Scorer
+from agentrl_cli.security.keys import client_key
 
 
 class RewardRequestError(ValueError):
@@ -56,13 +57,19 @@ def _unreachable(req: ScoreRequest, why: str, attempts: int) -> RewardResult:
 
 
 class HttpRewardClient:
-    def __init__(self, url: str, timeout_s: float = 30.0, max_retries: int = 2, backoff_s: float = 0.1) -> None:
+    """`api_key`: the bearer key the service requires (`reward.api_key`'s current key), or None."""
+
+    def __init__(self, url: str, timeout_s: float = 30.0, max_retries: int = 2, backoff_s: float = 0.1,
+                 api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
-        self._client = http_client(timeout=timeout_s)
+        self._client = http_client(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
         self.counters = {"retries": 0, "unreachable": 0}
 
     def _rejected(self, r: httpx.Response) -> RewardRequestError:
+        if r.status_code == 401:
+            return RewardRequestError(f"reward service {self.url} refused this client's key (401): set reward.api_key "
+                                      "(AGENTRL_REWARD__API_KEY_FILE or AGENTRL_REWARD__API_KEY) to a key the service holds")
         try:
             body = r.json()
             fields = "; ".join(f"{f['field']}: {f['problem']}" for f in body.get("fields", []))
@@ -111,5 +118,6 @@ def reward_client(config, provider=None) -> RewardClient:
     """The HTTP client when reward.service_url is set, else a scorer in this process."""
     r = config.reward
     if r.service_url:
-        return HttpRewardClient(r.service_url, timeout_s=r.timeout_s + 5.0, max_retries=r.max_retries)
+        return HttpRewardClient(r.service_url, timeout_s=r.timeout_s + 5.0, max_retries=r.max_retries,
+                                api_key=client_key(r.api_key))
     return LocalRewardClient(Scorer.from_config(config, provider))

@@ -2,6 +2,8 @@
 
 POST /score (one ScoreRequest) and POST /score_batch ({"items": [...]}) return RewardResults;
 GET /health, GET /info (verifier versions, weights, quarantine), GET /metrics (Prometheus).
+With `keys` (reward.api_key) every endpoint but /health and /metrics needs one of them as a bearer
+token (401 otherwise, audited); scoring itself is not audited (it changes nothing).
 Malformed input gets 422 with every offending field named (`{"error", "fields": [{"field",
 "problem"}]}`) and never a score; an idempotency_key that is not the content hash gets 409. The
 per-request deadline is the scorer's (reward.timeout_s); an exhausted verifier is `infra_error`.
@@ -18,6 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from agentrl_cli.reward.models import BatchRequest, BatchResult, RewardResult, ScoreRequest
 from agentrl_cli.reward.scorer import IdempotencyMismatch, Scorer
+from agentrl_cli.security import AuditLog, BearerAuth, KeyRing
 
 
 class _Counters:
@@ -37,8 +40,11 @@ def _field_errors(exc: RequestValidationError) -> list[dict]:
     return out
 
 
-def create_app(scorer: Scorer) -> FastAPI:
+def create_app(scorer: Scorer, *, keys: KeyRing | str | None = None, audit: AuditLog | None = None) -> FastAPI:
+    """`keys`: the bearer keys required (None: none); `audit`: where refused requests are recorded."""
     app = FastAPI(title="agentrl reward service")
+    app.add_middleware(BearerAuth, keys=KeyRing.coerce(keys), service="reward", audit=audit,
+                       audited=lambda method, path: False)
     registry = CollectorRegistry()
     registry.register(_Counters(scorer))
 

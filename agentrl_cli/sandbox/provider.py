@@ -46,8 +46,9 @@ def provider_from_config(sandbox_config) -> SandboxProvider:
     """The remote sandbox service when sandbox.service_url is set, else local sandboxes."""
     if sandbox_config.service_url:
         from agentrl_cli.sandbox.remote import RemoteProvider
+        from agentrl_cli.security.keys import client_key
 
-        return RemoteProvider(sandbox_config.service_url)
+        return RemoteProvider(sandbox_config.service_url, api_key=client_key(sandbox_config.api_key))
     return DirectProvider(SandboxSettings.from_config(sandbox_config))
 
 

@@ -8,6 +8,7 @@ from pathlib import PurePosixPath
 
 import httpx
 
+from agentrl_cli.errors import ConfigError
 from agentrl_cli.httpclient import http_client
 from agentrl_cli.sandbox.files import UnsafePath
 from agentrl_cli.sandbox.result import ExecResult
@@ -66,13 +67,19 @@ class RemoteSandbox:
 
 
 class RemoteProvider:
-    """acquire/release over the sandbox service at `url`."""
+    """acquire/release over the sandbox service at `url`, sending `api_key` (sandbox.api_key's current key)."""
 
-    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
-        self._client = http_client(base_url=url.rstrip("/"), timeout=timeout_s)
+    def __init__(self, url: str, timeout_s: float = 60.0, api_key: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._client = http_client(base_url=self.url, timeout=timeout_s,
+                                   headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
 
     def acquire(self) -> RemoteSandbox:
         r = self._client.post("/sandboxes")
+        if r.status_code == 401:
+            raise ConfigError(f"the sandbox service {self.url} refused this client's key (401)",
+                              "set sandbox.api_key (AGENTRL_SANDBOX__API_KEY_FILE or AGENTRL_SANDBOX__API_KEY) to a key "
+                              "the service holds")
         r.raise_for_status()
         return RemoteSandbox(self._client, r.json())
 

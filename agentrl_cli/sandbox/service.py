@@ -10,10 +10,17 @@ Endpoints (JSON unless noted):
     GET  /sandboxes/{id}/files?path=P    -> raw bytes (link-safe; 400 when the path leaves the sandbox)
     POST /sandboxes/{id}/reset           -> a new sandbox {"id", ...}; the old one is destroyed
     DELETE /sandboxes/{id}               -> 204
+
+Every endpoint but /health and /metrics takes one of `keys` (sandbox.api_key) as a bearer token (401
+otherwise); each request that changes something (create, exec, file write, reset, close) and each
+refused one is an audit line (`security/audit.py`). `check_exposure` is the rule for starting: the
+service executes commands for whoever calls it, so without a key it serves only on loopback, and
+only when told so (`--insecure-loopback`).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 
 from fastapi import FastAPI, HTTPException, Request, Response
@@ -21,9 +28,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentrl_cli.errors import UsageError
 from agentrl_cli.sandbox.files import UnsafePath
 from agentrl_cli.sandbox.pool import PoolExhausted, SandboxPool
 from agentrl_cli.sandbox.sandbox import Sandbox
+from agentrl_cli.security import AuditLog, BearerAuth, KeyRing
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
@@ -46,8 +55,28 @@ class _PoolCollector:
             yield GaugeMetricFamily(f"agentrl_sandbox_pool_{key}", f"sandbox pool: {key.replace('_', ' ')}", value=value)
 
 
-def create_app(pool: SandboxPool) -> FastAPI:
+def check_exposure(host: str, keys: KeyRing | None, insecure_loopback: bool) -> None:
+    """Refuse (UsageError) to serve without a key unless on a loopback address with `insecure_loopback`."""
+    if keys is not None:
+        return
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        raise UsageError(f"the sandbox service would execute commands for anyone who reaches {host}: it needs a key",
+                         "write one with `agentrl secrets rotate /path/sandbox.key` and start it with "
+                         "AGENTRL_SANDBOX__API_KEY_FILE=/path/sandbox.key (clients: the same variable, and sandbox.service_url)")
+    if not insecure_loopback:
+        raise UsageError(f"the sandbox service has no key (sandbox.api_key) on {host}",
+                         "give it one (AGENTRL_SANDBOX__API_KEY_FILE=/path/sandbox.key, written by `agentrl secrets "
+                         "rotate`), or pass --insecure-loopback to serve this host's own processes without one")
+
+
+def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: AuditLog | None = None) -> FastAPI:
+    """`keys`: the bearer keys required (None: none); `audit`: where executions, writes and refusals are recorded."""
     app = FastAPI(title="agentrl sandbox service")
+    app.add_middleware(BearerAuth, keys=KeyRing.coerce(keys), service="sandbox", audit=audit)
     live: dict[str, Sandbox] = {}
     lock = threading.Lock()
     registry = CollectorRegistry()

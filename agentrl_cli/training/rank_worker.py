@@ -231,8 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
 
     from agentrl_cli.config.models import TrainingConfig
+    from agentrl_cli.observe.redaction import protect_process
     from agentrl_cli.training.backend import backend_class
 
+    protect_process()  # the secrets this rank's environment holds never reach trainer-ranks.log
     config = TrainingConfig.model_validate_json((args.control / CONFIG_FILE).read_text(encoding="utf-8"))
     backend = backend_class(config)(args.model, config)
     try:

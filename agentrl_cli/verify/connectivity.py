@@ -54,11 +54,15 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _http_probe(name: str, url: str, fix: str, steps: list[tuple[str, str, dict | None]]) -> Check:
-    """GET/POST each (method, path, body) in turn; the first failure fails the check with the address."""
+def _http_probe(name: str, url: str, fix: str, steps: list[tuple[str, str, dict | None]], key=None) -> Check:
+    """GET/POST each (method, path, body) in turn, with the service's bearer key `key` (its config
+    `api_key`) when it has one; the first failure fails the check with the address."""
+    from agentrl_cli.security.keys import client_key
+
     t0 = time.perf_counter()
+    token = client_key(key)
     try:
-        with http_client(timeout=HTTP_TIMEOUT_S) as client:
+        with http_client(timeout=HTTP_TIMEOUT_S, headers={"Authorization": f"Bearer {token}"} if token else None) as client:
             for method, path, body in steps:
                 r = client.request(method, url.rstrip("/") + path, json=body, timeout=HTTP_TIMEOUT_S * (6 if body else 1))
                 if r.status_code != 200:
@@ -76,8 +80,8 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
            "`agentrl stage run 4` checks a server in depth")
     body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2, "temperature": 0.0}}
     if urls:
-        return [_http_probe(f"inference server {u}", u, fix, [("GET", "/health", None), ("POST", "/generate", body)])
-                for u in urls]
+        return [_http_probe(f"inference server {u}", u, fix, [("GET", "/health", None), ("POST", "/generate", body)],
+                            cfg.inference.api_key) for u in urls]
     name = "inference server (embedded, started for the probe)"
 
     def probe() -> Check:
@@ -87,7 +91,8 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
         path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         servers, started = launch(cfg, str(path), run_dir / "logs" / "verify")
         try:
-            checks = [_http_probe(name, u, fix, [("GET", "/health", None), ("POST", "/generate", body)]) for u in started]
+            checks = [_http_probe(name, u, fix, [("GET", "/health", None), ("POST", "/generate", body)], cfg.inference.api_key)
+                      for u in started]
         finally:
             for s in servers:
                 s.stop()
@@ -110,7 +115,7 @@ def reward_check(cfg) -> Check:
     if url:
         return _http_probe(f"reward service {url}", url,
                            "start it (`agentrl serve reward`) or correct reward.service_url; unset it to score in-process",
-                           [("GET", "/health", None), ("POST", "/score", req)])
+                           [("GET", "/health", None), ("POST", "/score", req)], cfg.reward.api_key)
     name = "reward (in-process scorer)"
 
     def probe() -> Check:

@@ -4,7 +4,8 @@
   the stage 8 short recipe for part of `verify.minutes`, evaluates every harness (held-out included)
   greedily before and after, plays every canary with the trained policy, plays a few tasks twice
   with the same seed, and resumes from its checkpoint in a copy of the directory to take one more
-  step. The extras go to `verify/extra.json`.
+  step. The extras go to `verify/extra.json`, with the trainer restarts (`training.max_restarts`)
+  the verification run needed. Both runs restart after a trainer crash (`run.supervised`).
 - The baseline loop again (`verify/probe.json`), or the baseline itself (`baseline.json`) when no
   run on this machine has one.
 """
@@ -67,11 +68,13 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
     import time
 
     from agentrl_cli.rollout.sampler import Draw
-    from agentrl_cli.run import training as started
+    from agentrl_cli.run import supervised
     from harnesses.canaries import canary_tasks
 
     t0 = time.perf_counter()
-    async with started(cfg, workdir, path, run_id=run_id, phase=Phase.VERIFY, progress=progress) as training:
+
+    async def probe(training) -> dict:
+        """Run again on a resumed run after a trainer crash (`supervised`): it continues to its steps."""
         tasks = eval_tasks(cfg, cfg.verify.eval_tasks_per_family)
         progress("evaluating before training")
         await training.evaluate(tasks)  # greedy success per harness, a row of metrics.jsonl
@@ -100,6 +103,18 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
                 rewards.append(scored.reward)
             repeats.append({"task_id": task.task_id, "rewards": rewards})
         return {"steps": training.step, "canaries": canaries, "repeats": repeats}
+    extra = await supervised(cfg, workdir, path, probe, run_id=run_id, phase=Phase.VERIFY, progress=progress)
+    restarts = [{k: v for k, v in row.items() if k.startswith(("restart/", "run/"))} for row in _restart_rows(workdir)]
+    return {**extra, "trainer_restarts": restarts}
+
+
+def _restart_rows(workdir: Path) -> list[dict]:
+    """The trainer restarts the verification run recorded in its metrics.jsonl."""
+    from agentrl_cli.observe import keys
+
+    path = workdir / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else []
+    return [r for r in rows if r.get(keys.EVENT) == keys.TRAINER_RESTART]
 
 
 def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:

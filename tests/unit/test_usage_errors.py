@@ -21,7 +21,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args, usage, suggestion", [
     (("frobnicate",), "Usage: agentrl [OPTIONS] COMMAND", None),
     (("stage", "runn", "3"), "Usage: agentrl stage [OPTIONS] COMMAND", "Did you mean 'run'?"),
-    (("model", "export", "x"), "Usage: agentrl model [OPTIONS] COMMAND", None),
+    (("model", "exprot", "x"), "Usage: agentrl model [OPTIONS] COMMAND", "Did you mean 'export'?"),
     (("stage", "run", "3", "--phse", "smoke"), "Usage: agentrl stage run [OPTIONS]", "--phase"),
     (("troubleshoot", "--rn", "x"), "Usage: agentrl troubleshoot [OPTIONS]", "--run"),
     (("stage", "run"), "Usage: agentrl stage run [OPTIONS]", "Missing argument"),
