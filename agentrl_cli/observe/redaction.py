@@ -3,7 +3,8 @@ stdout and stderr (which a launcher sends to a log file), the stage reports, met
 HTML report.
 
 `SecretRedactor` is the trajectory store's redactor (`data/redact.py`: bearer tokens, labelled
-values, key formats, high-entropy strings) plus the exact values of the secrets this process was
+values, key formats; not its high-entropy rule, which would take the digests and file names a
+process prints) plus the exact values of the secrets this process was
 given: every secret key of its config (`inference.api_key`, ...; each line of a multi-key value),
 the `AGENTRL_<SECTION>__<KEY>` variables and the files the `..._FILE` ones name, and environment
 variables named like secrets (`*TOKEN*`, `*PASSWORD*`, `*SECRET*`, `*API_KEY*`, `*CREDENTIAL*`).
@@ -82,7 +83,9 @@ class SecretRedactor:
         from agentrl_cli.data.redact import DEFAULT_FIELD_NAMES, Redactor
 
         fields = getattr(getattr(config, "data", None), "redact_fields", None) or DEFAULT_FIELD_NAMES
-        return cls(Redactor(fields), known_secrets(config, env))
+        # no high-entropy rule: a process's own output is full of digests, run ids and file names,
+        # and its secrets are known by value
+        return cls(Redactor(fields, entropy_threshold=float("inf")), known_secrets(config, env))
 
     def text(self, s: str) -> str:
         if not s or not isinstance(s, str):

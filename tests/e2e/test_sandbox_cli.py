@@ -62,6 +62,10 @@ def test_serve_sandbox_runs_the_http_service(tmp_path):
         port = s.getsockname()[1]
     agentrl = Path(sys.executable).parent / "agentrl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}
+    key_file = tmp_path / "sandbox.key"
+    key_file.write_text("sandbox-key-0123456789abcdef\n")
+    env["AGENTRL_SANDBOX__API_KEY_FILE"] = str(key_file)
+    auth = {"Authorization": "Bearer sandbox-key-0123456789abcdef"}
     proc = subprocess.Popen([str(agentrl), "serve", "sandbox", "--port", str(port), "--set", "sandbox.pool_size=1"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -73,8 +77,9 @@ def test_serve_sandbox_runs_the_http_service(tmp_path):
                     break
             except httpx.TransportError:
                 time.sleep(0.05)
-        sb = httpx.post(f"{url}/sandboxes", timeout=30).json()
-        r = httpx.post(f"{url}/sandboxes/{sb['id']}/exec", json={"command": "echo $((6*7))"}, timeout=30).json()
+        assert httpx.post(f"{url}/sandboxes", timeout=30).status_code == 401  # no key, no sandbox
+        sb = httpx.post(f"{url}/sandboxes", headers=auth, timeout=30).json()
+        r = httpx.post(f"{url}/sandboxes/{sb['id']}/exec", headers=auth, json={"command": "echo $((6*7))"}, timeout=30).json()
         assert r["stdout"] == "42\n" and r["status"] == "ok" and sb["isolated"] is True
     finally:
         proc.terminate()

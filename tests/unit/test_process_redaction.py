@@ -33,10 +33,17 @@ def test_the_secrets_given_are_redacted_wherever_they_appear(tmp_path):
 
 def test_json_stays_valid_when_a_secret_follows_an_escape():
     r = SecretRedactor.build(None, {"AGENTRL_REWARD__API_KEY": PLANTED})
-    token = "aB3dE5fG7hJ9kL1mN3pQ5rS7tV9wX1yZ3bC5dF7"  # high entropy: the pattern rule takes it
-    doc = json.dumps({"detail": f"line\n{token}\t{PLANTED}", "name": "é" + token})
+    token = "aB3dE5fG7hJ9kL1mN3pQ5rS7tV9wX1yZ3bC5dF7"  # labelled: the pattern rule takes it
+    doc = json.dumps({"detail": f"line\nBearer {token}\t{PLANTED}", "name": "é" + PLANTED})
     out = json.loads(r.text(doc))
-    assert out == {"detail": "line\n[REDACTED:high_entropy]\t[REDACTED:reward.api_key]", "name": "é[REDACTED:high_entropy]"}
+    assert out == {"detail": "line\nBearer [REDACTED:bearer_token]\t[REDACTED:reward.api_key]",
+                   "name": "é[REDACTED:reward.api_key]"}
+
+
+def test_digests_and_file_names_a_process_prints_are_left_alone():
+    r = SecretRedactor.build(None, {})
+    line = "wrote data/date=2001-01-01/part-aB3dE5fG7hJ9kL1mN3pQ5rS7tV9wX1yZ3bC5dF7.parquet"
+    assert r.text(line) == line
 
 
 def test_an_html_page_keeps_its_images_whole():
