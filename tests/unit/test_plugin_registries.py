@@ -41,6 +41,9 @@ def test_the_distributed_transport_joins_tp_size_ranks_per_sglang_server():
     class Client:
         urls = ["http://127.0.0.1:1"]
 
+        def use_adapter(self, name):  # the run's client: which LoRA adapter its requests name
+            self.adapter = name
+
     sglang = make_transport(config("training.weight_sync=distributed", "inference.engine=sglang", "inference.tp_size=4"),
                             Client(), "/tmp")
     embedded = make_transport(config("training.weight_sync=distributed", "inference.tp_size=4"), Client(), "/tmp")

@@ -35,7 +35,8 @@ _ids = iter(range(10**6))
 def episode(reward, *, length: int = 6, outcome: str = Outcome.FAIL, group: str | None = None) -> Episode:
     first = next(_ids) * 1000  # every record's tokens differ: a sample says which episode it came from
     record = SimpleNamespace(token_ids=list(range(first, first + length)), loss_mask=[0, 0] + [1] * (length - 2),
-                             logprobs=[0.0] * length, segment_starts=None, outcome=outcome)
+                             logprobs=[0.0] * length, segment_starts=None, outcome=outcome,
+                             harness="terminal_like", task_id=f"t{first}")
     return Episode(group or f"g{next(_ids)}", record, version=0, reward=reward, tokens=length - 2)
 
 
@@ -52,7 +53,7 @@ class FakeRun:
         self.cfg, self.script, self.trained = cfg, list(script), []
         self.buffer = TrajectoryBuffer(256, 10, cfg.rollout.group_size)
         self.step = self.version = self.trained_tokens = 0
-        self.metrics = []
+        self.metrics, self.ledger, self.restarts = [], [], 0
         self.samples = SampleBuilder(cfg)
         self.controller = SimpleNamespace(run=self._generate, counters={}, timers={}, in_flight=0,
                                           harness_errors=SimpleNamespace(raise_if_failed=lambda: None),
