@@ -1,11 +1,14 @@
 """One timed training run of the TRL comparison (`peer_trl.py`), in its own process so neither
 system inherits the other's threads, memory or process group: `agentrl_run` (a `TrainingRun` with
 the embedded defaults) and `trl_run` (TRL's `GRPOTrainer` on the same model, prompts, group size,
-batch, sampling, learning rate, loss clip and reward). Each returns a dict of plain numbers:
-the step end times, per-sample token counts of what was trained, and (agentrl) the per-step
+batch, sampling, learning rate, loss clip, reward and LoRA adapter (peft, same rank, alpha, dropout and
+target modules) when the `Shape` has one). Each returns a dict of plain numbers:
+the step end times, per-sample token counts of what was trained (whole sequence, the model's own
+tokens, and the sequence with each distinct prompt of a step counted once), and (agentrl) the per-step
 breakdown of where the time went.
 
-    python benchmarks/peer_workers.py SYSTEM SCENARIO STEPS MODEL WORKDIR   (prints one JSON line)
+    python benchmarks/peer_workers.py SYSTEM SCENARIO STEPS MODEL WORKDIR SHAPE_JSON [KEY=VALUE ...]
+    (SHAPE_JSON: the `Shape` fields; prints one PEER_RESULT JSON line)
 """
 
 from __future__ import annotations
@@ -15,13 +18,12 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-GROUP_SIZE, PROMPTS_PER_STEP = 8, 8
-SAMPLES_PER_STEP = GROUP_SIZE * PROMPTS_PER_STEP
-MAX_NEW_TOKENS, TEMPERATURE, LEARNING_RATE, SEED = 32, 1.0, 1e-5, 7
+TEMPERATURE, LEARNING_RATE, SEED = 1.0, 1e-5, 7
 TOOL_LATENCY_S = 0.3
 MAX_TURNS = 4
 # scenario -> (harness "module:Class" or built-in name, turn limit, tool latency)
@@ -33,15 +35,32 @@ SCENARIOS = {
 }
 
 
-def prompt_plan(tasks_file: Path, steps: int) -> list[dict]:
+@dataclass(frozen=True)
+class Shape:
+    """The work of every step, the same on both sides: groups of `group_size` samples of
+    `prompts_per_step` prompts in one micro-batch, at most `max_new_tokens` per model turn, and
+    LoRA (`lora`: rank, alpha, dropout, target_modules, as `training.lora` takes them) or full
+    fine-tuning (None)."""
+
+    group_size: int = 8
+    prompts_per_step: int = 8
+    max_new_tokens: int = 32
+    lora: dict | None = None
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.group_size * self.prompts_per_step
+
+
+def prompt_plan(tasks_file: Path, steps: int, shape: Shape) -> list[dict]:
     """The prompts in the order agentrl's sampler draws them (seeded): TRL trains on this list."""
     from harnesses.task_sources import _from_file
     from agentrl_cli.rollout.sampler import TaskSampler
 
     tasks = [t for t in _from_file("peer", str(tasks_file), None, None).tasks if t.split == "train"]
-    sampler = TaskSampler({"peer": tasks}, group_size=GROUP_SIZE, seed=SEED)
+    sampler = TaskSampler({"peer": tasks}, group_size=shape.group_size, seed=SEED)
     return [{"task_id": g[0].task.task_id, "prompt": g[0].task.prompt, "answer": g[0].task.answer, "meta": g[0].task.meta}
-            for g in (sampler.next_group() for _ in range(steps * PROMPTS_PER_STEP))]
+            for g in (sampler.next_group() for _ in range(steps * shape.prompts_per_step))]
 
 
 def _free_port() -> int:
@@ -52,42 +71,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def agentrl_config(scenario: str, workdir: Path, tasks_file: Path, extra: list[str] | None = None):
+def agentrl_config(scenario: str, workdir: Path, tasks_file: Path, shape: Shape, extra: list[str] | None = None):
     from agentrl_cli.config import load_config
 
     harness, turns, latency = SCENARIOS[scenario]
     entry = {"name": harness, "tasks": str(tasks_file), "options": {"latency_s": latency} if harness.startswith("benchmarks") else {}}
-    sets = [f"inference.port={_free_port()}", f"rollout.group_size={GROUP_SIZE}", f"rollout.seed={SEED}",
-            f"training.micro_batch_size={SAMPLES_PER_STEP}", "training.gradient_accumulation_steps=1",
-            f"inference.max_new_tokens={MAX_NEW_TOKENS}", f"inference.temperature={TEMPERATURE}",
+    sets = [f"inference.port={_free_port()}", f"rollout.group_size={shape.group_size}", f"rollout.seed={SEED}",
+            f"training.micro_batch_size={shape.samples_per_step}", "training.gradient_accumulation_steps=1",
+            f"inference.max_new_tokens={shape.max_new_tokens}", f"inference.temperature={TEMPERATURE}",
+            "training.lora=" + json.dumps(shape.lora),
             f"training.learning_rate={LEARNING_RATE}", "training.kl_coef=0.0", "training.precision=fp32",
             f"rollout.max_steps_per_trajectory={turns}", f"data.root={workdir / 'store'}",
             "harnesses=" + json.dumps([entry]), *(extra or [])]
     return load_config(None, sets, env={}).config
 
 
-def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, extra: list[str] | None = None) -> dict:
+def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape, extra: list[str] | None = None) -> dict:
     from agentrl_cli.run import training
 
     from benchmarks.peer_env import write_arith_tasks
 
     workdir.mkdir(parents=True, exist_ok=True)
-    cfg = agentrl_config(scenario, workdir, write_arith_tasks(workdir / "arith.jsonl"), extra)
-    trained: list[tuple[int, int]] = []  # (sequence tokens, model tokens) of every trained sample
+    cfg = agentrl_config(scenario, workdir, write_arith_tasks(workdir / "arith.jsonl"), shape, extra)
+    trained: list[tuple[int, int, int]] = []  # (sequence, model, prompt-once tokens) of every trained sample
     ends: list[float] = []
+    started: list[float] = []
 
     async def go():
         async with training(cfg, workdir / "run", model, run_id="peer", phase="train") as run:
             step = run.backend.train_step
 
             def counted(samples):
-                trained.extend((len(s.token_ids), int(sum(s.loss_mask))) for s in samples)
+                prompts = [list(s.token_ids[:list(s.loss_mask).index(1)] if 1 in s.loss_mask else s.token_ids) for s in samples]
+                once = prompt_once(prompts, [len(s.token_ids) for s in samples])
+                trained.extend((len(s.token_ids), int(sum(s.loss_mask)), o) for s, o in zip(samples, once))
                 return step(samples)
             run.backend.train_step = counted
+            started.append(time.perf_counter())  # the rollout starts generating in run()
             return await run.run(steps, on_step=lambda row: ends.append(time.perf_counter()))
     summary = asyncio.run(go())
     rows = summary.metrics
-    return {"step_ends": ends, "trained": trained, "breakdown": [_breakdown(r) for r in rows],
+    return {"loop_start": started[0], "step_ends": ends, "trained": trained, "breakdown": [_breakdown(r) for r in rows],
             "counters": {k: v for k, v in summary.counters.items() if isinstance(v, (int, float))},
             "timers": summary.timers, "syncs": summary.syncs, "config": {"weight_sync_interval_steps": cfg.rollout.weight_sync_interval_steps,
                                                  "checkpoint_interval_steps": cfg.training.checkpoint_interval_steps,
@@ -113,7 +137,17 @@ def _breakdown(row: dict) -> dict:
 
 # ---- TRL --------------------------------------------------------------------------------------------
 
-def trl_run(scenario: str, steps: int, model: Path, workdir: Path, threads: int = 0) -> dict:
+def trl_lora(lora: dict | None):
+    """peft's LoraConfig for TRL with the rank, alpha, dropout and targets agentrl's `training.lora` gets."""
+    if lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora["rank"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+                      target_modules=list(lora["target_modules"]), bias="none", task_type="CAUSAL_LM")
+
+
+def trl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape, threads: int = 0) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -132,7 +166,7 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, threads: int 
     if threads:  # a sensitivity run: TRL with the thread count agentrl's trainer gets
         torch.set_num_threads(threads)
     torch.manual_seed(SEED)
-    plan = prompt_plan(write_arith_tasks(workdir / "arith.jsonl"), steps)
+    plan = prompt_plan(write_arith_tasks(workdir / "arith.jsonl"), steps, shape)
     system = PeerArith().system_prompt()
     data = Dataset.from_list([{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": p["prompt"]}],
                                "answer": str(p["answer"]), "task_id": p["task_id"]} for p in plan])
@@ -154,19 +188,24 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, threads: int 
             out.append(scorer.score(req).reward)
         return out
 
-    args = GRPOConfig(output_dir=str(workdir / "trl"), per_device_train_batch_size=SAMPLES_PER_STEP, num_generations=GROUP_SIZE,
+    args = GRPOConfig(output_dir=str(workdir / "trl"), per_device_train_batch_size=shape.samples_per_step,
+                      num_generations=shape.group_size,
                       gradient_accumulation_steps=1, max_steps=steps, learning_rate=LEARNING_RATE, beta=0.0,
                       temperature=TEMPERATURE, epsilon=0.2, max_grad_norm=1.0, seed=SEED, shuffle_dataset=False,
-                      max_completion_length=MAX_NEW_TOKENS if tools is None else MAX_TURNS * 160,
-                      generation_kwargs={"max_new_tokens": MAX_NEW_TOKENS},
+                      max_completion_length=shape.max_new_tokens if tools is None else MAX_TURNS * 160,
+                      generation_kwargs={"max_new_tokens": shape.max_new_tokens},
                       max_tool_calling_iterations=MAX_TURNS - 1, gradient_checkpointing=False, use_cpu=True,
                       bf16=False, fp16=False, logging_steps=1, save_strategy="no", report_to=[], disable_tqdm=True,
                       dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
                       weight_decay=0.0, model_init_kwargs={"dtype": torch.float32})
     ends: list[float] = []
-    trained: list[tuple[int, int]] = []
+    trained: list[tuple[int, int, int]] = []
+    started: list[float] = []
 
     class Timer(TrainerCallback):
+        def on_train_begin(self, *_a, **_k):
+            started.append(time.perf_counter())
+
         def on_step_end(self, *_a, **_k):
             ends.append(time.perf_counter())
 
@@ -175,37 +214,62 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, threads: int 
             prompt = inputs["prompt_mask"].sum(1)
             completion = inputs["completion_mask"]
             own = completion * inputs["tool_mask"] if inputs.get("tool_mask") is not None else completion
-            trained.extend(zip((prompt + completion.sum(1)).tolist(), own.sum(1).tolist()))
+            sequence = (prompt + completion.sum(1)).tolist()
+            prompts = [ids[m.bool()].tolist() for ids, m in zip(inputs["prompt_ids"], inputs["prompt_mask"])]
+            trained.extend(zip(sequence, own.sum(1).tolist(), prompt_once(prompts, sequence)))
             return super().compute_loss(model, inputs, *a, **k)
 
     policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     trainer = Counted(model=policy, reward_funcs=reward, args=args, train_dataset=data, processing_class=tokenizer,
-                      tools=tools, callbacks=[Timer()])
+                      tools=tools, callbacks=[Timer()], peft_config=trl_lora(shape.lora))
     trainer.train()
-    return {"step_ends": ends, "trained": [(int(a), int(b)) for a, b in trained],
+    return {"loop_start": started[0], "step_ends": ends, "trained": [tuple(int(x) for x in t) for t in trained],
             "log": [{k: v for k, v in r.items() if isinstance(v, (int, float))} for r in trainer.state.log_history]}
 
 
+def prompt_once(prompts: list[list[int]], sequence: list[int]) -> list[int]:
+    """Tokens of each sample of one step when every distinct prompt of the step is counted once:
+    its whole sequence for the first sample with that prompt, its sequence less the prompt for the others."""
+    seen: set[tuple[int, ...]] = set()
+    out = []
+    for prompt, n in zip(prompts, sequence):
+        key = tuple(prompt)
+        out.append(n - len(prompt) if key in seen else n)
+        seen.add(key)
+    return out
+
+
 def summarize(result: dict) -> dict:
-    """samples/s over the steps after the first (start-up and warm-up excluded, for both systems alike)."""
+    """samples/s two ways, for both systems alike (model loading and server start-up excluded from both):
+    `loop_samples_per_s`, every trained sample over the whole loop, from its start (agentrl: `run()`,
+    where its rollout starts generating; TRL: `on_train_begin`) to the last step's end; and
+    `samples_per_s`, the samples of the steps after the first over their span. The second leaves out
+    the first step's warm-up, but also every sample agentrl generated ahead during the first step
+    (up to `rollout_lead`: a short run is generated whole before its first step ends), so it
+    measures little but agentrl's trainer when steps are few."""
     ends = result["step_ends"]
     trained = result["trained"]
     span = ends[-1] - ends[0] if len(ends) > 1 else float("nan")
+    loop = ends[-1] - result["loop_start"] if ends else float("nan")
     per_step = len(trained) / max(len(ends), 1)
     return {"samples_per_s": per_step * (len(ends) - 1) / span if span == span and span > 0 else float("nan"),
+            "loop_samples_per_s": len(trained) / loop if loop == loop and loop > 0 else float("nan"),
+            "loop_s": loop,
             "steps": len(ends), "samples": len(trained),
             "sequence_tokens": statistics.fmean(t[0] for t in trained) if trained else float("nan"),
-            "model_tokens": statistics.fmean(t[1] for t in trained) if trained else float("nan")}
+            "model_tokens": statistics.fmean(t[1] for t in trained) if trained else float("nan"),
+            "prompt_once_tokens": statistics.fmean(t[2] for t in trained) if trained else float("nan")}
 
 
 def main() -> int:
-    system, scenario, steps, model, workdir = sys.argv[1:6]
-    extra = sys.argv[6:]
+    system, scenario, steps, model, workdir, shape_json = sys.argv[1:7]
+    extra = sys.argv[7:]
+    shape = Shape(**json.loads(shape_json))
     if system == "agentrl":
-        out = agentrl_run(scenario, int(steps), Path(model), Path(workdir), extra)
+        out = agentrl_run(scenario, int(steps), Path(model), Path(workdir), shape, extra)
     else:
         threads = [int(x.split("=", 1)[1]) for x in extra if x.startswith("threads=")]
-        out = trl_run(scenario, int(steps), Path(model), Path(workdir), threads[0] if threads else 0)
+        out = trl_run(scenario, int(steps), Path(model), Path(workdir), shape, threads[0] if threads else 0)
     out["summary"] = summarize(out)
     print("PEER_RESULT " + json.dumps(out), flush=True)
     return 0
