@@ -169,11 +169,20 @@ def _config_map(cfg: PlatformConfig, namespace: str) -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(CONFIG_MAP, namespace), "data": {"agentrl.yaml": data}}
 
 
+# the bearer keys of the services (security/keys.py): section -> the roles that serve or call it
+SERVICE_KEY_MOUNTS = {"reward": ("reward", "trainer"), "sandbox": ("sandbox", "trainer", "reward"),
+                      "gateway": ("gateway", "trainer"), "controlplane": ("controlplane",)}
+
+
 def _secret_files(cfg: PlatformConfig, role: str) -> list[tuple[str, str, str]]:
     """(Secret name, key, environment variable naming the mounted file) a role needs."""
     out = []
     if cfg.inference.api_key is not None and role in ("inference", "trainer", "gateway"):
         out.append(("agentrl-inference-api-key", "api_key", "AGENTRL_INFERENCE__API_KEY_FILE"))
+    for section, roles in SERVICE_KEY_MOUNTS.items():
+        # the sandbox service binds every interface in a pod and refuses to start without a key
+        if role in roles and (section == "sandbox" or getattr(cfg, section).api_key is not None):
+            out.append((f"agentrl-{section}-api-key", "api_key", f"AGENTRL_{section.upper()}__API_KEY_FILE"))
     if role == "controlplane" and cfg.controlplane.state_store.startswith("postgres"):
         from agentrl_cli.controlplane.store import PASSWORD_FILE_ENV
 

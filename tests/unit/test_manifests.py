@@ -93,7 +93,11 @@ def test_secrets_are_files_from_secrets_never_a_config_map_value_or_argv(cfg, tm
     assert {"name": "agentrl-state-store", "secret": {"secretName": "agentrl-state-store", "defaultMode": 0o440,
                                                       "items": [{"key": "password", "path": "password"}]}} in cp["volumes"]
     trainer = by(docs, "Job")[0]["spec"]["template"]["spec"]["containers"][0]
-    assert {e["name"] for e in trainer["env"]} == {"AGENTRL_INFERENCE__API_KEY_FILE", "AWS_SHARED_CREDENTIALS_FILE"}
+    assert {e["name"] for e in trainer["env"]} == {"AGENTRL_INFERENCE__API_KEY_FILE", "AGENTRL_SANDBOX__API_KEY_FILE",
+                                                   "AWS_SHARED_CREDENTIALS_FILE"}
+    sandbox = by(docs, "Deployment", "agentrl-sandbox")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "AGENTRL_SANDBOX__API_KEY_FILE",  # it refuses to start on 0.0.0.0 without one
+            "value": "/var/run/secrets/agentrl/agentrl-sandbox-api-key/api_key"} in sandbox["env"]
     config = yaml.safe_load(by(docs, "ConfigMap")[0]["data"]["agentrl.yaml"])
     assert config["inference"]["api_key"] is None and config["controlplane"]["state_store"] == "postgresql://agentrl@db:5432/agentrl"
     assert validate_documents(docs) == []
