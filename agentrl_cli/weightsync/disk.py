@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from agentrl_cli.training.backend import TrainingBackend
 
 
+async def export_version(root: Path, version: int, export, rank: int) -> Prepared:
+    """`export(dir)` (a backend's export_weights or export_adapter) into a fresh `root`/v<version>."""
+    path = root / f"v{version:06d}"
+    if path.exists():
+        shutil.rmtree(path)
+    await asyncio.to_thread(export, path)
+    return Prepared(version=version, payload=path, rank=rank)
+
+
 class DiskTransport:
     name = "disk"
     hint = "and the export path"
@@ -29,11 +38,7 @@ class DiskTransport:
         return cls(client, Path(workdir) / "weights")
 
     async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
-        path = self.root / f"v{version:06d}"
-        if path.exists():
-            shutil.rmtree(path)
-        await asyncio.to_thread(backend.export_weights, path)
-        return Prepared(version=version, payload=path, rank=backend.rank)
+        return await export_version(self.root, version, backend.export_weights, backend.rank)
 
     async def publish(self, prepared: Prepared) -> Published:
         t0 = time.perf_counter()

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from agentrl_cli.inference.client import LoraRefused
 from agentrl_cli.inference.lora import delta_rows, merged_model, payload_files, read_adapter
 from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError
-from agentrl_cli.weightsync.disk import DiskTransport
+from agentrl_cli.weightsync.disk import DiskTransport, export_version
 from agentrl_cli.weightsync.servers import flatten_rows
 
 if TYPE_CHECKING:
@@ -90,11 +90,7 @@ class LoraTransport:
     async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
         if self.full_since is not None:
             return await self.full.prepare(backend, version)
-        path = self.root / f"v{version:06d}"
-        if path.exists():
-            shutil.rmtree(path)
-        await asyncio.to_thread(backend.export_adapter, path)
-        return Prepared(version=version, payload=path, rank=backend.rank)
+        return await export_version(self.root, version, backend.export_adapter, backend.rank)
 
     async def publish(self, prepared: Prepared) -> Published:
         if self.full_since is not None:
