@@ -38,7 +38,7 @@ class Request:
     seq: int
     admitted: bool  # False while it waits on a pause (SGLang: not yet inside the scheduler)
     internal: bool = False  # health checks: not counted in metrics
-    adapter: object = None  # the LoRA adapter serving it (engine.Adapter); None: the base weights
+    adapter: object = None  # the LoRA adapter serving it (lora.Adapter); None: the base weights
     started: float = field(default_factory=time.perf_counter)
     arrival: float = field(default_factory=time.monotonic)
     output_ids: list[int] = field(default_factory=list)

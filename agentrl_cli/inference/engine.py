@@ -43,7 +43,7 @@ from safetensors.torch import load_file as load_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from agentrl_cli.inference.batch import BatchRun, Request
-from agentrl_cli.inference.lora import AdapterFiles, merged_model, read_adapter
+from agentrl_cli.inference.lora import Adapter, merged_model, read_adapter
 from agentrl_cli.inference.prefix_cache import PrefixCache
 from agentrl_cli.inference.sampling import GenParams, context_error
 from agentrl_cli.inference.stats import EngineStats
@@ -62,24 +62,6 @@ WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
 CONFIG_NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "_commit_hash",
                                      "_attn_implementation_autoset"})
 MAX_WINDOW_FACTOR = 8  # a batch forms at most this many windows after its first request
-
-
-@dataclass(eq=False)
-class Adapter:
-    """A loaded LoRA adapter: the serving base with it merged in, and that model's prefix cache."""
-
-    name: str
-    files: AdapterFiles
-    model: object
-    weight_version: str
-    prefix_cache: PrefixCache
-    replaced_by: "Adapter | None" = None  # the same adapter merged onto the base a weight update swapped in
-
-    def current(self) -> "Adapter":
-        adapter = self
-        while adapter.replaced_by is not None:
-            adapter = adapter.replaced_by
-        return adapter
 
 
 @dataclass(eq=False)

@@ -129,3 +129,21 @@ def delta_rows(adapter: AdapterFiles, name: str, rows: int) -> torch.Tensor | No
     if getattr(config, "fan_in_fan_out", False):  # the weight is stored transposed (GPT-2's Conv1D)
         return (b.float() @ a.float()).T[:rows] * scale
     return (b[:rows].float() @ a.float()) * scale
+
+
+@dataclass(eq=False)
+class Adapter:
+    """A loaded LoRA adapter: the serving base with it merged in, and that model's prefix cache."""
+
+    name: str
+    files: AdapterFiles
+    model: object
+    weight_version: str
+    prefix_cache: object  # its PrefixCache (inference/prefix_cache.py)
+    replaced_by: "Adapter | None" = None  # the same adapter merged onto the base a weight update swapped in
+
+    def current(self) -> "Adapter":
+        adapter = self
+        while adapter.replaced_by is not None:
+            adapter = adapter.replaced_by
+        return adapter
