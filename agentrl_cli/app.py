@@ -54,7 +54,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "serve": ("agentrl_cli.commands.serve", "app", "group",
               "Run platform services: the sandbox pool, inference servers, the reward service, a harness as an OpenEnv environment."),
     "model": ("agentrl_cli.commands.model", "app", "group",
-              "Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to."),
+              "Build the built-in tiny model, import a model (GGUF, package, directory), warm-start one on a harness's "
+              "scripted solutions, show what model.path resolves to."),
     "data": ("agentrl_cli.commands.data", "app", "group",
              "Query, measure and clean the trajectory store (data.store: local or s3)."),
     "replay": ("agentrl_cli.commands.replay", "replay_command", "command",

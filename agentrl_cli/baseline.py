@@ -57,6 +57,7 @@ def loop_figures(summary) -> dict:
     sampling = sum(m[keys.TIME_SAMPLING_WAIT_S] for m in summary.metrics)
     training = sum(m[keys.TIME_TRAIN_S] for m in summary.metrics)
     sync = sum(m[keys.TIME_SYNC_S] for m in summary.metrics)
+    checkpoint = sum(m.get(keys.time_part("checkpoint_s")) or 0.0 for m in summary.metrics)
     timed = sampling + training + sync
     total = timed or 1.0
     wall = max((m.get(keys.ELAPSED_S) or 0.0) for m in summary.metrics) or total
@@ -67,9 +68,10 @@ def loop_figures(summary) -> dict:
     return {
         "steps": summary.steps,
         "time_shares": {"sampling": sampling / total, "training": training / total, "sync": sync / total},
-        "seconds": {"sampling": round(sampling, 3), "training": round(training, 3), "sync": round(sync, 3)},
+        "seconds": {"sampling": round(sampling, 3), "training": round(training, 3), "sync": round(sync, 3),
+                    "checkpoint": round(checkpoint, 3)},
         "wall_s": round(wall, 3),
-        "timed_fraction": min(1.0, timed / wall) if wall else 0.0,
+        "timed_fraction": min(1.0, (timed + checkpoint) / wall) if wall else 0.0,
         "tokens_generated": tokens,
         "tokens_per_s": tokens / sampling if sampling else 0.0,
         "tokens_per_s_per_stream": tokens / t["generate_s"] if t.get("generate_s") else 0.0,

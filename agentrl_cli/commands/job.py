@@ -28,6 +28,17 @@ def _context(config, sets):
     return cfg, store, executor
 
 
+def _audit(cfg, action: str) -> None:
+    """A control-plane write made straight to the state store: one audit line (no key was needed; the
+    client is this host's user)."""
+    import getpass
+
+    from agentrl_cli.security.audit import AuditLog
+
+    AuditLog.from_config(cfg, "controlplane").record(key_id=None, method="CLI", endpoint=f"job {action}", status=200,
+                                                     client=f"local:{getpass.getuser()}")
+
+
 def _row(job: dict) -> dict:
     keep = ("id", "pool", "priority", "state", "reason", "executor", "external_id", "exit_code", "restarts", "command",
             "log_path", "submitted_at", "started_at", "ended_at", "fence")
@@ -68,6 +79,7 @@ def submit(
     cfg, store, executor = _context(config, sets)
     registry = Registry(store)
     job = registry.submit_job(pool, name, value, command, cpus, cfg.controlplane.executor, cfg.controlplane.jobs_dir)
+    _audit(cfg, "submit")
     advance_once(cfg, store, executor)
     job = registry.job(job["id"])
     if wait:
@@ -147,6 +159,7 @@ def cancel(job_id: JobArg, config: ConfigOpt = None, sets: SetOpt = None, json_o
     cfg, store, executor = _context(config, sets)
     registry = Registry(store)
     registry.request_cancel(job_id)
+    _audit(cfg, "cancel")
     job = wait_for(registry, job_id, lambda j: j["state"] in FINISHED, 30.0, tick=lambda: advance_once(cfg, store, executor))
     store.close()
     print_json(_row(job)) if json_out else typer.echo(f"{job_id}: {job['state']}")

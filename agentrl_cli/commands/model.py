@@ -1,5 +1,6 @@
-"""`agentrl model build-tiny|import|info|export`: the built-in model, imported models, what `model.path` resolves
-to, and a run's checkpoint exported as a model or LoRA adapter directory."""
+"""`agentrl model build-tiny|import|sft|info|export`: the built-in model, imported models, a supervised warm
+start on a harness's scripted solutions, what `model.path` resolves to, and a run's checkpoint exported as a
+model or LoRA adapter directory."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from agentrl_cli.commands.common import ConfigOpt, JsonOpt, SetOpt, load, print_
 from agentrl_cli.model.recipe import SFT_STEPS
 from agentrl_cli.observe.progress import WorkProgress
 
-app = typer.Typer(help="Build the built-in tiny model, import a model (GGUF, package, directory), show what model.path resolves to, "
-                  "export a run's checkpoint.",
+app = typer.Typer(help="Build the built-in tiny model, import a model (GGUF, package, directory), warm-start one on a "
+                  "harness's scripted solutions, show what model.path resolves to, export a run's checkpoint.",
                   no_args_is_help=True)
 
 
@@ -80,6 +81,50 @@ def import_command(
     else:
         typer.echo(f"imported {card['name']} ({card['parameters']:,} parameters, vocabulary {card['vocab_size']:,}) into {card['directory']}")
         typer.echo(f"use it with: --set model.path={card['name']}  (or model.path: {card['name']} in agentrl.yaml)")
+
+
+@app.command("sft")
+def sft_command(
+    harness: Annotated[str, typer.Option("--harness", help="The harness whose scripted solutions are the demonstrations "
+                                         "(its harnesses[] entry when the config has one: tasks and options).")],
+    name: Annotated[str, typer.Option("--name", help="Name to import the warm-started model under (then model.path: NAME).")],
+    tasks: Annotated[Optional[str], typer.Option("--tasks", help="JSONL or Parquet file of tasks to demonstrate "
+                                                 "(default: the harness entry's tasks, else its own task set).")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", help="Model to start from (default: model.path).")] = None,
+    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps.")] = 20,
+    lr: Annotated[float, typer.Option("--lr", min=0.0, help="Peak learning rate (AdamW, warm-up then cosine decay).")] = 2e-5,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Demonstrations per step.")] = 8,
+    seed: Annotated[int, typer.Option("--seed", help="Order of the demonstrations.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace an imported model of the same name.")] = False,
+    config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
+) -> None:
+    """Supervised warm start: fine-tune a model on the scripted solutions of a harness's tasks
+    (loss on the assistant's tokens only) and import it as a new model, with warm_start.json beside
+    its card. For a model that never writes the format a harness scores.
+
+    Examples:
+
+    * `agentrl model sft --harness reasoning_gym --tasks templates/smollm2/warm_start_tasks.jsonl --base smollm2 --name smollm2-answers`
+
+    * `agentrl model sft --harness arith --name tiny-arith --steps 50 --lr 1e-4 --json`
+    """
+    from agentrl_cli.config.models import HarnessConfig
+    from agentrl_cli.model.warm_start import sft_model
+
+    cfg = load(config, sets).config
+    entry = next((h for h in cfg.harnesses if h.name == harness), None)
+    fields = {**(entry.model_dump() if entry is not None else {"name": harness}), **({"tasks": tasks} if tasks else {})}
+    with WorkProgress(f"warm-starting {base or cfg.model.path} on {harness}'s scripted solutions ({steps} steps)") as progress:
+        record = sft_model(cfg, HarnessConfig(**fields), name, base=base, steps=steps, lr=lr, batch_size=batch_size,
+                           seed=seed, force=force, progress=lambda message: progress.update(message, 0, 0))
+        progress.outcome = f"imported as {record['name']}"
+    if json_out:
+        print_json(record)
+        return
+    sft = record["sft"]
+    typer.echo(f"imported {record['name']} into {record['directory']}: {record['demonstrations']} demonstrations, "
+               f"loss {sft['first_loss']:.3f} -> {sft['final_loss']:.3f} in {record['seconds']} s")
+    typer.echo(f"use it with: --set model.path={record['name']}  (or model.path: {record['name']} in agentrl.yaml)")
 
 
 @app.command("info")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,10 @@ def test_a_no_op_job_runs_in_the_named_pool_and_its_output_is_kept(cli):
     assert shown["fence"] >= 1 and shown["started_at"] and shown["ended_at"]
     result, listed = cli.json("job", "list", "--all")
     assert [j["id"] for j in listed] == [job["id"]]
+    _, config = cli.json("config", "show")
+    audit = [json.loads(line) for line in (Path(config["config"]["observe"]["runs_dir"]) / "audit.jsonl").read_text().splitlines()]
+    assert [(a["service"], a["endpoint"], a["outcome"]) for a in audit] == [("controlplane", "job submit", "ok")]
+    assert audit[0]["client"].startswith("local:")
 
 
 def test_a_failing_job_reports_its_exit_code_and_wait_exits_1(cli):

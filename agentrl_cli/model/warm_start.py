@@ -1,0 +1,97 @@
+"""`agentrl model sft`: a short supervised warm start of a model on the scripted solutions of a
+harness's tasks, imported as a new model.
+
+The demonstrations are played through the real harness by its scripted solutions
+(`scripted_action`, `harnesses/oracle.py`), the same kind the built-in model is warm-started on
+(`model/demos.py`); the loss is next-token on the assistant's tokens only (`model/sft.py`), all
+parameters, AdamW with warm-up and cosine decay. The result is imported into `model.cache_dir`
+under its own name with `warm_start.json` beside its card (base, harness, tasks, steps, losses).
+
+A model that never writes the format a harness scores (SmolLM2-135M-Instruct and reasoning-gym's
+`<answer>...</answer>` tags) learns it in a few dozen steps on practice tasks, so reinforcement
+learning starts from a success rate above 0 (README "A real model learns here").
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from agentrl_cli.errors import ConfigError
+
+
+def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
+    """The scripted solution of every task of `harness_config` (a `harnesses[]` entry of `cfg`: its
+    `tasks` file or the class's own task set), played through the harness as a run builds it, as chat messages."""
+    from harnesses.oracle import ORACLES, oracle_action
+    from harnesses.registry import create, resolve
+    from harnesses.task_sources import task_set
+
+    from agentrl_cli.model.demos import episode_messages
+
+    name = harness_config.name
+    resolve(name)  # an unknown name is refused here, listing the registered ones
+    if name not in ORACLES:
+        raise ConfigError(f"harness {name!r} has no scripted solutions (no scripted_action hook), so there is nothing "
+                          "to demonstrate", "warm-start on a harness that has one (`agentrl harness list` shows them), "
+                          "or give the harness class a scripted_action(task, turn) classmethod")
+    tasks = task_set(harness_config, cfg.data).tasks[:limit]
+    if not tasks:
+        raise ConfigError(f"harness {name!r} has no tasks to demonstrate", "point --tasks at a JSONL file of tasks")
+    harness = create(name, cfg)
+    try:
+        return [{"harness": name, "task_id": t.task_id, "messages": episode_messages(harness, t, oracle_action),
+                 "tools": harness.tools()} for t in tasks]
+    finally:
+        harness.close()
+
+
+def warm_start(base: Path, out: Path, demos: list[dict], *, steps: int, lr: float, batch_size: int, max_len: int,
+               seed: int = 0, progress: Callable[[int, float], None] = lambda step, loss: None) -> dict:
+    """Fine-tune the model at `base` on `demos` and save it with its tokenizer and chat files at `out`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl_cli.model.sft import train_sft
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    try:
+        stats = train_sft(model, tokenizer, demos, steps=steps, batch_size=batch_size, lr=lr, seed=seed, max_len=max_len,
+                          progress=progress)
+    except ValueError as exc:
+        raise ConfigError(str(exc), "lower --batch-size, or give more tasks (--tasks), or raise model.context_length") from exc
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    for name in ("chat_template.jinja", "generation_config.json"):
+        if (base / name).exists() and not (out / name).exists():
+            (out / name).write_bytes((base / name).read_bytes())
+    return stats
+
+
+def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps: int, lr: float, batch_size: int,
+              seed: int = 0, force: bool = False, progress: Callable[[str], None] = lambda message: None) -> dict:
+    """Warm-start `base` (default model.path) on `harness_config`'s scripted solutions and import the
+    result as `name`; returns the record also written to `warm_start.json` in the new model's directory."""
+    from agentrl_cli.model.importer import import_model
+    from agentrl_cli.model.resolve import resolve_model_path
+
+    start = time.perf_counter()
+    base = base or cfg.model.path
+    base_dir = Path(resolve_model_path(base, cfg.model.cache_dir, build=False))
+    progress(f"playing the scripted solutions of {harness_config.name}'s tasks")
+    demos = demonstrations(cfg, harness_config)
+    with tempfile.TemporaryDirectory(prefix="agentrl-sft-") as tmp:
+        stats = warm_start(base_dir, Path(tmp), demos, steps=steps, lr=lr, batch_size=batch_size,
+                           max_len=cfg.model.context_length, seed=seed,
+                           progress=lambda s, loss: progress(f"step {s}/{steps}: loss {loss:.3f}"))
+        progress(f"importing as {name}")
+        card = import_model(tmp, cfg.model.cache_dir, name, force=force, dtype=cfg.model.dtype)
+    record = {"name": card["name"], "directory": card["directory"], "base": base, "base_directory": str(base_dir),
+              "harness": harness_config.name, "tasks": getattr(harness_config, "tasks", None), "demonstrations": len(demos),
+              "sft": stats, "seconds": round(time.perf_counter() - start, 1)}
+    (Path(card["directory"]) / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
+    return record
