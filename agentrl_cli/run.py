@@ -28,6 +28,15 @@ Inference servers that die or hang (docs/security.md row 22): generations resume
 weights again before generating resumes, and at every step (`weightsync/publisher.py`). A watchdog
 flags any component (server, harness, reward, train step, weight sync) stuck past
 `training.watchdog_seconds`; its counts go into metrics.jsonl.
+
+The run's supervisor (`agentrl_cli/supervise/`, every `observe.health_interval_s`; 0 = none) polls
+the health of the inference servers, the gateway, the reward and sandbox services, and any
+`components` the caller hands the run: a dead one leaves the rollout's rotation at once, one the run
+started is restarted (`supervisor.max_restarts`, `supervisor.backoff_s`) and brought to the run's
+current weights, verified, before it serves again; one that keeps dying stops the run at its next
+step boundary with `ComponentFailed` (its name, last log lines, the fix). Servers join and leave a
+running run through `<run_dir>/control/servers.json` (`agentrl run servers add|remove URL`).
+Counters `supervisor/…` go into the step rows.
 """
 
 from __future__ import annotations
@@ -57,9 +66,13 @@ class TrainingRun:
     """The parts of one run. `await start()`, `await run(steps)` (any number of times), `await close()`."""
 
     def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
-                 progress: Callable[[str], None] = lambda msg: None, trainer: bool = True) -> None:
+                 progress: Callable[[str], None] = lambda msg: None, trainer: bool = True,
+                 components: list | None = None) -> None:
         """`trainer=False`: the rollout side only (servers, harnesses and their sandboxes, reward,
-        store, controller), for playing episodes exactly as training does without training on them."""
+        store, controller), for playing episodes exactly as training does without training on them.
+        `components`: more parts for the supervisor to watch (`agentrl_cli.supervise.Component`s, e.g.
+        a `ProcessComponent` the caller made: started by the supervisor when not running yet, restarted
+        like the run's own, stopped by the caller)."""
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
         self.with_trainer = trainer
         self.progress = progress
@@ -78,6 +91,9 @@ class TrainingRun:
         self.step_rows: list[dict] = []  # the step rows and evaluations of this run, whatever ends it
         self.evals: list[dict] = []
         self.checkpoints_written: list[str] = []
+        self.components = list(components or [])
+        self.supervision = None  # supervise.wiring.RunSupervision, when observe.health_interval_s > 0
+        self.supervisor = None  # its Supervisor: the step loop raises its `failed`
 
     async def start(self) -> None:
         from transformers import AutoTokenizer
@@ -130,6 +146,7 @@ class TrainingRun:
         self.controller.gateway = self.gateway
         if not self.with_trainer:
             self.controller.watchdog = self.watchdog
+            await self._supervise()
             return
         self.publisher = WeightPublisher(make_transport(cfg, self.client, self.run_dir), self.client,
                                          launch_path=self.model_path, counters=self.controller.counters,
@@ -142,6 +159,16 @@ class TrainingRun:
             await resume(self, latest)
         elif self.restarting:
             await reuse_stored(self)
+        await self._supervise()
+
+    async def _supervise(self) -> None:
+        """Start the supervisor over the run's components (none when observe.health_interval_s is 0)."""
+        if self.cfg.observe.health_interval_s <= 0:
+            return
+        from agentrl_cli.supervise.wiring import RunSupervision
+
+        self.supervision = RunSupervision(self, self.components)
+        self.supervisor = await self.supervision.start()
 
     def _start_gateway(self, urls: list[str]):
         from agentrl_cli.rollout.agent_gateway import AgentGateway
@@ -174,6 +201,8 @@ class TrainingRun:
         return await evaluate(self, eval_tasks)
 
     async def close(self) -> None:
+        if self.supervision is not None:  # first: what is stopped below must not be restarted
+            await self.supervision.stop()
         self.metrics.close()
         self.watchdog.stop()
         if self.controller is not None:
@@ -223,9 +252,11 @@ def _sandboxed_agent(harness_config) -> bool:
 
 @contextlib.asynccontextmanager
 async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
-                   progress: Callable[[str], None] = lambda msg: None, trainer: bool = True) -> AsyncIterator[TrainingRun]:
-    """A started run, closed on the way out whatever happens inside (`trainer`: as TrainingRun)."""
-    run = TrainingRun(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, trainer=trainer)
+                   progress: Callable[[str], None] = lambda msg: None, trainer: bool = True,
+                   components: list | None = None) -> AsyncIterator[TrainingRun]:
+    """A started run, closed on the way out whatever happens inside (`trainer`, `components`: as TrainingRun)."""
+    run = TrainingRun(cfg, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, trainer=trainer,
+                      components=components)
     try:
         await run.start()
         yield run
@@ -235,18 +266,20 @@ async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: 
 
 async def supervised(cfg, run_dir: Path, model_path: Path, body: Callable[[TrainingRun], Awaitable[T]], *, run_id: str,
                      phase: str = Phase.TRAIN, progress: Callable[[str], None] = lambda msg: None,
-                     crashed: list[TrainingRun] | None = None) -> T:
+                     crashed: list[TrainingRun] | None = None, components: list | None = None) -> T:
     """`await body(run)` on a started run, closed on the way out; after a trainer crash, again on a new
     run resumed from the latest complete checkpoint, up to `training.max_restarts` times (then
     `TrainerRestartsExhausted`, naming the cause). `body` must continue to its goal from the run's
-    step (as `TrainingRun.run` does). The crashed runs are appended to `crashed`."""
+    step (as `TrainingRun.run` does). The crashed runs are appended to `crashed`; `components`: as
+    TrainingRun's, for every attempt. A component the supervisor gave up on (`ComponentFailed`) is no
+    trainer crash: it ends the run."""
     from agentrl_cli.config.load import with_overrides
 
     crashed = [] if crashed is None else crashed
     restarts: list[dict] = []
     attempt, pending_row = cfg, None
     while True:
-        run = TrainingRun(attempt, run_dir, model_path, run_id=run_id, phase=phase, progress=progress)
+        run = TrainingRun(attempt, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, components=components)
         run.restarts, run.restarting = len(restarts), bool(restarts)
         if pending_row is not None:
             run.metrics.append(pending_row)
@@ -281,7 +314,8 @@ async def supervised(cfg, run_dir: Path, model_path: Path, body: Callable[[Train
 
 
 async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str, phase: str = Phase.TRAIN,
-                progress: Callable[[str], None] = lambda msg: None, **run_options) -> RunSummary:
+                progress: Callable[[str], None] = lambda msg: None, components: list | None = None,
+                **run_options) -> RunSummary:
     """Start a run, train to step `steps` (`run_options` as `TrainingRun.run`), close it, restarting
     after a trainer crash (`supervised`). The summary covers the whole run: the steps and evaluations
     of crashed attempts up to the checkpoint the next resumed from, and the restarts; its counters
@@ -292,7 +326,8 @@ async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str
     async def body(run: TrainingRun) -> RunSummary:
         last.append(run)
         return await run.run(steps, **run_options)
-    summary = await supervised(cfg, run_dir, model_path, body, run_id=run_id, phase=phase, progress=progress, crashed=crashed)
+    summary = await supervised(cfg, run_dir, model_path, body, run_id=run_id, phase=phase, progress=progress, crashed=crashed,
+                               components=components)
     summary.counters.update(last[-1].sandbox_leaks)
     if crashed:
         kept_rows, kept_evals = [], []

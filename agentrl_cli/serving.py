@@ -42,6 +42,7 @@ class ServerThread:
 
     def start(self) -> "ServerThread":
         self._socket = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port again while its old connections linger
         self._socket.bind((self.host, self.port))
         self.port = self._socket.getsockname()[1]
         # log_config=None: uvicorn's default config would re-point the process-wide uvicorn loggers at

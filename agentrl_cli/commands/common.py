@@ -26,11 +26,14 @@ RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id (default: t
 
 
 def load(config: Path | None, sets: list[str] | None) -> LoadedConfig:
-    """The config; from here on this process redacts its secrets from every log record and print."""
+    """The config; from here on this process redacts its secrets from every log record and print, and
+    logs at observe.log_level."""
+    from agentrl_cli.logstreams import configure_logging
     from agentrl_cli.observe.redaction import protect_process
 
     loaded = load_config(config, sets or [])
     protect_process(loaded.config)
+    configure_logging(loaded.config.observe.log_level)
     return loaded
 
 

@@ -138,7 +138,8 @@ def render(
     NetworkPolicies, a Service per server, the control-plane, reward, gateway and sandbox Deployments,
     a Job per pool and a training JobSet, running the images `agentrl image build` tags from
     image.lock_file (else this environment's lock) - each checked against its schema (exit 1 if one fails). slurm: the slurm.conf lines
-    (partitions, tiers, preemption, quota licenses).
+    (partitions, tiers, preemption, quota licenses), then as `#` comments the ports each node role must open
+    between nodes and out, and the paths they must share (the cross-node plan `agentrl plan` prints).
 
     Examples:
 
@@ -149,15 +150,20 @@ def render(
     * `agentrl controlplane render --executor slurm`
     """
     from agentrl_cli.controlplane.manifests import render_all, to_yaml
-    from agentrl_cli.controlplane.slurm_conf import pool_lines
+    from agentrl_cli.controlplane.slurm_conf import network_notes, on_slurm, pool_lines
     from agentrl_cli.controlplane.validate import validate_documents
 
     loaded = load(config, sets)
     cfg = loaded.config
     kind = executor or "kubernetes"
     if kind == "slurm":
-        lines = pool_lines(cfg.controlplane)
-        print_json({"executor": "slurm", "slurm_conf": lines}) if json_out else typer.echo("\n".join(lines))
+        from agentrl_cli.netplan import HOSTS, network_dict
+
+        lines, notes = pool_lines(cfg.controlplane), network_notes(cfg)
+        if json_out:
+            print_json({"executor": "slurm", "slurm_conf": lines, "notes": notes, "network": network_dict(on_slurm(cfg), HOSTS)})
+        else:
+            typer.echo("\n".join(lines + notes))
         return
     if kind != "kubernetes":
         raise UsageError(f"cannot render for executor {kind!r}", "use --executor kubernetes or --executor slurm")

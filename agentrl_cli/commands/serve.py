@@ -105,7 +105,9 @@ def inference(
     """Serve a model over SGLang's HTTP protocol: the embedded Hugging Face server on CPU (engine hf),
     or SGLang itself (engine sglang) with the same flags. With inference.api_key (given by
     AGENTRL_INFERENCE__API_KEY_FILE) the embedded server requires one of its keys on everything but
-    /health* and /metrics, and audits weight updates (observe.audit_log).
+    /health* and /metrics, and audits weight updates (observe.audit_log). On SIGTERM the embedded
+    server drains: it refuses new generations (503) and hands back those in flight with their
+    partial tokens, so a run continues them on its other servers.
 
     Examples:
 
@@ -135,7 +137,7 @@ def inference(
     import uvicorn
 
     from agentrl_cli.inference.engine import HFEngine
-    from agentrl_cli.inference.hf_server import create_app
+    from agentrl_cli.inference.hf_server import DrainingServer, create_app
     from agentrl_cli.security import WEIGHT_UPDATE_PATHS, AuditLog, BearerAuth, service_keys
     from agentrl_cli.security.http import paths
 
@@ -152,9 +154,11 @@ def inference(
     server.add_middleware(BearerAuth, keys=keys, service="inference", audit=AuditLog.from_config(cfg, "inference"),
                           audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})
     try:
-        # on SIGTERM, requests still decoding are cancelled (and aborted in the engine) after 5 s instead
-        # of keeping an orphaned server busy for clients that are gone
-        uvicorn.run(server, host=host, port=port, log_level=cfg.observe.log_level, timeout_graceful_shutdown=5)
+        # on SIGTERM the server drains: new generation requests get 503 and those in flight answer at
+        # once with their partial tokens (finish reason abort), which clients continue elsewhere; what
+        # is still open after 5 s is cancelled
+        DrainingServer(uvicorn.Config(server, host=host, port=port, log_level=cfg.observe.log_level,
+                                      timeout_graceful_shutdown=5), drain=server.state.drain).run()
     finally:
         eng.close()
 

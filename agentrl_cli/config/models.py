@@ -207,6 +207,7 @@ class TrainingConfig(Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field("fp32", description="Training precision (fp32 on CPU)")
     world_size: int = Field(1, ge=1, description="Trainer ranks")
     dist_backend: Literal["auto", "gloo", "nccl"] = Field("auto", description="Collective backend; auto = nccl with GPUs, gloo without")
+    master_port: int = Field(29500, ge=1, le=65535, description="Rendezvous port of the trainer ranks when cluster.nodes > 1: the launcher's --master_port on the first host of the hostfile, which every trainer node must reach (`agentrl plan` lists it); one node takes a free loopback port instead")
     clip_eps: float = Field(0.2, gt=0, lt=1, description="PPO clip range")
     clip_ratio_low: float | None = Field(None, gt=0, lt=1, description="Lower clip: the ratio is kept above 1 - this (None = clip_eps)")
     clip_ratio_high: float | None = Field(None, gt=0, le=10, description="Upper clip: the ratio is kept below 1 + this (None = clip_eps; DAPO's clip-higher uses 0.28)")
@@ -229,6 +230,10 @@ class TrainingConfig(Section):
     deepspeed_config: str | None = Field(None, description="DeepSpeed JSON to start from (default: templates/deepspeed/zero<stage>.json)")
     seed: int = Field(1234, description="Seed for model init, sampling and data order")
     watchdog_seconds: float = Field(300.0, gt=0, description="A component (server, harness, reward, train step) with work and no progress this long is flagged stuck")
+    start_timeout_s: float = Field(600.0, gt=0, le=86_400, description="Deadline for the trainer ranks (training.world_size > 1) to start: the launcher's rendezvous, DeepSpeed's set-up and the model load, until rank 0 answers; past it the ranks are stopped, naming the one missing")
+    rank_timeout_s: float = Field(1800.0, gt=0, le=86_400, description="Deadline for one call to the trainer ranks (training.world_size > 1): a train step, a checkpoint save or load, a weight export; past it the ranks are stopped as hung and the run restarts from its latest checkpoint (training.max_restarts)")
+    checkpoint_timeout_s: float = Field(1800.0, gt=0, le=86_400, description="Deadline for writing one checkpoint (the trainer's state, the run's state and the ledger of trained draws); past it the run stops with CheckpointTimeout instead of waiting on storage that does not answer")
+    weight_sync_timeout_s: float = Field(120.0, gt=0, le=86_400, description="Deadline for each wait of a distributed weight sync (training.weight_sync: distributed): every server joining the group (init_weights_update_group) and each broadcast; past it the sync fails naming the servers, and is retried once they answer")
     cpu_threads: int = Field(0, ge=0, le=1024, description="Trainer on CPU: torch threads of each rank; 0 = auto: this host's cores split evenly between the trainer ranks and the embedded inference servers the run starts here")
 
     @field_validator("backend", "weight_sync")
@@ -260,17 +265,30 @@ class DataConfig(Section):
     s3: S3Config = Field(default_factory=S3Config, description="S3 settings when store is s3")
     compression: Literal["zstd", "snappy", "gzip", "none"] = Field("zstd", description="Parquet compression codec")
     rows_per_file: int = Field(1024, ge=1, description="Trajectories buffered before a Parquet file is published")
+    write_timeout_s: float = Field(300.0, gt=0, le=86_400, description="Deadline for publishing the buffered trajectories to the store (a flush; with S3 its retries included, after which a file is spooled locally); past it the write fails with StoreTimeout instead of hanging")
     retention_days: int = Field(30, ge=1, description="Trajectories older than this are removed by `agentrl data gc`")
     redact_fields: list[str] = Field(default_factory=lambda: ["api_key", "token", "password", "secret"], description="Field names whose values are always redacted")
 
 
 class ObserveConfig(Section):
     runs_dir: str = Field("runs", description="Where run directories (reports, metrics, checkpoints) are created")
-    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Level of agentrl's own loggers (and uvicorn's) in every process a run starts: this one, its inference servers (SGLang's --log-level), its trainer ranks and services; other libraries log warnings and above (at error, errors only)")
+    log_max_mb: float = Field(100.0, gt=0, le=1_000_000, description="A log file of a run (<run dir>/…/logs/: agentrl.log, each server's and the trainer ranks' output) is rotated when it passes this size (MB)")
+    log_backups: int = Field(3, ge=0, le=1000, description="Rotated files kept per log (NAME.log.1 is the newest); a log then takes at most log_max_mb × (1 + log_backups) MB, the oldest dropped first")
     prometheus_port: int | None = Field(None, ge=1, le=65535, description="Serve a live run's metrics for Prometheus on this port (None = off)")
     prometheus_addr: str = Field("127.0.0.1", description="Address the Prometheus endpoint binds (0.0.0.0 lets a Prometheus server on another host scrape it)")
-    tensorboard: bool = Field(False, description="Also write TensorBoard event files (<run dir>/…/tensorboard/)")
+    tensorboard: bool = Field(False, description="Also write TensorBoard event files (<run dir>/…/tensorboard/); the same as listing tensorboard in observe.trackers")
+    trackers: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(default_factory=list, description="Where else every row of metrics.jsonl goes, with the same metric names and steps, plus the resolved config (secrets masked) and the run's metadata: tensorboard (event files beside metrics.jsonl), wandb (offline files under <run dir>/wandb/ unless WANDB_MODE says otherwise; `wandb sync` uploads them), mlflow (the store observe.mlflow_uri names); needs pip install 'agentrl-cli[trackers]'")
+    tracker_project: str = Field("agentrl", min_length=1, description="W&B project and MLflow experiment the runs are logged under (observe.trackers)")
+    mlflow_uri: str = Field("", description="MLflow tracking URI (observe.trackers: mlflow): sqlite:///PATH, postgresql://..., http://HOST:PORT of an MLflow server; empty for sqlite:///<observe.runs_dir>/mlflow.db, one store for every run (`mlflow ui --backend-store-uri` it)")
+    traces: str = Field("", description="OpenTelemetry spans (OTLP JSON, one ExportTraceServiceRequest per line) appended to this file (relative to the working directory, like observe.runs_dir): one trace per episode (model calls, tool calls and the reward as children; the trajectory id an attribute) and one per train step; empty = off")
     audit_log: str = Field("", description="Where services append audit lines (JSON: time, key id, endpoint, outcome) for sandbox executions, control-plane writes, weight updates and refused requests: a file, - for stderr (a pod's log), empty for <observe.runs_dir>/audit.jsonl")
+    health_interval_s: float = Field(2.0, ge=0, le=3600, description="Seconds between the run's health checks of its inference servers, gateway, reward and sandbox services (the supervisor: restarts what the run started, takes what is down out of rotation); 0 = no supervisor")
+
+
+class SupervisorConfig(Section):
+    max_restarts: int = Field(3, ge=0, le=1000, description="Restarts of one component the run started (an inference server, the gateway) before the run stops, naming it, its last log lines and the fix; 0 = the first failure stops the run")
+    backoff_s: float = Field(1.0, ge=0, le=600, description="Wait before a component's first restart; it doubles with each further restart of it (at most 60 s)")
 
 
 POOL_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
@@ -331,6 +349,9 @@ class ClusterConfig(Section):
     accelerator_resource: str = Field("nvidia.com/gpu", description="Kubernetes extended resource name of an accelerator")
     accelerator_product: str = Field("", description="Node label value of nvidia.com/gpu.product that accelerator jobs require ('' = any)")
     kubeconfig: str = Field("", description="Cluster to apply to: a kubeconfig path, or in-cluster ('' = none configured: render and validate only)")
+    runs_volume_claim: str = Field("agentrl-runs", pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)?$", description="PersistentVolumeClaim (ReadWriteMany) `agentrl controlplane render` creates in cluster.namespace and mounts writable at observe.runs_dir in the training JobSet's trainer and inference pods, so they share the weight exports, checkpoints and rank files ('' = an emptyDir per pod: nothing shared, nothing kept past the pod; `agentrl plan --executor kubernetes` warns when a path must be shared)")
+    runs_volume_gb: int = Field(0, ge=0, description="Size of cluster.runs_volume_claim in GB (0 = from `agentrl plan`: (training.keep_last_checkpoints + 1) x its checkpoint size + 3 weight exports + 1 GB, rounded up)")
+    storage_class: str = Field("", description="StorageClass of cluster.runs_volume_claim; it must offer ReadWriteMany, e.g. NFS, CephFS or a cloud file store ('' = the cluster's default)")
 
 
 # permissive licences, MPL-2.0 (file-level copyleft) and LGPL (libraries used unmodified, loaded dynamically)
@@ -418,6 +439,7 @@ class PlatformConfig(Section):
     training: TrainingConfig = Field(default_factory=TrainingConfig, description="Trainer")
     data: DataConfig = Field(default_factory=DataConfig, description="Trajectory store")
     observe: ObserveConfig = Field(default_factory=ObserveConfig, description="Metrics, logs, run directories")
+    supervisor: SupervisorConfig = Field(default_factory=SupervisorConfig, description="The run's supervisor: restarts of the components it started (observe.health_interval_s sets how often it checks)")
     controlplane: ControlPlaneConfig = Field(default_factory=ControlPlaneConfig, description="State store, queue, pools")
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Cluster shape (production)")
     image: ImageConfig = Field(default_factory=ImageConfig, description="Image lock, role images and licences")

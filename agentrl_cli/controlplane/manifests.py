@@ -26,13 +26,23 @@ What is rendered, and how the config lands in it:
   split over its environment hosts (the Deployment's replicas); reward, gateway and control plane the
   fixed `SERVICE_RESOURCES`; a submitted Job its `--cpus` and `JOB_MEMORY_PER_CPU` per core.
 - NetworkPolicies (`networkpolicies.py`): default deny, then the east-west allowlist the roles need.
+- the PersistentVolumeClaim `cluster.runs_volume_claim` for the runs directory (see "The runs directory").
 Secrets never appear: each is a Kubernetes Secret the operator creates, mounted read-only as a file
 under /var/run/secrets/agentrl/ and named to the process by an environment variable holding the
 path (AGENTRL_INFERENCE__API_KEY_FILE, AGENTRL_PGPASSWORD_FILE, AWS_SHARED_CREDENTIALS_FILE).
 Pods follow the restricted Pod Security Standard: non-root UID/GID of the images, no privilege
 escalation, every capability dropped, RuntimeDefault seccomp, a read-only root file system with
-emptyDirs for /tmp, HOME and the working directory (runs/ lives there: mount a PersistentVolumeClaim
-over it to keep checkpoints past the pod).
+emptyDirs for /tmp, HOME and the working directory.
+The runs directory: the JobSet's trainer and inference pods mount the PersistentVolumeClaim
+`cluster.runs_volume_claim` (rendered here: ReadWriteMany, `cluster.runs_volume_gb` or the size
+`runs_volume_gb` derives from the plan, `cluster.storage_class`) writable at observe.runs_dir as the
+pods resolve it (`netplan.in_pod`: relative to the working directory), because the trainer exports
+each weight version under runs/<run id>/<loop>/weights for every inference pod to load by that path,
+and several trainer pods share their checkpoints and rank files there. The pods' fsGroup (the images'
+GID, with fsGroupChangePolicy OnRootMismatch) makes the volume theirs where the storage applies
+fsGroup; storage that does not (NFS exports) must be writable by RUN_UID or RUN_GID. With the claim ''
+they mount an emptyDir there instead (nothing shared, nothing kept past the pod; `agentrl plan
+--executor kubernetes` warns). Other pods keep runs/ on their working directory's emptyDir.
 The sandbox: bubblewrap builds user, pid, mount and network namespaces and mounts a fresh /proc,
 which RuntimeDefault seccomp (unshare/mount) and the masked /proc of a container refuse. Its pods
 therefore run in their own namespace labelled privileged, in a user namespace of their own
@@ -57,6 +67,10 @@ from agentrl_cli.controlplane.k8s_names import (  # noqa: F401 - callers also re
     JOB_MEMORY_PER_CPU, sa_name, queue_name, sandbox_namespace, namespace_of, port_of, service_url,
     inference_urls, _meta)
 from agentrl_cli.image.names import HOME, RUN_GID, RUN_UID, WORKDIR, config_images
+from agentrl_cli.netplan import in_pod
+
+RUNS_VOLUME = "runs"
+WEIGHT_EXPORTS_KEPT = 3  # weightsync/disk.py keeps the newest 2; the next one is written before the oldest goes
 
 
 def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: dict[str, float] | None = None) -> list[dict]:
@@ -75,6 +89,7 @@ def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: 
     docs += [{"apiVersion": KUEUE, "kind": "WorkloadPriorityClass", "metadata": _meta(f"agentrl-{p.name}"), "value": p.value,
               "description": f"agentrl priority class {p.name}"} for p in cfg.controlplane.priorities]
     docs += [_config_map(cfg, ns) for ns in (cfg.cluster.namespace, sandbox_namespace(cfg))]
+    docs += _runs_claim(cfg, plan)
     docs += network_policies(cfg)
     docs += [_service(cfg, role) for role in SERVERS]
     docs.append(_controlplane_deployment(cfg, images))
@@ -96,6 +111,41 @@ def plan_values(cfg: PlatformConfig) -> dict[str, float]:
     from agentrl_cli.plan import PlanInputs, build_plan, model_shape
 
     return {f"{ln.area} {ln.item}": ln.value for ln in build_plan(cfg, model_shape(cfg.model), PlanInputs())}
+
+
+def runs_volume_gb(cfg: PlatformConfig, plan: dict[str, float]) -> int:
+    """cluster.runs_volume_gb, or when 0 what a run keeps there by `agentrl plan`: (keep_last_checkpoints
+    + 1 being written) checkpoints, WEIGHT_EXPORTS_KEPT weight exports (the model's weights: the plan's
+    memory per server less its KV cache) and 1 GB for reports, metrics and adapters, in whole GB."""
+    if cfg.cluster.runs_volume_gb:
+        return cfg.cluster.runs_volume_gb
+    checkpoints = (cfg.training.keep_last_checkpoints + 1) * plan["storage checkpoint size"]
+    weights = plan["inference memory per server"] - plan["inference KV cache per server"]
+    return math.ceil(checkpoints + WEIGHT_EXPORTS_KEPT * weights + 1)
+
+
+def _runs_claim(cfg: PlatformConfig, plan: dict[str, float]) -> list[dict]:
+    c = cfg.cluster
+    if not c.runs_volume_claim:
+        return []
+    spec: dict = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{runs_volume_gb(cfg, plan)}G"}}}
+    if c.storage_class:
+        spec["storageClassName"] = c.storage_class
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(c.runs_volume_claim, c.namespace), "spec": spec}]
+
+
+def _mount_runs(cfg: PlatformConfig, pod: dict) -> None:
+    """Mount the runs volume (the claim, or an emptyDir with none) writable at observe.runs_dir in `pod`,
+    in place of a volume mounted at that same path."""
+    path, claim = in_pod(cfg.observe.runs_dir), cfg.cluster.runs_volume_claim
+    (container,) = pod["containers"]
+    replaced = {m["name"] for m in container["volumeMounts"] if m["mountPath"] == path}
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] not in replaced]
+    container["volumeMounts"].append({"name": RUNS_VOLUME, "mountPath": path})
+    pod["volumes"] = [v for v in pod["volumes"] if v["name"] not in replaced]
+    pod["volumes"].append({"name": RUNS_VOLUME, **({"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}})})
+    if claim:  # the kubelet chowns a volume to fsGroup; a volume of checkpoints only when its root is not yet
+        pod["securityContext"]["fsGroupChangePolicy"] = "OnRootMismatch"
 
 
 def _namespaces(cfg: PlatformConfig) -> list[dict]:
@@ -329,9 +379,11 @@ def _training_jobset(cfg: PlatformConfig, images: dict[str, str], plan: dict[str
 
     def replicated(role: str, replicas: int, command: list[str], cpus: float, memory: float, accelerators: int) -> dict:
         container = _container(cfg, images, role, command, cpus, memory, accelerators)
+        pod = _pod_spec(cfg, role, container, top, "Never")
+        _mount_runs(cfg, pod)
         return {"name": role, "replicas": replicas,
                 "template": {"spec": {"backoffLimit": 0, "template": {"metadata": {"labels": _template_labels(role)},
-                                                                     "spec": _pod_spec(cfg, role, container, top, "Never")}}}}
+                                                                     "spec": pod}}}}
 
     jobs = [replicated("trainer", cfg.cluster.nodes, ["agentrl", "stage", "run", "8", "--config", CONFIG_PATH],
                        ranks * max(1, cfg.training.cpu_threads), plan["training memory per rank"] * 1e9 * ranks + RUNTIME_MEMORY,

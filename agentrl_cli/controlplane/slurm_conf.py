@@ -5,11 +5,16 @@ How the pool keys land in Slurm: a pool is a partition; `priority` is its Priori
 is PreemptMode=REQUEUE (else OFF), with cluster-wide PreemptType=preempt/partition_prio; `capacity`
 is MaxCPUsPerNode; `quota` is a license `<pool>_jobs` with that count, one of which every job of
 the pool holds while it runs. All of this works without slurmdbd (QOS limits would need it).
+
+`network_notes` follows the slurm.conf lines as `#` comments: the ports each node role must open to
+the others and out, and the paths they must share, from the cross-node plan (`agentrl_cli/netplan.py`,
+layout hosts), the same list `agentrl plan` prints.
 """
 
 from __future__ import annotations
 
-from agentrl_cli.config.models import ControlPlaneConfig
+from agentrl_cli.config.models import ControlPlaneConfig, PlatformConfig
+from agentrl_cli.netplan import CLUSTER, EPHEMERAL_NAME, HOSTS, OUTSIDE, openings, shared_paths, warnings
 
 SINGLE_NODE_HEADER = """\
 # Single-node Slurm config written by agentrl (no slurmdbd): partitions = agentrl pools
@@ -71,3 +76,31 @@ def single_node_conf(cp: ControlPlaneConfig, *, cpus: int | None = None, state_d
     head = SINGLE_NODE_HEADER.format(slurm_user=slurm_user, state_dir=state_dir, run_dir=run_dir, log_dir=log_dir)
     node = f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN"
     return head + "\n".join([*pool_lines(cp, nodes="localhost")[:3], node, *pool_lines(cp, nodes="localhost")[3:]]) + "\n"
+
+
+def network_notes(cfg: PlatformConfig) -> list[str]:
+    """`#` lines: each port (or range) a node role opens to the others or out, and each shared path."""
+    cfg = on_slurm(cfg)
+    plan = openings(cfg, HOSTS)
+    lines = ["# agentrl network: what each node role must let in from the others (`agentrl plan` says why); "
+             f"{EPHEMERAL_NAME}"]
+    between = [o for o in plan if o.reach == CLUSTER]
+    for o in between:
+        lines.append(f"# {o.listener} <- {', '.join(o.clients) or 'operators'}: {o.protocol} {o.ports}: {o.purpose}"
+                     + (f" ({o.key})" if o.key else ""))
+    if not between:
+        lines.append("# (none: every listener of this config is on loopback)")
+    for o in plan:
+        if o.reach == OUTSIDE:
+            lines.append(f"# outbound: {', '.join(o.clients)} -> {o.listener} {o.note}: {o.protocol} {o.ports}: {o.purpose} ({o.key})")
+    for p in shared_paths(cfg, HOSTS):
+        if p.shared:
+            written = f"written by {', '.join(p.writers)}, " if p.writers else ""
+            lines.append(f"# shared filesystem: {p.path}: {p.what}, {written}read by {', '.join(p.readers)} ({p.key})")
+    lines += [f"# warning: {w}" for w in warnings(cfg, HOSTS)]
+    return lines
+
+
+def on_slurm(cfg: PlatformConfig) -> PlatformConfig:
+    """`cfg` with controlplane.executor slurm (what its jobs share depends on it)."""
+    return cfg.model_copy(update={"controlplane": cfg.controlplane.model_copy(update={"executor": "slurm"})})

@@ -26,6 +26,7 @@ BY_KIND = {
     ("v1", "ServiceAccount"): "k8s/serviceaccount-v1.json",
     ("v1", "Secret"): "k8s/secret-v1.json",
     ("v1", "ConfigMap"): "k8s/configmap-v1.json",
+    ("v1", "PersistentVolumeClaim"): "k8s/persistentvolumeclaim-v1.json",
     ("rbac.authorization.k8s.io/v1", "Role"): "k8s/role-rbac-v1.json",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "k8s/rolebinding-rbac-v1.json",
     ("kueue.x-k8s.io/v1beta2", "ClusterQueue"): "kueue/clusterqueue.json",

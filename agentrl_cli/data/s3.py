@@ -5,7 +5,12 @@ exponential backoff, the spool (row 30): a file that cannot be uploaded is moved
 `<spool_dir>/<key>` and uploaded later by `upload_spool()` (which every `publish` calls first). A
 spooled file whose key meanwhile exists remotely with other content is moved to
 `<spool_dir>/_conflicts/<key>` and reported, never overwritten; nothing is deleted locally until S3
-holds the same bytes. Not here: the protocol and the local store (`store.py`), Parquet (`writer.py`).
+holds the same bytes. Until then a spooled file is part of the store: `read_table` reads it too, so a
+resumed run that asks what it stored finds it and does not store it twice. Every attempt is bounded
+(`connect_timeout`, `read_timeout`, `attempts` with backoff), so a publish to an S3 that does not
+answer ends spooled, never hanging; `outages` records each stretch S3 could not be reached (first
+failure, first success after it, when the spool was empty again). Not here: the protocol and the local
+store (`store.py`), Parquet (`writer.py`).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class S3Store:
         self.attempts, self.base_delay, self.max_delay, self._sleep = attempts, base_delay, max_delay, sleep
         self.stats: dict[str, int] = {"published": 0, "spooled": 0, "retries": 0, "uploaded_from_spool": 0,
                                       "spool_conflicts": 0}
+        # {"start", "end", "drained" (time.monotonic(); None until then), "failures"} per stretch S3 was unreachable
+        self.outages: list[dict] = []
         config = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=connect_timeout,
                         read_timeout=read_timeout, s3={"addressing_style": "path"} if endpoint_url else None)
         self.client = client or boto3.client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
@@ -106,9 +113,11 @@ class S3Store:
             try:
                 with open(path, "rb") as body:
                     self.client.put_object(Bucket=self.bucket, Key=self._object_key(key), Body=body, IfNoneMatch="*")
+                self._reached()
                 return
             except ClientError as e:
                 if _precondition_failed(e):
+                    self._reached()
                     # after a failed attempt the object may be ours: a lost response, not a conflict
                     if last is not None and self._same_content(path, key):
                         return
@@ -116,9 +125,20 @@ class S3Store:
                 if not is_transient(e):
                     raise
                 last = e
+                self._unreached()
             except (BotoConnectionError, HTTPClientError) as e:
                 last = e
+                self._unreached()
         raise Unreachable(f"{self.url}/{key}: {attempts} attempt(s) failed; last error: {last}") from last
+
+    def _unreached(self) -> None:
+        if not self.outages or self.outages[-1]["end"] is not None:
+            self.outages.append({"start": time.monotonic(), "end": None, "drained": None, "failures": 0})
+        self.outages[-1]["failures"] += 1
+
+    def _reached(self) -> None:
+        if self.outages and self.outages[-1]["end"] is None:
+            self.outages[-1]["end"] = time.monotonic()
 
     def _same_content(self, path: Path, key: str) -> bool:
         try:
@@ -170,7 +190,13 @@ class S3Store:
             self.spool.delete(info.key)
             self.stats["uploaded_from_spool"] += 1
             report["uploaded"].append(info.key)
+        if pending and report["error"] is None and self.outages and self.outages[-1]["drained"] is None:
+            self.outages[-1]["drained"] = time.monotonic()
         return report
+
+    def spooled(self) -> int:
+        """Files waiting in the spool for S3."""
+        return len(self.spool.list())
 
     def _resolve_existing(self, path: Path, key: str, report: dict[str, Any]) -> None:
         if self._same_content(path, key):
@@ -210,8 +236,18 @@ class S3Store:
         self.client.delete_object(Bucket=self.bucket, Key=self._object_key(key))
 
     def read_table(self, filter: Any = None) -> pa.Table:
-        """Every published Parquet file (one GET each), partition columns included, optionally filtered."""
-        tables = [with_partitions(pq.read_table(io.BytesIO(self.get_bytes(info.key)), schema=FILE_SCHEMA), info.key)
-                  for info in self.list() if partition_of(info.key)]
+        """Every published Parquet file (one GET each) and every spooled one not in S3 yet, partition
+        columns included, optionally filtered."""
+        published = [info.key for info in self.list() if partition_of(info.key)]
+        tables = [with_partitions(pq.read_table(io.BytesIO(self.get_bytes(key)), schema=FILE_SCHEMA), key)
+                  for key in published]
+        listed = set(published)
+        for info in self.spool.list():
+            if partition_of(info.key) and info.key not in listed:
+                try:
+                    data = self.spool.get_bytes(info.key)
+                except ObjectNotFound:  # uploaded since S3 was listed, then removed from the spool
+                    data = self.get_bytes(info.key)
+                tables.append(with_partitions(pq.read_table(io.BytesIO(data), schema=FILE_SCHEMA), info.key))
         table = pa.concat_tables(tables) if tables else empty_table()
         return table if filter is None else table.filter(filter)

@@ -8,6 +8,11 @@ the rows buffered. Files are written while rows arrive: every CHUNK_ROWS rows of
 row group, encoded in the background (`parquet_file.RowGroupFile`), so a flush has only the last
 one left to encode. Also `read_records` / `find_trajectory`. Not here: stores (`store.py`, `s3.py`),
 the schema itself (`schema.py`), retention (`gc.py`).
+
+Publishing has a deadline (`write_timeout_s`, `data.write_timeout_s`): a flush, or the publish a
+full partition makes, that has not finished by then raises `StoreTimeout` instead of hanging on a
+store that does not answer, and the writer refuses further work (its publish may still be running).
+A flush also uploads what an S3 store spooled during an outage (`S3Store.upload_spool`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from agentrl_cli.errors import AgentrlError
 
 from .redact import Redactor
 from .columnar import check_scalars, records_table
@@ -72,6 +79,12 @@ class WriteError(OSError):
     """A Parquet file could not be written or published; its rows are still buffered."""
 
 
+class StoreTimeout(AgentrlError):
+    """Publishing to the trajectory store did not finish within `data.write_timeout_s`."""
+
+    exit_code = 1
+
+
 def _partition_errors(row: dict) -> list[str]:
     errors = []
     harness, date = row.get("harness"), row.get("date")
@@ -90,10 +103,13 @@ class TrajectoryWriter:
     One writer per thread: it holds no lock."""
 
     def __init__(self, store: TrajectoryStore, *, rows_per_file: int = 1024, compression: str = "zstd",
-                 redactor: Redactor | None = None, quarantine_dir: str | Path | None = None) -> None:
+                 redactor: Redactor | None = None, quarantine_dir: str | Path | None = None,
+                 write_timeout_s: float | None = None) -> None:
         if rows_per_file < 1:
             raise ValueError(f"rows_per_file must be >= 1, got {rows_per_file} (set data.rows_per_file)")
         self.store, self.rows_per_file, self.redactor = store, rows_per_file, redactor
+        self.write_timeout_s = write_timeout_s  # None: no deadline
+        self._timed_out: StoreTimeout | None = None  # set once a publish missed its deadline
         self.compression = None if compression == "none" else compression
         self.quarantine_dir = Path(quarantine_dir) if quarantine_dir is not None else None
         self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0}
@@ -120,6 +136,8 @@ class TrajectoryWriter:
         A dict row is validated in full here. A TrajectoryRecord gets the cheap top-level check here
         and the rest when its file is built (Arrow refuses mistyped values; the record is then found
         with `validate_row`, quarantined, and the others are written)."""
+        if self._timed_out is not None:
+            raise self._timed_out
         if isinstance(record, TrajectoryRecord):
             errors = check_scalars(record)
             item, row = record, None
@@ -137,7 +155,7 @@ class TrajectoryWriter:
         rows = self._buffers.setdefault(part, [])
         rows.append(item)
         if len(rows) >= self.rows_per_file:
-            self._flush_partition(part)
+            self._within_deadline(lambda: self._flush_partition(part), f"publishing {len(rows)} trajectories")
         elif len(rows) - self._encoded.get(part, 0) >= CHUNK_ROWS and part not in self._ahead_failed:
             self._write_ahead(part)
         return True
@@ -217,8 +235,37 @@ class TrajectoryWriter:
         log.warning("trajectory %s quarantined to %s: %s", tid, path, "; ".join(errors))
 
     def flush(self) -> None:
-        """Publish every buffered partition. On error the failed partitions stay buffered and the
-        first error is raised after all have tried."""
+        """Publish every buffered partition, then what the store spooled in an outage. On error the
+        failed partitions stay buffered and the first error is raised after all have tried; past
+        `write_timeout_s`, `StoreTimeout`."""
+        if self._timed_out is not None:
+            raise self._timed_out
+        self._within_deadline(self._flush_all, f"flushing {self.buffered} trajectories")
+
+    def _within_deadline(self, work, what: str) -> None:
+        """`work()` in a thread this one waits for at most `write_timeout_s` (then StoreTimeout)."""
+        if self.write_timeout_s is None:
+            return work()
+        done: dict = {}
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                done["error"] = exc
+        worker = threading.Thread(target=run, name="store-write", daemon=True)
+        worker.start()
+        worker.join(self.write_timeout_s)
+        if worker.is_alive():
+            self._timed_out = StoreTimeout(
+                f"the trajectory store {self.store.url} did not finish {what} within {self.write_timeout_s:g} s "
+                "(data.write_timeout_s); the writer stops here, its rows unpublished",
+                "check that the store answers (`agentrl bench store`); a slow store may need a larger data.write_timeout_s")
+            raise self._timed_out
+        if "error" in done:
+            raise done["error"]
+
+    def _flush_all(self) -> None:
         parts = [p for p in list(self._buffers) if self._buffers.get(p)]
         # partitions in parallel: one builds (Python) while others encode (C++, GIL released)
         with ThreadPoolExecutor(max_workers=max(1, min(len(parts), _ENCODERS)), thread_name_prefix="flush") as pool:
@@ -226,6 +273,9 @@ class TrajectoryWriter:
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]
+        spooled = getattr(self.store, "spooled", None)
+        if spooled is not None and spooled():
+            self.store.upload_spool(attempts=1)
 
     def _chunk_table(self, items: list):
         """(Arrow table, items in it) for one chunk; mistyped records are quarantined and left out."""
@@ -336,4 +386,5 @@ def open_writer(data_config: Any, store: TrajectoryStore | None = None) -> Traje
 
     return TrajectoryWriter(store or open_store(data_config), rows_per_file=data_config.rows_per_file,
                             compression=data_config.compression, redactor=Redactor.from_config(data_config),
-                            quarantine_dir=Path(data_config.root) / "_quarantine")
+                            quarantine_dir=Path(data_config.root) / "_quarantine",
+                            write_timeout_s=data_config.write_timeout_s)

@@ -6,6 +6,14 @@ Token ids in, token ids + log-probs + finish reason + weight version out. Connec
 every request has a deadline. Without a router, requests are spread round-robin or to the server
 with the fewest requests in flight (`least_loaded`).
 
+Rotation: `remove_url` / `add_url` change the servers requests go to while requests are in flight
+(the run's supervisor takes a dead server out at once and puts it back once it serves the run's
+weights; `agentrl run servers add|remove`). Requests already sent to a removed server finish there or
+fail over as any failure does. With no server in rotation a request fails as unreachable, and the
+rollout waits for one to come back (`rollout/resume.py`). A server added with `serve=False` is held:
+it is one of `urls` (weight updates reach it) but gets no requests until `add_url` releases it.
+`answered` counts each server's answered /generate requests.
+
 LoRA: `load_lora_adapter` / `unload_lora_adapter` on every server, and the policy's adapter
 (`PolicyAdapter`): once weight sync names one, every /generate carries it as `lora_path`. Clients
 built by `client_from_config` for the same servers share one `PolicyAdapter` in this process, so the
@@ -20,9 +28,9 @@ that delayed the server's batch by 100-300 ms (measured for benchmarks/inference
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -147,8 +155,10 @@ class InferenceClient:
         self._session: aiohttp.ClientSession | None = None
         self._session_loop = None
         self.timeout_s, self.max_retries, self.backoff_s, self.policy = timeout_s, max_retries, backoff_s, policy
-        self._rr = itertools.cycle(range(len(self.urls)))
+        self._next = 0  # round-robin position
         self.in_flight = {u: 0 for u in self.urls}
+        self.answered: Counter = Counter()  # url -> /generate requests it answered
+        self.held: frozenset[str] = frozenset()  # in `urls` for weight updates, but sent no requests yet
         self.stats = {"requests": 0, "retries": 0, "failures": 0}
         self.watchdog = None  # optional observe.watchdog.Watchdog: per-server progress ("inference URL")
         self.adapter = adapter if adapter is not None else PolicyAdapter()
@@ -171,12 +181,44 @@ class InferenceClient:
         async with self._http().request(method, url, json=body, timeout=timeout) as r:
             return Reply(r.status, await r.read())
 
-    def _pick(self, exclude: set[str]) -> str:
-        candidates = [u for u in self.urls if u not in exclude] or self.urls
+    # ---- rotation -------------------------------------------------------------------------------
+    # `urls` is replaced, never changed in place: another thread (the agent gateway's) may be reading it
+
+    def remove_url(self, url: str) -> bool:
+        """Send no new requests to `url`; False when it was not in rotation."""
+        url = url.rstrip("/")
+        if url not in self.urls:
+            return False
+        self.urls = [u for u in self.urls if u != url]
+        self.held = self.held - {url}
+        return True
+
+    def add_url(self, url: str, *, serve: bool = True) -> bool:
+        """Send requests to `url` too (`serve=False`: hold it, a member for weight updates only);
+        False when nothing changed."""
+        url = url.rstrip("/")
+        if url in self.urls:
+            if serve and url in self.held:
+                self.held = self.held - {url}
+                return True
+            return False
+        self.in_flight.setdefault(url, 0)
+        if not serve:
+            self.held = self.held | {url}
+        self.urls = [*self.urls, url]
+        return True
+
+    def _pick(self, exclude: set[str]) -> str | None:
+        held = self.held
+        urls = [u for u in self.urls if u not in held]
+        candidates = [u for u in urls if u not in exclude] or urls
+        if not candidates:
+            return None
         if self.policy == "least_loaded":
-            return min(candidates, key=lambda u: self.in_flight[u])
-        for _ in range(len(self.urls)):
-            u = self.urls[next(self._rr)]
+            return min(candidates, key=lambda u: self.in_flight.get(u, 0))
+        for _ in range(len(urls)):
+            u = urls[self._next % len(urls)]
+            self._next += 1
             if u in candidates:
                 return u
         return candidates[0]
@@ -196,7 +238,13 @@ class InferenceClient:
         last = ""
         for attempt in range(self.max_retries + 1):
             server = self._pick(tried)
-            self.in_flight[server] += 1
+            if server is None:
+                last = "no inference server in rotation (all are down or were removed)"
+                if attempt < self.max_retries:
+                    self.stats["retries"] += 1
+                    await asyncio.sleep(self.backoff_s * (2 ** attempt))
+                continue
+            self.in_flight[server] = self.in_flight.get(server, 0) + 1
             t0 = time.perf_counter()
             answered = False
             if self.watchdog is not None:
@@ -209,6 +257,7 @@ class InferenceClient:
                 missing = r.status_code == 400 and ADAPTER_NOT_LOADED in r.text
                 answered = r.status_code not in RETRYABLE_STATUS
                 if r.status_code < 400:
+                    self.answered[server] += 1
                     return r.json(), server, time.perf_counter() - t0, attempt
                 last = f"{server}: HTTP {r.status_code}: {r.text[:300]}"
                 if r.status_code not in RETRYABLE_STATUS and not missing:
@@ -347,13 +396,14 @@ class InferenceClient:
         return dict(await asyncio.gather(*(one(u) for u in self.urls)))
 
     async def health(self) -> bool:
-        """True when every server answers /health with 200."""
+        """True when every server in rotation answers /health with 200 (False with none in rotation)."""
         async def one(url: str) -> bool:
             try:
                 return (await self._send("GET", url + "/health", timeout_s=5)).status_code == 200
             except TRANSPORT_ERRORS:
                 return False
-        return all(await asyncio.gather(*(one(u) for u in self.urls)))
+        urls = self.urls
+        return bool(urls) and all(await asyncio.gather(*(one(u) for u in urls)))
 
     async def healthy_urls(self, timeout_s: float = 5.0) -> list[str]:
         """The servers answering /health with 200 within `timeout_s` (the resume path polls this)."""
@@ -362,7 +412,8 @@ class InferenceClient:
                 return (await self._send("GET", url + "/health", timeout_s=timeout_s)).status_code == 200
             except TRANSPORT_ERRORS:
                 return False
-        return [u for u, ok in zip(self.urls, await asyncio.gather(*(one(u) for u in self.urls))) if ok]
+        urls = self.urls
+        return [u for u, ok in zip(urls, await asyncio.gather(*(one(u) for u in urls))) if ok]
 
     async def wait_healthy(self, deadline_s: float) -> None:
         end = time.monotonic() + deadline_s

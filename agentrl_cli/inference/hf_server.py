@@ -5,14 +5,23 @@ cannot tell it from an SGLang server for the endpoints it supports. Validation a
 updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
 routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
 codes. Serve it with `agentrl_cli.serving.ServerThread` or uvicorn.
+
+Draining (`app.state.drain()`, and `DrainingServer` on every shutdown, SIGTERM included): new
+generation requests (/generate, /v1/...) get 503 naming the reason, /health answers 503, and the
+requests in flight are aborted as /abort_request aborts them: each answers at once with finish
+reason "abort" and the tokens and log-probs generated so far, which the client continues on
+another server (`rollout/resume.py`). So a preemptible server hands back its work instead of
+holding it until it is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -35,6 +44,25 @@ HEALTH_TIMEOUT_S = 20.0  # SGLANG_HEALTH_CHECK_TIMEOUT
 FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
               "requests, the operation will not be performed.)\n")
 GPU_ONLY_UPDATES = ("update_weights_from_tensor",)  # CUDA-IPC handles a CPU process cannot open
+DRAINING = "the server is draining (shutting down); send the request to another server"
+GENERATION_PATHS = ("/generate", "/v1/")
+log = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that drains the app (`app.state.drain`) before it shuts down, so the answers
+    of the aborted requests go out on their connections before uvicorn waits for them to close."""
+
+    def __init__(self, config: uvicorn.Config, drain) -> None:
+        super().__init__(config)
+        self._drain = drain
+
+    async def shutdown(self, sockets=None) -> None:
+        try:
+            self._drain()
+        except Exception:  # noqa: BLE001 - shutting down whatever happens
+            log.exception("draining before shutdown failed")
+        await super().shutdown(sockets)
 
 
 class InitWeightsUpdateGroupIn(BaseModel):
@@ -62,6 +90,20 @@ class UpdateWeightsFromDistributedIn(BaseModel):
 class DestroyWeightsUpdateGroupIn(BaseModel):
     model_config = ConfigDict(extra="ignore")
     group_name: StrictStr = DEFAULT_GROUP
+
+
+class RefuseWhileDraining:
+    """ASGI middleware: 503 for generation requests once the app drains (`state.draining`)."""
+
+    def __init__(self, app, state) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope, receive, send) -> None:
+        if (scope["type"] == "http" and self.state.draining and scope["method"] != "GET"
+                and scope["path"].startswith(GENERATION_PATHS)):
+            await json_response(error_body(DRAINING), 503)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def json_response(obj, status_code: int = 200) -> Response:
@@ -96,6 +138,21 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
 
     app.add_middleware(BearerAuth, keys=KeyRing.coerce(api_key), service="inference", audit=audit,
                        audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})  # SGLang's 401 body
+    app.state.draining = False
+
+    def drain() -> int:
+        """Refuse new generation requests and abort those in flight (they answer with their partial
+        tokens); returns how many were aborted. Call it on the app's event loop."""
+        first = not app.state.draining
+        app.state.draining = True
+        aborted = engine.abort(abort_all=True)
+        if first:
+            log.warning("draining: %d request(s) in flight aborted with their partial tokens; new generation "
+                        "requests get 503", aborted)
+        return aborted
+    app.state.drain = drain
+
+    app.add_middleware(RefuseWhileDraining, state=app.state)
 
     @app.exception_handler(ProtocolError)
     async def bad_request(_request: Request, exc: ProtocolError):
@@ -104,6 +161,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
         parsed = parse_generate(await _body(request), engine.tokenizer, engine.vocab_size, engine.context_length)
+        if app.state.draining:  # began while the body was read: nothing was queued yet
+            return json_response(error_body(DRAINING), 503)
         try:
             futures = engine.submit_many([dict(input_ids=i.input_ids, sampling=i.sampling, rid=i.rid,
                                                return_logprob=i.return_logprob, logprob_start_len=i.logprob_start_len,
@@ -123,10 +182,12 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
 
     @app.get("/health")
     async def health():
-        return Response(status_code=200 if engine.alive else 503)
+        return Response(status_code=200 if engine.alive and not app.state.draining else 503)
 
     @app.get("/health_generate")
     async def health_generate():
+        if app.state.draining:
+            return Response(status_code=503)
         rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
         try:
             future = engine.submit([0], {"max_new_tokens": 1, "temperature": 0.0}, rid=rid, internal=True)

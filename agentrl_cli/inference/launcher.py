@@ -2,7 +2,8 @@
 possibly with another interpreter, since SGLang usually lives in its own environment or image),
 the SGLang router in front of several replicas, or the embedded server (`agentrl serve inference
 --engine hf`). Each server's log streams to the run directory; start-up waits for health with a
-deadline; stop is terminate, then kill."""
+deadline; stop is terminate, then kill. A server keeps the command and environment it was started with,
+so the run's supervisor (`agentrl_cli/supervise/`) can start it again on the same port (`relaunch`)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
 from agentrl_cli.errors import AgentrlError, ConfigError
 from agentrl_cli.httpclient import http_client
+from agentrl_cli.logstreams import level_env
 
 ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_loaded; power-of-two is its nearest
 
@@ -33,6 +36,10 @@ class ServerProcess:
     url: str
     proc: subprocess.Popen
     log_path: Path
+    cmd: list[str] = field(default_factory=list)  # what started it, for `relaunch`
+    env: dict | None = field(default=None, repr=False)  # may hold its key (key_env): never logged
+    before_start: Callable[[], None] | None = field(default=None, repr=False)  # writes what the command reads at start-up
+    after_healthy: Callable[[], None] | None = field(default=None, repr=False)  # removes it again
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -60,10 +67,12 @@ class ServerProcess:
 TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of Hermes `<tool_call>` blocks: the convention agentrl's chat renderer and embedded server use
 
 
-def sglang_command(cfg, model_path: str, port: int, lora=None) -> list[str]:
+def sglang_command(cfg, model_path: str, port: int, lora=None, key_dir: Path | None = None) -> list[str]:
     """SGLang's command line for `cfg` (the inference section). With `lora` (training.lora) the server
     takes LoRA adapters loaded at run time (`--enable-lora`), sized for them: `--max-lora-rank` and
-    `--lora-target-modules` are fixed at launch, and an adapter of a higher rank or other modules is refused."""
+    `--lora-target-modules` are fixed at launch, and an adapter of a higher rank or other modules is refused.
+    The key (inference.api_key) never goes on the command line, which every user of the host can read:
+    it goes into a YAML file only this user can read, in `key_dir`, that SGLang reads with `--config`."""
     if lora is not None and cfg.dp_size > 1:
         raise ConfigError(f"SGLang loads LoRA adapters at run time only with one data-parallel rank (its "
                           f"load_lora_adapter asserts dp_size == 1); inference.dp_size is {cfg.dp_size}",
@@ -76,7 +85,7 @@ def sglang_command(cfg, model_path: str, port: int, lora=None) -> list[str]:
     if cfg.max_running_requests is not None:
         cmd += ["--max-running-requests", str(cfg.max_running_requests)]
     if cfg.api_key is not None:
-        cmd += ["--api-key", cfg.api_key.get_secret_value()]
+        cmd += ["--config", str(sglang_key_file(cfg.api_key.get_secret_value(), key_dir, port))]
     if cfg.enable_metrics:
         cmd.append("--enable-metrics")
     if cfg.prefix_cache_tokens == 0:
@@ -84,6 +93,35 @@ def sglang_command(cfg, model_path: str, port: int, lora=None) -> list[str]:
     if lora is not None:
         cmd += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--lora-target-modules", *lora.target_modules]
     return cmd
+
+
+def sglang_key_file(key: str, key_dir: Path | None, port: int) -> Path:
+    """`api-key: KEY` in `key_dir/sglang-PORT.yaml` (mode 0600; a private temporary directory when
+    `key_dir` is None), the form SGLang's `--config` reads."""
+    import tempfile
+
+    import yaml
+
+    directory = Path(key_dir) if key_dir is not None else Path(tempfile.mkdtemp(prefix="agentrl-sglang-"))
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / f"sglang-{port}.yaml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(yaml.safe_dump({"api-key": key}))
+    os.chmod(path, 0o600)
+    return path
+
+
+def _key_file_hooks(cfg, key_dir: Path, port: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(write SGLang's key file for `port` again, remove it): around a restart of that server."""
+    key = cfg.api_key.get_secret_value()
+
+    def write() -> None:
+        sglang_key_file(key, key_dir, port)
+
+    def remove() -> None:
+        (Path(key_dir) / f"sglang-{port}.yaml").unlink(missing_ok=True)
+    return write, remove
 
 
 def router_command(cfg, worker_urls: list[str], port: int) -> list[str]:
@@ -160,7 +198,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _start(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None) -> ServerProcess:
+def start_process(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None) -> ServerProcess:
+    """Start `cmd` in its own session (`env` added to this environment), its output appended to
+    `logs/<name>.log`; it gets SIGTERM when the thread that started it ends."""
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
     log = open(log_path, "ab")
@@ -169,7 +209,18 @@ def _start(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = N
                                 env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
     finally:
         log.close()
-    return ServerProcess(name, url, proc, log_path)
+    return ServerProcess(name, url, proc, log_path, list(cmd), env)
+
+
+def relaunch(server: ServerProcess) -> None:
+    """Start `server`'s command again on its port, in place (`server.proc` is the new process); the
+    old process, if still running, is stopped first. Call it from the thread that owns the run (the
+    child gets SIGTERM when the starting thread dies), then wait for health (`wait_healthy`)."""
+    server.stop(timeout_s=5.0)
+    if server.before_start is not None:
+        server.before_start()
+    again = start_process(server.name, server.cmd, server.url, server.log_path.parent, server.env)
+    server.proc = again.proc
 
 
 def _poll_ready(items: list, url_of, path: str, deadline_s: float, before=lambda item: None) -> list:
@@ -228,15 +279,21 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
         for i in range(cfg.replicas):
             port = cfg.port + i
             url = f"http://{cfg.host}:{port}"
-            cmd = (sglang_command(cfg, model_path, port, config.training.lora) if cfg.engine == "sglang" else
+            cmd = (sglang_command(cfg, model_path, port, config.training.lora, logs.parent / "keys")
+                   + ["--log-level", config.observe.log_level] if cfg.engine == "sglang" else
                    hf_command(cfg, model_path, port, config.rollout.batch_window_ms,
                               config.model.dtype, config.model.context_length))
-            env = {**thread_env(cpu_thread_split(config, beside_trainer)[1]), **key_env(cfg)} if cfg.engine == "hf" else None
-            servers.append(_start(f"{cfg.engine}-{i}", cmd, url, logs, env))
+            env = ({**thread_env(cpu_thread_split(config, beside_trainer)[1]), **key_env(cfg), **level_env(config.observe.log_level)}
+                   if cfg.engine == "hf" else None)  # the run's log level: the child's config loader reads it
+            servers.append(start_process(f"{cfg.engine}-{i}", cmd, url, logs, env))
+            if cfg.engine == "sglang" and cfg.api_key is not None:  # a restart needs the key file again, briefly
+                servers[-1].before_start, servers[-1].after_healthy = _key_file_hooks(cfg, logs.parent / "keys", port)
         wait_healthy(servers, cfg.startup_timeout_s)
+        for key_file in (logs.parent / "keys").glob("sglang-*.yaml"):  # read at start-up; no copy stays on disk
+            key_file.unlink(missing_ok=True)
         if cfg.replicas > 1 and cfg.engine == "sglang":
             router_port = cfg.port + cfg.replicas
-            router = _start("router", router_command(cfg, [s.url for s in servers], router_port),
+            router = start_process("router", router_command(cfg, [s.url for s in servers], router_port),
                             f"http://{cfg.host}:{router_port}", logs)
             servers.append(router)
             wait_healthy([router], cfg.startup_timeout_s, path="/health")

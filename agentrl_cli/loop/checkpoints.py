@@ -10,15 +10,26 @@ number of times trains on exactly the draws an uninterrupted one does, each once
 
 The state is taken in `save`, in the same event-loop turn as the train step it follows (no await
 between): every draw is then trained (in the ledger), buffered, or in flight, and none can be taken
-off the buffer for the next step before the state is. Only the writing runs in the background.
+off the buffer for the next step before the state is. A draw counts as in flight from the moment the
+rollout starts it (`RolloutController.run`), so none is between the two. Only the writing runs in the
+background, within `training.checkpoint_timeout_s` (then `CheckpointTimeout`: the run stops instead
+of waiting on storage that does not answer; a checkpoint is only ever read once complete).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
+from agentrl_cli.errors import AgentrlError
 from agentrl_cli.loop.ledger import read_ledger, write_ledger
 from agentrl_cli.training.checkpoint import rng_state, set_rng_state
+
+
+class CheckpointTimeout(AgentrlError):
+    """Writing a checkpoint did not finish within `training.checkpoint_timeout_s`."""
+
+    exit_code = 1
 
 
 class CheckpointSchedule:
@@ -61,9 +72,43 @@ class CheckpointSchedule:
         def write(d):
             run.backend.save_checkpoint(d / "engine", state)
             write_ledger(d, ledger)
-        path = await asyncio.to_thread(run.ckpt.save, state["step"], write, {"version": state["version"], "run_id": run.run_id})
+        timeout = run.cfg.training.checkpoint_timeout_s
+        try:
+            path = await asyncio.wait_for(_in_daemon_thread(run.ckpt.save, state["step"], write,
+                                                            {"version": state["version"], "run_id": run.run_id}), timeout)
+        except asyncio.TimeoutError:
+            raise CheckpointTimeout(
+                f"the checkpoint of step {state['step']} was not written within {timeout:g} s "
+                f"(training.checkpoint_timeout_s) under {run.ckpt.root}; a checkpoint is resumed from only once complete",
+                "check that the checkpoint storage answers (`agentrl bench storage`); a large model on slow storage may "
+                "need a larger training.checkpoint_timeout_s") from None
         run.checkpoints_written.append(path.name)
         return path.name
+
+
+async def _in_daemon_thread(fn, *args):
+    """`fn(*args)` in a daemon thread: one stuck on storage past its deadline must not keep the
+    process from exiting (the event loop's own executor waits for its threads at the end)."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: str, value) -> None:
+        if not future.done():
+            getattr(future, outcome)(value)
+
+    def run() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome, value = "set_exception", exc
+        else:
+            outcome, value = "set_result", result
+        try:
+            loop.call_soon_threadsafe(settle, outcome, value)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+    threading.Thread(target=run, name="checkpoint-write", daemon=True).start()
+    return await future
 
 
 async def resume(run, latest) -> None:

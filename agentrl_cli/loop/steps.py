@@ -29,8 +29,9 @@ from agentrl_cli.loop.evaluation import evaluate
 from agentrl_cli.loop.ledger import ledger_entry
 from agentrl_cli.loop.restarts import TrainerCrashed
 from agentrl_cli.loop.shaping import Shaping, fill_batch
-from agentrl_cli.observe import keys
+from agentrl_cli.observe import keys, traces
 from agentrl_cli.observe.step_metrics import step_row
+from agentrl_cli.supervise.supervisor import unless_failed
 
 ROLLOUT_TIMERS = ("generate_s", "reward_s", "store_s", "env_s")
 
@@ -109,7 +110,8 @@ class StepLoop:
             run.evals.append(summary.evals[-1])
         try:
             while run.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
-                row = await self._step(steps, rollout is None, summary, t_start)
+                row = await traces.train_step(cfg.observe, run.run_id, run.step + 1,
+                                              self._step(steps, rollout is None, summary, t_start))
                 run.metrics.append(row)
                 run.step_rows.append(row)
                 summary.metrics.append(row)
@@ -193,7 +195,7 @@ class StepLoop:
         row.update({keys.rollout(k): v for k, v in run.controller.counters.items()
                     if k.startswith(("truncated_", "env_create_", "token_exact_"))})
         row.update({k: v for k, v in run.controller.counters.items()
-                    if k.startswith(("env/", keys.gateway("")))})  # harness errors; the agent gateway's counters
+                    if k.startswith(("env/", keys.gateway(""), keys.supervisor("")))})  # harness errors; gateway, supervisor
         return row
 
     async def _take(self, n: int, generate_first: bool) -> list:
@@ -201,7 +203,9 @@ class StepLoop:
         run = self.run
         if generate_first:  # sync mode: generate this step's groups, then train
             await run.controller.run(asyncio.Event(), max_groups=n)
-        groups = await run.buffer.take(n, run.version, timeout=self.cfg.rollout.step_timeout_seconds * 10)
+        # a component the run's supervisor gave up on ends the run here, at once or while waiting
+        groups = await unless_failed(getattr(run, "supervisor", None),
+                                     run.buffer.take(n, run.version, timeout=self.cfg.rollout.step_timeout_seconds * 10))
         run.controller.harness_errors.raise_if_failed()
         return groups
 

@@ -6,7 +6,8 @@ Keys are namespaced as CleanRL's are: `train/…` (the learner's losses and diag
 a step and their shares), `sync/…` (weight sync), `rollout/…` (counters of the rollout and the
 buffer), `infer/…` (generation totals, and `infer/<harness>/…`), `env/<harness>/…` (service levels),
 `gateway/…` (the run's recording gateway, when an agent harness starts one),
-`eval/<harness>/…` (one row per evaluation), `system/…` (CPU, RSS, accelerators), `watchdog/…`.
+`eval/<harness>/…` (one row per evaluation), `system/…` (CPU, RSS, accelerators), `watchdog/…`,
+`supervisor/…` (restarts and outages of the run's components), `observe/…` (the run's own trackers).
 A name with a harness (or a tool, an error, a status) in it is built by a function here.
 
 Belongs here: names. Computing a figure belongs to the part that owns it; writing a row is
@@ -109,6 +110,24 @@ RESTART_CAUSE = "restart/cause"  # rank_died, out_of_memory, hang, error
 RESTART_ERROR = "restart/error"  # the crash's message, cut to its first lines
 RESTART_LAST_STEP = "restart/last_step"  # the last step the crashed trainer completed
 RESTART_FROM = "restart/from_checkpoint"  # the checkpoint the run restarts from (null: from the start)
+
+# the run's supervisor (agentrl_cli/supervise/): cumulative restarts of the components it started, times a
+# component went down, and the components down now (restarting, given up, or not answering its health check)
+SUPERVISOR_RESTARTS = "supervisor/restarts"
+SUPERVISOR_DOWN = "supervisor/down"
+SUPERVISOR_DOWN_NOW = "supervisor/down_now"
+SUPERVISOR_SERVERS = "supervisor/servers"  # inference servers in the rollout's rotation now
+
+
+def supervisor(counter: str) -> str:
+    """`supervisor/<counter>`: a counter of the run's supervisor (SUPERVISOR_*), in the rows of supervised runs."""
+    return f"supervisor/{counter}"
+
+
+def tracker_errors(tracker: str) -> str:
+    """`observe/tracker_errors/<tracker>`: rows a tracker (observe.trackers) failed to take so far, in the rows once non-zero."""
+    return f"observe/tracker_errors/{tracker}"
+
 
 INFER_GENERATE_S_TOTAL = "infer/generate_s_total"
 INFER_ENV_S_TOTAL = "infer/env_s_total"

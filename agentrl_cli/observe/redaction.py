@@ -175,16 +175,50 @@ def _redact(text: str) -> str:
     return redactor.text(text) if redactor is not None else text
 
 
+def _redact_args(redactor, record: logging.LogRecord) -> bool:
+    """Redact the message and each argument in place, so the arguments stay arguments (formatters such as
+    uvicorn's access log read them); False when that cannot be done or a secret would still show once
+    formatted (split across arguments), and the caller redacts the formatted message instead."""
+    args = record.args
+    if not isinstance(record.msg, str) or not isinstance(args, (tuple, dict)) or not args:
+        return False
+    msg = redactor.text(record.msg)
+    new = (tuple(_redact_arg(redactor, a) for a in args) if isinstance(args, tuple)
+           else {k: _redact_arg(redactor, v) for k, v in args.items()})
+    try:
+        formatted = msg % new
+    except Exception:  # noqa: BLE001 - a bad format string: the caller's path reports it
+        return False
+    if redactor.text(formatted) != formatted:
+        return False
+    record.msg, record.args = msg, new
+    return True
+
+
+def _redact_arg(redactor, value):
+    """A log argument with any secret in it masked: numbers and None as they are, anything else as its
+    text when that holds a secret (so `%d` and `%.2f` still format)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # noqa: BLE001 - an object that cannot print itself: logging reports it later
+        return value
+    clean = redactor.text(text)
+    return clean if isinstance(value, str) or clean != text else value
+
+
 def _redacting_factory(*args, **kwargs) -> logging.LogRecord:
     record = _State.factory(*args, **kwargs)
     redactor = _State.redactor
     if redactor is None:
         return record
-    try:
-        message = record.getMessage()
-    except Exception:  # noqa: BLE001 - a bad format string: logging reports it; redact what is there
-        message = f"{record.msg} {record.args!r}"
-    record.msg, record.args = redactor.text(message), None
+    if not _redact_args(redactor, record):
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format string: logging reports it; redact what is there
+            message = f"{record.msg} {record.args!r}"
+        record.msg, record.args = redactor.text(message), None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:

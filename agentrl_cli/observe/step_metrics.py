@@ -1,6 +1,8 @@
 """The metrics of one trainer step, as a row of the run's `metrics.jsonl`, and the one path they take:
 `MetricsLog.append(row)` writes the row to the JSONL log and hands it to the exporters the config
-turns on (a Prometheus endpoint while the run is live, TensorBoard event files).
+turns on (a Prometheus endpoint while the run is live; the trackers of `observe.trackers`:
+TensorBoard, W&B, MLflow, `trackers.py`). While it is open, the log also keeps the run's log files
+in bounds (`logstreams.RunLogs`: `logs/` beside it, `observe.log_max_mb`).
 
 The keys are named in `keys.py` (namespaced: `train/…`, `reward/…`, `time/…`, `sync/…`, `rollout/…`,
 `infer/…`, `env/<harness>/…`, `system/…`, `watchdog/…`). Belongs here: writing the figures;
@@ -24,25 +26,42 @@ class MetricsLog:
     `observe` is the config's ObserveConfig (None: the JSONL log alone); event files go to
     `<directory of the log>/tensorboard/`."""
 
-    def __init__(self, path: Path, observe=None, *, run_id: str = "") -> None:
+    def __init__(self, path: Path, observe=None, *, run_id: str = "", config=None) -> None:
+        """`config`: the whole PlatformConfig, which trackers record when no meta.json is beside the log."""
         from agentrl_cli.observe.redaction import current
         from agentrl_cli.observe.system import SystemSampler
 
         self.path = Path(path)
         self.redactor = current()  # a row's strings (error kinds, names) may quote what a harness said
         self.exporters: list = []
+        self.trackers = None  # trackers.TrackerFanout, when observe.trackers (or observe.tensorboard) asks for one
+        self.logs = None  # logstreams.RunLogs over <dir>/logs/
         self.system = SystemSampler()
-        if observe is not None and observe.prometheus_port is not None:
-            from agentrl_cli.observe.prometheus import PrometheusExporter
+        if observe is None:
+            return
+        try:
+            if observe.prometheus_port is not None:
+                from agentrl_cli.observe.prometheus import PrometheusExporter
 
-            self.exporters.append(PrometheusExporter(observe.prometheus_port, observe.prometheus_addr, run_id))
-        if observe is not None and observe.tensorboard:
-            from agentrl_cli.observe.tensorboard import TensorBoardExporter
+                self.exporters.append(PrometheusExporter(observe.prometheus_port, observe.prometheus_addr, run_id))
+            from agentrl_cli.observe.trackers import TrackerFanout, open_trackers
 
-            self.exporters.append(TensorBoardExporter(self.path.parent / "tensorboard"))
+            opened = open_trackers(observe, self.path.parent, run_id, config)
+            if opened:
+                self.trackers = TrackerFanout(opened)
+                self.exporters.append(self.trackers)
+            from agentrl_cli.logstreams import RunLogs
+
+            self.logs = RunLogs(self.path.parent / "logs", observe.log_max_mb, observe.log_backups).start()
+        except BaseException:
+            self.close()
+            raise
 
     def append(self, row: dict) -> None:
-        row = self.redactor.strings({**row, **self.system.sample()})
+        row = {**row, **self.system.sample()}
+        if self.trackers is not None:  # failures so far, once there are any
+            row.update({k.tracker_errors(name): n for name, n in self.trackers.errors.items() if n})
+        row = self.redactor.strings(row)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as f:
             f.write(json.dumps(row, default=float) + "\n")
@@ -58,8 +77,11 @@ class MetricsLog:
                 exporter.close()
             except Exception:  # noqa: BLE001 - closing at the end of a run; the run's own outcome matters more
                 log.exception("closing %s failed", type(exporter).__name__)
-        self.exporters = []
+        self.exporters, self.trackers = [], None
         self.system.close()
+        if self.logs is not None:
+            self.logs.close()
+            self.logs = None
 
 
 def read_rows(path: Path) -> list[dict]:

@@ -4,12 +4,16 @@
 The HTTP client retries connection errors and 5xx with exponential backoff, bounded; when the
 service stays down it returns an `infra_error` result (docs/security.md row 24) so the run continues and
 the trajectory is masked, never scored as the agent's zero. A 4xx is a bug in the request and is
-raised (`RewardRequestError`), never turned into a score.
+raised (`RewardRequestError`), never turned into a score. Every attempt has a deadline (`timeout_s`:
+the run's `reward.timeout_s` plus the trip), so a service that accepts and never answers ends in
+that masked result, naming the deadline, not in a wait; `outages` records each stretch the service
+could not be reached (first failure, first answer after it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Protocol
 
@@ -65,6 +69,18 @@ class HttpRewardClient:
         self.timeout_s, self.max_retries, self.backoff_s = timeout_s, max_retries, backoff_s
         self._client = http_client(timeout=timeout_s, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
         self.counters = {"retries": 0, "unreachable": 0}
+        self.outages: list[dict] = []  # {"start", "end" (time.monotonic(); None while it lasts), "failures"}
+        self._lock = threading.Lock()  # calls come from several threads (ascore)
+
+    def _outage(self, failed: bool) -> None:
+        with self._lock:
+            ongoing = bool(self.outages) and self.outages[-1]["end"] is None
+            if failed:
+                if not ongoing:
+                    self.outages.append({"start": time.monotonic(), "end": None, "failures": 0})
+                self.outages[-1]["failures"] += 1
+            elif ongoing:
+                self.outages[-1]["end"] = time.monotonic()
 
     def _rejected(self, r: httpx.Response) -> RewardRequestError:
         if r.status_code == 401:
@@ -83,9 +99,14 @@ class HttpRewardClient:
         for attempt in range(self.max_retries + 1):
             try:
                 r = self._client.post(self.url + path, json=payload)
+            except httpx.TimeoutException as exc:
+                why = f"no answer within {self.timeout_s:g} s (reward.timeout_s + 5 s for the trip): {type(exc).__name__}"
+                self._outage(failed=True)
             except httpx.HTTPError as exc:
                 why = f"{type(exc).__name__}: {exc}"
+                self._outage(failed=True)
             else:
+                self._outage(failed=r.status_code >= 500)
                 if r.status_code < 400:
                     return r.json(), None
                 if r.status_code < 500:

@@ -41,6 +41,7 @@ from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
 from agentrl_cli.observe.harness_stats import HarnessStats
 from agentrl_cli.observe.watchdog import Watchdog
+from agentrl_cli.observe import traces
 from harnesses.task_sources import task_set
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,12 @@ class RolloutController:
 
     async def play(self, draw: Draw, *, temperature: float | None = None, store: bool = True, counted: bool = False):
         """Run, score and (with `store`) record one episode; returns (result, reward result, record).
-        `counted`: the episode is in `in_flight` already (the loop's own)."""
+        `counted`: the episode is in `in_flight` already (the loop's own). Traced with observe.traces."""
+        return await traces.episode(self.config.observe, self._play(draw, temperature, store, counted),
+                                    trajectory_id=self.trajectory_id(draw), run_id=self.run_id, harness=draw.task.harness,
+                                    task_id=draw.task.task_id, phase=self.phase)
+
+    async def _play(self, draw: Draw, temperature: float | None, store: bool, counted: bool):
         loop = asyncio.get_running_loop()
         pool = self._pool(draw.task.harness)
         self.side_playing += not counted
@@ -180,9 +186,10 @@ class RolloutController:
             self.watchdog.begin("reward")
             scored = None
             try:
-                scored = await self.reward.ascore(request_from_episode(
+                scored = await traces.child("reward", self.reward.ascore(request_from_episode(
                     result.trajectory, result.evidence, trajectory_id=tid, termination=result.termination,
-                    reward_source=self.reward_source(draw.task.harness), harness_reward=result.harness_reward))
+                    reward_source=self.reward_source(draw.task.harness), harness_reward=result.harness_reward)),
+                    after=traces.reward_attributes)
             finally:
                 self.watchdog.end("reward", ok=scored is not None and "reward_service_unreachable" not in scored.flags)
             self.counters[f"reward_{scored.status}"] += 1
@@ -216,8 +223,7 @@ class RolloutController:
         room = min(self.concurrency, self.buffer.capacity - buffered)
         lead = self.lead_limit
         if lead is not None:
-            filling = {d.group_id for d in list(self.inflight_draws.values())} | {d.group_id for d in list(self.starting)}
-            room = min(room, lead() - self.buffer.usable(filling))
+            room = min(room, lead() - self.buffer.usable(self._filling()))
         return max(0, room) + self.side_playing
 
     def train_reward(self, truncated: bool, masked: bool, reward: float) -> float | None:
@@ -249,8 +255,8 @@ class RolloutController:
                                    segment_starts=result.segment_starts, step_rewards=result.step_rewards)
 
     async def _episode_into_buffer(self, draw: Draw) -> None:
-        key = f"{draw.group_id}-{draw.index}"
-        self.inflight_draws[key] = draw
+        key = _draw_key(draw)
+        self.inflight_draws[key] = draw  # already there when started by `run`
         tid = self.trajectory_id(draw)
         try:
             if tid in self.stored_ids and self.fetch is not None:
@@ -297,8 +303,12 @@ class RolloutController:
                 self.counters["backpressure_waits"] += 1
                 await asyncio.sleep(0.01)
                 continue
+            # in flight from this moment, not from the task's first step: a checkpoint taken before
+            # the task runs must find the draw, and the lead must count its buffered siblings
+            draw = self.starting.pop(0)
+            self.inflight_draws[_draw_key(draw)] = draw
             self.in_flight += 1
-            task = asyncio.create_task(self._episode_into_buffer(self.starting.pop(0)))
+            task = asyncio.create_task(self._episode_into_buffer(draw))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         if self._tasks:
@@ -306,8 +316,13 @@ class RolloutController:
 
     def _lead(self) -> int:
         """Episodes in flight plus the buffered ones that can still be trained."""
-        filling = {d.group_id for d in self.inflight_draws.values()} | {d.group_id for d in self.starting}
-        return self.in_flight + self.buffer.usable(filling)
+        return self.in_flight + self.buffer.usable(self._filling())
+
+    def _filling(self) -> set[str]:
+        """Groups with members still to finish: in flight, about to start, or restored to run first.
+        Safe to call from another thread (the gateway's admission): it only copies."""
+        return ({d.group_id for d in list(self.inflight_draws.values())} | {d.group_id for d in list(self.starting)}
+                | {d.group_id for d in list(self.pending)})
 
     def _inference_queue(self) -> int:
         """Generation requests in flight to the inference servers."""
@@ -356,6 +371,10 @@ class RolloutController:
         for pool in self.pools.values():
             pool.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _draw_key(draw: Draw) -> str:
+    return f"{draw.group_id}-{draw.index}"
 
 
 def infra_lost(tid: str, why: str, flag: str = "inference_unavailable") -> RewardResult:

@@ -25,6 +25,7 @@ from agentrl_cli.data.schema import utcnow
 from agentrl_cli.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
+from agentrl_cli.observe import traces
 from harnesses.defaults import default_evidence
 from agentrl_cli.episode import Action, HarnessReward, Observation, Trajectory
 
@@ -143,8 +144,8 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         sampling = SamplingParams(max_new_tokens=min(max_new_tokens, room), temperature=temperature,
                                   seed=None if seed is None else seed * 1000 + step, stop_token_ids=chat.stop_ids)
         try:
-            gen = await generate_resumable(client, result.token_ids, sampling, resume, result.counters,
-                                           on_recovered=on_recovered)
+            gen = await traces.child("model_call", generate_resumable(client, result.token_ids, sampling, resume, result.counters,
+                                           on_recovered=on_recovered), {"step": step}, traces.model_call_attributes)
         except GenerationLost as exc:
             result.generate_s += time.perf_counter() - t
             result.termination, result.error = Termination.INFRA_ERROR, exc.message
@@ -169,7 +170,8 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
         traj.actions.append(action)
         t_step = time.perf_counter()
         try:
-            obs = await env(harness.step, action)
+            obs = await traces.child("tool_call", env(harness.step, action), traces.tool_call_attributes(step, action),
+                                     traces.observation_attributes)
             if stats is not None:
                 stats.record_step(name, time.perf_counter() - t_step)
         except asyncio.TimeoutError:

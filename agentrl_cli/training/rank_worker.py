@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     from agentrl_cli.training.backend import backend_class
 
     protect_process()  # the secrets this rank's environment holds never reach trainer-ranks.log
+    from agentrl_cli.logstreams import LEVEL_ENV, configure_logging
+
+    configure_logging(os.environ.get(LEVEL_ENV, "info"))  # the run's observe.log_level (ranks_backend passes it)
     config = TrainingConfig.model_validate_json((args.control / CONFIG_FILE).read_text(encoding="utf-8"))
     backend = backend_class(config)(args.model, config)
     try:

@@ -14,6 +14,10 @@ Choices worth knowing:
 - When a rank dies the launcher stops the others and exits; the next call (or the call in flight)
   raises `TrainerRanksFailed` naming the rank and its exit status as the launcher logged them. The
   backend is then unusable; a new one resumes from the last checkpoint (same world size).
+- Every wait has a deadline: the start (the launcher's rendezvous, DeepSpeed's set-up, the model
+  load) `training.start_timeout_s`, every call (a train step, a checkpoint, an export)
+  `training.rank_timeout_s`. Past one the ranks are stopped and `TrainerRanksFailed` names the
+  call, the seconds and the key ("did not answer": a hang, which the run restarts from).
 - One host: gloo binds to the loopback interface, the rendezvous is on 127.0.0.1, and without GPUs
   each rank gets `training.cpu_threads` OpenMP threads (auto: the cores split between the ranks and
   the embedded servers the run starts on this host).
@@ -40,7 +44,6 @@ from agentrl_cli.errors import AgentrlError, ConfigError
 from agentrl_cli.training import rank_worker
 from agentrl_cli.training.deepspeed_backend import _free_port, _loopback_ifname
 
-START_TIMEOUT_S = 600.0  # the ranks import DeepSpeed and load the model before rank 0 opens the channel
 STOP_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000
 HOSTFILE_ENV = "DLTS_HOSTFILE"  # the `deepspeed` launcher's own variable; default /job/hostfile
@@ -93,14 +96,16 @@ def hostfile_hosts(path: Path) -> list[tuple[str, int]]:
 
 def launcher_command(cfg, model_path: Path, control: Path, *, port: int | None = None,
                      hostfile: Path | None = None) -> list[str]:
-    """The launcher's argv: torchrun for one node, the `deepspeed` launcher over a hostfile for more."""
+    """The launcher's argv: torchrun for one node, the `deepspeed` launcher over a hostfile for more.
+    The rendezvous port is `port` when given, else `training.master_port` on several nodes (every node
+    must agree on it, and reach it on the first host), else a free loopback port (one node)."""
     world, nodes = cfg.training.world_size, cfg.cluster.nodes
     if world % nodes:
         raise ConfigError(f"training.world_size={world} is not a multiple of cluster.nodes={nodes}",
                           "give every node the same number of ranks: set training.world_size to a multiple of cluster.nodes")
     per_node = world // nodes
     worker = ["--model", str(Path(model_path).absolute()), "--control", str(Path(control).absolute())]
-    port = port or _free_port()
+    port = port or (cfg.training.master_port if nodes > 1 else _free_port())
     if nodes == 1:
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(per_node), "--nnodes", "1",
                 "--master_addr", "127.0.0.1", "--master_port", str(port), "--max_restarts", "0",
@@ -153,6 +158,9 @@ def rank_environment(cfg, env: dict | None = None) -> dict[str, str]:
         env.setdefault("OMP_NUM_THREADS", str(cpu_thread_split(cfg)[0]))
     root = str(Path(rank_worker.__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    from agentrl_cli.logstreams import level_env
+
+    env.update(level_env(cfg.observe.log_level))  # the run's log level, for rank_worker
     return env
 
 
@@ -162,8 +170,9 @@ class RanksBackend:
 
     rank = 0
 
-    def __init__(self, model_path: str | Path, cfg, run_dir: Path, *, start_timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, model_path: str | Path, cfg, run_dir: Path, *, start_timeout_s: float | None = None) -> None:
         self.world_size = cfg.training.world_size
+        self.rank_timeout_s = cfg.training.rank_timeout_s
         self.lora = cfg.training.lora  # the ranks wrap their models with it (deepspeed_backend)
         check_devices(cfg)
         self.run_dir = Path(run_dir)
@@ -188,7 +197,7 @@ class RanksBackend:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                           env=env, start_new_session=True)
         try:
-            self._connect(start_timeout_s)
+            self._connect(start_timeout_s or cfg.training.start_timeout_s)
         except BaseException:
             self.close()
             raise
@@ -203,20 +212,23 @@ class RanksBackend:
                 raise self._failed("the trainer ranks exited before they opened their command channel")
             if time.monotonic() > deadline:
                 raise self._failed(f"the trainer ranks did not open their command channel within {timeout_s:g} s "
-                                   "(a rank never joined)", hint="see the log for the rank that is missing; on several "
-                                   "hosts check the hostfile and that every host reaches the first one",
-                                   exiting=False)
+                                   "(training.start_timeout_s: a rank never joined the rendezvous or is still loading)",
+                                   hint="see the log for the rank that is missing; on several hosts check the hostfile "
+                                   "and that every host reaches the first one; a big model may need a larger "
+                                   "training.start_timeout_s", exiting=False)
             time.sleep(0.2)
         info = json.loads(channel.read_text(encoding="utf-8"))
         self.pids, self.hosts, self._step = info["pids"], info["hosts"], int(info["step"])
         self._conn = Client(("127.0.0.1", int(info["port"])), authkey=self._authkey)
-        self._receive("hello", STOP_TIMEOUT_S)
+        self._receive("hello", timeout_s, "training.start_timeout_s")
 
     def _call(self, name: str, timeout_s: float | None = None, **kwargs):
+        """Rank 0's answer to `name`, within `timeout_s` (default: training.rank_timeout_s)."""
+        key = "training.rank_timeout_s" if timeout_s is None else ""
         with self._lock:
-            return self._exchange(name, timeout_s, kwargs)
+            return self._exchange(name, self.rank_timeout_s if timeout_s is None else timeout_s, kwargs, key)
 
-    def _exchange(self, name: str, timeout_s: float | None, kwargs: dict):
+    def _exchange(self, name: str, timeout_s: float, kwargs: dict, key: str = ""):
         if self._failure is not None:
             raise self._failure
         if self._conn is None:
@@ -227,17 +239,22 @@ class RanksBackend:
             self._conn.send_bytes(pickle.dumps((name, kwargs)))
         except OSError:
             raise self._failed(f"the trainer ranks' channel closed before {name}") from None
-        return self._receive(name, timeout_s)
+        return self._receive(name, timeout_s, key)
 
-    def _receive(self, name: str, timeout_s: float | None = None):
-        """Rank 0's answer; a launcher that exits meanwhile ends the wait (and so does `timeout_s`)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    def _receive(self, name: str, timeout_s: float, key: str = ""):
+        """Rank 0's answer; a launcher that exits meanwhile ends the wait (and so does `timeout_s`,
+        the value of config `key` when it has one)."""
+        deadline = time.monotonic() + timeout_s
         try:
-            while not self._conn.poll(0.5):
+            while not self._conn.poll(min(0.5, timeout_s)):
                 if self._proc.poll() is not None and not self._conn.poll(0):
                     raise self._failed(f"the trainer ranks' launcher exited during {name}")
-                if deadline is not None and time.monotonic() > deadline:
-                    raise self._failed(f"the trainer ranks did not answer {name} within {timeout_s:g} s", exiting=False)
+                if time.monotonic() > deadline:
+                    raise self._failed(f"the trainer ranks did not answer {name} within {timeout_s:g} s"
+                                       + (f" ({key})" if key else ""), exiting=False,
+                                       hint="a rank hangs (a collective waiting on a peer, a stuck device, a file system "
+                                       "that does not answer): see the log; the run restarts from its latest checkpoint"
+                                       + (f"; raise {key} if the call is only slow" if key else ""))
             reply = pickle.loads(self._conn.recv_bytes())
         except (EOFError, OSError):
             raise self._failed(f"the trainer ranks' channel closed during {name}") from None

@@ -7,6 +7,10 @@ Server i takes group ranks from 1 + i * ranks_per_server (its tensor-parallel si
 one rank per GPU; 1 for the embedded server). It needs each server's own URL, not a router's.
 After a failed transfer the group is dropped on both sides and the next publish opens a new one.
 The group itself lives in `group.py`.
+
+Every wait ends by `training.weight_sync_timeout_s`: the servers joining the group (a server that
+never calls in fails the open as soon as the trainer's own wait for it ends, not when its HTTP
+answer times out) and each broadcast; either raises `WeightSyncError` naming the key.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from agentrl_cli.weightsync.group import (
 if TYPE_CHECKING:
     from agentrl_cli.training.backend import TrainingBackend
 
+TIMEOUT_KEY = "training.weight_sync_timeout_s"
+
 
 class DistributedTransport:
     name = "distributed"
@@ -49,7 +55,7 @@ class DistributedTransport:
     def from_config(cls, cfg, client, workdir) -> "DistributedTransport":
         from agentrl_cli.weightsync.registry import ranks_per_server
 
-        return cls(client, ranks_per_server=ranks_per_server(cfg))
+        return cls(client, ranks_per_server=ranks_per_server(cfg), timeout_s=cfg.training.weight_sync_timeout_s)
 
     async def prepare(self, backend: TrainingBackend, version: int) -> Prepared:
         """Copies of the trainer's parameters (every rank calls it; {} except on rank 0)."""
@@ -80,33 +86,38 @@ class DistributedTransport:
         joining = asyncio.ensure_future(asyncio.to_thread(
             open_group, self.master_address, port, 0, world, group_name=self.group_name, backend=self.backend,
             timeout_s=self.timeout_s, listener=sock, cancelled=cancelled))
+        asking = asyncio.ensure_future(self.client.init_weights_update_group(
+            self.master_address, port, world, group_name=self.group_name, backend=self.backend,
+            ranks_per_server=self.ranks_per_server, timeout_s=self.timeout_s + 30))
         try:
-            await self.client.init_weights_update_group(self.master_address, port, world, group_name=self.group_name,
-                                                        backend=self.backend, ranks_per_server=self.ranks_per_server,
-                                                        timeout_s=self.timeout_s + 30)
-            self.group = await joining
+            await _both(asking, joining)
+            self.group = joining.result()
         except BaseException as exc:
             cancelled.set()
+            asking.cancel()
             with contextlib.suppress(BaseException):
                 (await joining).close()
             await self._forget_on_servers()
             if not isinstance(exc, Exception):
                 raise
             raise WeightSyncError(f"could not open weight-update group {self.group_name!r} with {world - 1} server "
-                                  f"rank(s): {exc}", "check the servers' logs; on CPU both sides must use backend "
-                                  "gloo; or set training.weight_sync: disk") from exc
+                                  f"rank(s) within {self.timeout_s:g} s ({TIMEOUT_KEY}): {exc}",
+                                  "check the servers' logs; on CPU both sides must use backend gloo; raise "
+                                  f"{TIMEOUT_KEY} for slow servers; or set training.weight_sync: disk") from exc
         self.groups_opened += 1
 
     async def _send(self, named: dict, version: int) -> int:
         """Broadcast `named` while the servers receive and load it; returns the bytes sent."""
         tensors = list(named.values())
         sending = asyncio.ensure_future(asyncio.to_thread(self.group.send, tensors, self.load_format))
+        loading = asyncio.ensure_future(self.client.update_weights_from_distributed(
+            list(named), [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors], str(version),
+            group_name=self.group_name, load_format=self.load_format, timeout_s=self.timeout_s + 30))
         try:
-            await self.client.update_weights_from_distributed(
-                list(named), [dtype_name(t.dtype) for t in tensors], [list(t.shape) for t in tensors], str(version),
-                group_name=self.group_name, load_format=self.load_format, timeout_s=self.timeout_s + 30)
-            return await sending
+            await _both(loading, sending)
+            return sending.result()
         except BaseException as exc:
+            loading.cancel()
             # a server that refused before receiving leaves our broadcast waiting for its timeout:
             # give up on this group (the thread ends by itself) and open a new one next time
             sending.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -115,7 +126,8 @@ class DistributedTransport:
             group.close()
             if not isinstance(exc, Exception):
                 raise
-            raise WeightSyncError(f"distributed weight update to version {version} failed: {exc}",
+            raise WeightSyncError(f"distributed weight update to version {version} failed (each wait bounded by "
+                                  f"{self.timeout_s:g} s, {TIMEOUT_KEY}): {exc}",
                                   "see the message for the server's reason; the group is reopened on the next sync") from exc
 
     async def _forget_on_servers(self) -> None:
@@ -130,3 +142,12 @@ class DistributedTransport:
                 await self.client.destroy_weights_update_group(self.group_name)
             finally:
                 group.close()
+
+
+async def _both(a: asyncio.Future, b: asyncio.Future) -> None:
+    """Wait for two halves of one exchange (the HTTP call and the trainer's side of the group): the
+    first to fail ends the wait with its error, so neither side's failure waits out the other's timeout."""
+    done, _ = await asyncio.wait({a, b}, return_when=asyncio.FIRST_EXCEPTION)
+    for f in done:
+        if f.exception() is not None:
+            raise f.exception()

@@ -9,6 +9,12 @@
 - `before_step(backend, version)`: a server that serves another version than the last published
   (it restarted with its launch weights) gets the current weights again (`transport.resend`, else a
   full sync) before generating resumes; also the rollout's `on_recovered` hook (`resync_servers`).
+- `bring_up(url, join)`: one server outside the rotation (restarted by the run's supervisor, or
+  joining with `agentrl run servers add`) gets the current weights alone, is verified (its weight
+  version, and the sampled tensors read back when the transport replaced the full weights), and
+  `join()` puts it into rotation under the same lock, so no publish can slip in between. A transport
+  that cannot reload one server alone (`distributed`) gets it as a held member of the client (weight
+  updates, no requests) and a full sync at the next step; it joins once that publish is verified.
 
 Every publish is verified: a few sampled tensors are read back from every server with
 `get_weights_by_name` and compared with the trainer's values taken when the weights were read; a
@@ -29,8 +35,9 @@ import time
 from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
+from agentrl_cli.httpclient import async_http_client
 from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
 from agentrl_cli.weightsync.base import (
     Prepared,
@@ -38,7 +45,7 @@ from agentrl_cli.weightsync.base import (
     WeightSyncError,
     WeightTransport,
 )
-from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, stale_servers
+from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, server_weight_version, stale_servers
 
 if TYPE_CHECKING:
     from agentrl_cli.training.backend import TrainingBackend
@@ -61,6 +68,8 @@ class WeightPublisher:
         self.history: list[dict] = []
         self.last: Published | None = None  # the newest version every server loaded and verified
         self.full_sync_due = False  # a server needs weights the transport cannot re-send to it alone
+        self.reference: dict[str, list[float]] | None = None  # the verified values of `last`, for `bring_up`
+        self._joining: dict[str, tuple[asyncio.Future, Callable[[], None]]] = {}  # held until the next full publish
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
 
@@ -87,6 +96,12 @@ class WeightPublisher:
             own = getattr(self.transport, "verify", None)
             checked = await own(prepared, published, self.tolerance) if own is not None else None
             published.verified_tensors = checked if checked is not None else await self.verify(prepared.reference)
+        self.reference = None if checked is not None else prepared.reference
+        joining, self._joining = self._joining, {}
+        for url, (waiting, join) in joining.items():  # held servers: verified with the others just now
+            if url in self.client.urls and not waiting.done():
+                join()
+                waiting.set_result(str(published.version))
         if published.details.get("fallback"):
             self.counters["weight_sync_lora_fallbacks"] += 1
         done = time.perf_counter()
@@ -176,7 +191,69 @@ class WeightPublisher:
         else:
             self.full_sync_due = True
 
+    async def bring_up(self, url: str, join: Callable[[], None] = lambda: None) -> str:
+        """Give the server at `url` (not in the client's rotation) the run's current weights, verify
+        them, then `join()` it; returns the version it serves. A transport that cannot reload it alone
+        holds it for the next full publish (see the module's docstring). Raises WeightSyncError when
+        it does not serve the run's weights after the load."""
+        async with self._lock:
+            version, loaded, waiting = await self._bring_up_locked(url, join)
+        if waiting is not None:
+            return await self._held_until_published(url, waiting)
+        self.counters["weight_resyncs"] += int(loaded)
+        return version
+
+    async def _bring_up_locked(self, url: str, join: Callable[[], None]) -> tuple[str, bool, asyncio.Future | None]:
+        """(version, whether weights were loaded, the future of a held server or None)."""
+        last = self.last or Published(0, "launch", path=self.launch_path)
+        version, headers = str(last.version), self.client.headers
+        async with async_http_client(headers=headers) as http:
+            loaded = await server_weight_version(http, url) != version
+            if loaded and self.last is None:
+                if not last.path:
+                    raise WeightSyncError(f"{url} does not serve the launch weights and the run knows no launch path "
+                                          "to load", "start the server from the run's model")
+                await load_from_disk([url], last.path, version, headers=headers)
+            elif loaded and not await self.transport.resend([url], last):
+                waiting = asyncio.get_running_loop().create_future()
+                self._joining[url] = (waiting, join)
+                self.client.add_url(url, serve=False)
+                self.full_sync_due = True
+                return version, loaded, waiting
+            serving = await server_weight_version(http, url)
+            if serving != version:
+                raise WeightSyncError(f"{url} serves weight version {serving} after the sync, not {version}",
+                                      "see the server's log")
+            if self.reference:
+                await self._verify_one(http, url, self.reference)
+        join()
+        return version, loaded, None
+
+    async def _held_until_published(self, url: str, waiting: asyncio.Future) -> str:
+        """Wait for the full publish that includes held server `url` (at the next step); past
+        `resume_deadline_s` it leaves the client again and WeightSyncError is raised."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiting), self.resume_deadline_s)
+        except BaseException as exc:
+            self._joining.pop(url, None)
+            if url in self.client.held:
+                self.client.remove_url(url)
+            if isinstance(exc, asyncio.TimeoutError):
+                raise WeightSyncError(f"{url} was not synced by a full publish within {self.resume_deadline_s:.0f} s",
+                                      "see the weight sync errors in the run's log") from None
+            raise
+
     # ---- verification -----------------------------------------------------------------------------
+
+    async def _verify_one(self, http, url: str, ours: dict[str, list[float]]) -> None:
+        """`verify` for one server outside the rotation."""
+        for name, values in ours.items():
+            r = await http.post(url + "/get_weights_by_name", json={"name": name, "truncate_size": 1})
+            theirs = flatten_rows(r.json())[: self.sample] if r.status_code == 200 else []
+            worst = max((abs(a - b) for a, b in zip(values, theirs)), default=float("inf"))
+            if not theirs or worst > self.tolerance:
+                raise WeightSyncError(f"weights on {url} differ from the run's after bringing it up ({name}: max diff "
+                                      f"{worst:.3g})", "the server did not load the run's weights; check its log")
 
     def _reference(self, backend: TrainingBackend) -> dict[str, list[float]]:
         names = dict(backend.parameter_names())

@@ -82,11 +82,19 @@ def restart_rows(run_dir: Path) -> list[dict]:
 def test_a_crashed_run_restarts_and_trains_the_draws_an_uninterrupted_run_does(tmp_path, random_model_dir, slow_half):
     steps = 3
     CrashingBackend.crash_at, CrashingBackend.crash_always, CrashingBackend.crashed = set(), False, []
-    whole = asyncio.run(train(config(tmp_path / "a", random_model_dir), tmp_path / "a", random_model_dir, steps, run_id="whole"))
+    # a draw dropped as too stale is replaced by the next one, and which draws go stale depends on
+    # timing: with max_staleness as long as the run, none can, so the trained draws are the same
+    # in every uninterrupted run with this seed, and a resumed run must train exactly those
+    no_drops = {"rollout.max_staleness": steps - 1}
+    whole = asyncio.run(train(config(tmp_path / "a", random_model_dir, **no_drops), tmp_path / "a", random_model_dir, steps,
+                              run_id="whole"))
     assert whole.steps == steps and whole.restarts == []
+    # an async run starts no episode it will not train (else which draws are trained depends on timing)
+    assert sum(v for k, v in whole.counters.items() if k.startswith("termination_")) == steps * 4, json.dumps(whole.counters)
+    assert whole.counters["buffer/dropped_stale"] == 0
 
     CrashingBackend.crash_at = {3}
-    cfg = config(tmp_path / "b", random_model_dir, **{"training.max_restarts": 2})
+    cfg = config(tmp_path / "b", random_model_dir, **{"training.max_restarts": 2, **no_drops})
     crashed = asyncio.run(train(cfg, tmp_path / "b", random_model_dir, steps, run_id="crashed"))
     assert CrashingBackend.crashed == [3]
     assert crashed.steps == steps and crashed.start_step == 0
@@ -106,6 +114,7 @@ def test_a_crashed_run_restarts_and_trains_the_draws_an_uninterrupted_run_does(t
     resumed = read_ledger(tmp_path / "b" / "checkpoints" / f"step-{steps:08d}")
     assert [e["step"] for e in resumed] == [1, 2, 3]
     diff = compare(resumed, reference)
+    assert crashed.counters["buffer/dropped_stale"] == 0
     assert diff["trained"] == diff["reference"] == steps * 2, diff
     assert diff["repeated"] == diff["missing"] == diff["extra"] == [], (diff, crashed.counters, whole.counters, state["client"]["inflight"], state["client"]["buffer"])
     assert any(slow_task(task) for _, _, task in {(d["group_id"], d["harness"], d["task_id"])

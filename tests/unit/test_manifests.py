@@ -145,7 +145,8 @@ def test_pods_meet_the_restricted_standard_except_the_documented_sandbox(cfg):
             assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
             assert ctx["readOnlyRootFilesystem"] and (ctx["runAsUser"], ctx["runAsGroup"]) == (RUN_UID, RUN_GID)
             writable = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
-            assert writable == {"/tmp", "/home/agentrl", "/var/lib/agentrl"}
+            runs = {m["mountPath"] for m in c["volumeMounts"] if m["name"] == "runs"}  # the JobSet's (test_manifests_volume.py)
+            assert writable == {"/tmp", "/home/agentrl", "/var/lib/agentrl"} | runs
 
 
 def test_network_policies_deny_by_default_and_allow_the_roles_edges(cfg):
@@ -162,7 +163,7 @@ def test_network_policies_deny_by_default_and_allow_the_roles_edges(cfg):
     assert sources("rl-sandbox", "sandbox", 8700) == {"trainer", "reward", "controlplane"}
     assert sources("rl", "reward", 8710) == {"trainer", "controlplane"}
     assert sources("rl", "inference") == {"trainer", "gateway", "controlplane"}
-    assert sources("rl", "trainer") == {"trainer", "inference"}
+    assert sources("rl", "trainer") == {"trainer"}  # inference joins the trainer only with training.weight_sync: distributed
     assert sources("rl", "controlplane") == set()
     sandbox_out = policies[("rl-sandbox", "agentrl-sandbox")]["egress"]
     assert sandbox_out == [{"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "agentrl",

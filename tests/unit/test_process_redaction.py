@@ -117,3 +117,24 @@ def test_config_show_masks_every_secret(cli, write_yaml):
     shown = json.loads(cli("config", "show", "--json", env=env).stdout)["config"]
     assert shown["harnesses"][0]["options"]["api_token"] == "[REDACTED:token]"
     assert shown["reward"]["api_key"] != PLANTED and shown["controlplane"]["state_store"].endswith("@db:5432/agentrl")
+
+
+def test_log_arguments_stay_arguments_and_lose_their_secrets(monkeypatch):
+    """Formatters that read a record's arguments (uvicorn's access log) still work once a process is protected."""
+    import logging
+
+    from uvicorn.logging import AccessFormatter
+
+    from agentrl_cli.observe import redaction
+
+    monkeypatch.setattr(redaction._State, "factory", logging.LogRecord)
+    monkeypatch.setattr(redaction._State, "redactor", SecretRedactor.build(None, {"AGENTRL_REWARD__API_KEY": PLANTED}))
+    make = redaction._redacting_factory
+    access = make("uvicorn.access", logging.INFO, __file__, 1, '%s - "%s %s HTTP/%s" %d',
+                  ("127.0.0.1:5000", "GET", f"/score?k={PLANTED}", "1.1", 200), None)
+    line = AccessFormatter("%(client_addr)s %(request_line)s %(status_code)s", use_colors=False).format(access)
+    assert line == '127.0.0.1:5000 GET /score?k=[REDACTED:reward.api_key] HTTP/1.1 200 OK'
+    split = make("x", logging.INFO, __file__, 1, "key=%s%s", (PLANTED[:6], PLANTED[6:]), None)
+    assert split.args is None and PLANTED not in split.getMessage()  # a secret across two arguments: the whole line
+    named = make("x", logging.INFO, __file__, 1, "%(who)s took %(ms).1f ms", ({"who": PLANTED, "ms": 2.25},), None)
+    assert named.getMessage() == "[REDACTED:reward.api_key] took 2.2 ms"
