@@ -7,7 +7,7 @@ trajectories (generated, stored, trained; missing; duplicated) against an uninte
 - `services.py`: the services the run talks to, started here as processes (reward, sandbox, S3);
 - `injector.py`: injecting the faults into the run and reading from the run how each was seen and
   recovered;
-- `ledger.py`: the loss ledger (trajectories and trained draws against the reference run);
+- `losses.py`: the loss ledger (trajectories and trained draws against the reference run);
 - `runner.py`: the reference run and the faulted run, one after the other, and the report.
 
 Nothing here recovers from anything: recovery is the run's own (its supervisor, the trainer

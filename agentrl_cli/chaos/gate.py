@@ -48,6 +48,17 @@ class Gate:
         """Refuse new connections and reset the open ones (a no-op when closed)."""
         self._run(self._close())
 
+    def close_for(self, seconds: float, on_open=lambda: None) -> None:
+        """Close now and open again after `seconds`, timed by the gate's own loop (a busy caller's loop
+        does not stretch the outage); `on_open()` runs in the gate's thread once open."""
+        self.close()
+
+        async def reopen() -> None:
+            await asyncio.sleep(seconds)
+            await self._open()
+            on_open()
+        asyncio.run_coroutine_threadsafe(reopen(), self._loop)
+
     @property
     def is_open(self) -> bool:
         return self._server is not None

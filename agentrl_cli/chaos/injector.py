@@ -95,7 +95,6 @@ class Injector:
         self.run = None
         self.attempts: list = []
         self._seen: dict[int, int] = {}  # id(supervisor) -> events already read
-        self._reopen: list[asyncio.TimerHandle] = []
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -150,6 +149,7 @@ class Injector:
     def _inject(self, fault: FaultRecord, run) -> None:
         index = fault.evidence.pop("target_index", 0)
         fault.injected_step = run.step
+        fault.injected_at = self.now()  # before the fault: a client thread may fail on it at once
         if fault.kind == "server":
             workers = [s for s in run.servers if s.name != "router"]
             server = workers[index % len(workers)]
@@ -169,19 +169,11 @@ class Injector:
         else:
             gate = self.services.reward_gate if fault.kind == "reward" else self.services.s3_gate
             fault.target = f"{'reward service' if fault.kind == 'reward' else 'S3 endpoint'} at {gate.url}"
-            gate.close()
-            self._reopen.append(asyncio.get_running_loop().call_later(OUTAGE_S, self._open, fault, gate))
-        fault.injected_at = self.now()
+            gate.close_for(OUTAGE_S, lambda: fault.evidence.update(reopened_at_s=round(self.now(), 3)))
         log.warning("chaos: injected %s at step %d: %s", fault.kind, run.step, fault.target)
-
-    def _open(self, fault: FaultRecord, gate) -> None:
-        gate.open()
-        fault.evidence["reopened_at_s"] = round(self.now(), 3)
 
     def reopen_all(self) -> None:
         """Open every gate a fault closed (at the end, whatever happened)."""
-        for handle in self._reopen:
-            handle.cancel()
         for gate in (self.services.reward_gate, self.services.s3_gate):
             if gate is not None and not gate.is_open:
                 gate.open()

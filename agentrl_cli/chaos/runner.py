@@ -43,6 +43,21 @@ def read_reference(path: Path) -> list[dict]:
                          f"give the {REFERENCE_LEDGER} an earlier `agentrl chaos` left, or a checkpoint's {LEDGER_FILE}") from None
 
 
+def check_usage(cfg, kinds: list[str]) -> None:
+    """Refuse a config under which a requested fault could not be injected or recovered (UsageError)."""
+    from agentrl_cli.errors import UsageError
+
+    if "rank" in kinds and cfg.training.world_size < 2:
+        raise UsageError(f"the rank fault kills one of several trainer ranks; training.world_size is {cfg.training.world_size}",
+                         "leave training.world_size at 2 (the chaos default), or leave rank out of --faults")
+    if "server" in kinds and cfg.inference.urls:
+        raise UsageError("the server fault kills a server the run started; inference.urls names servers it did not start",
+                         "unset inference.urls, or leave server out of --faults")
+    if {"server", "sandbox"} & set(kinds) and cfg.observe.health_interval_s <= 0:
+        raise UsageError("observe.health_interval_s is 0: the run has no supervisor to restart a killed server or service",
+                         "leave observe.health_interval_s at 1 (the chaos default), or leave server and sandbox out of --faults")
+
+
 def chaos_sets(steps: int) -> list[str]:
     """The short stage-8 run as `--set` entries (a user's own --set after them wins)."""
     return [f"{k}={v}" for k, v in {

@@ -46,7 +46,7 @@ def chaos_command(
 
     * `agentrl chaos --reference runs/20261203-101500-ab12cd/chaos/reference-ledger.json --seed 0`
     """
-    from agentrl_cli.chaos.runner import chaos_sets, run_chaos
+    from agentrl_cli.chaos.runner import chaos_sets, check_usage, run_chaos
     from agentrl_cli.chaos.schedule import parse_faults
     from agentrl_cli.model.resolve import resolve_model_path
     from agentrl_cli.rundir import create_run
@@ -57,6 +57,7 @@ def chaos_command(
         raise UsageError(f"--faults {faults!r}: {exc}", "e.g. --faults server,rank,reward,sandbox,store") from None
     loaded = load(config, [*chaos_sets(steps), f"rollout.seed={seed}", *(sets or [])])
     cfg = loaded.config
+    check_usage(cfg, kinds)
     model_path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
     run_dir = create_run(loaded)
     console = err()

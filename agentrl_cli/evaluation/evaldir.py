@@ -9,6 +9,7 @@
   attempt's row counts (`latest`). A line torn by a kill is cut off before the next append (`repair`).
 - `summary.json`: the totals of the last invocation (`passk.summarize`), rewritten each time.
 - `logs/`, `metrics.jsonl`: the inference servers' logs and the rollout side's rows, as a run's.
+- `.lock`: locked while an invocation plays the evaluation (`lock`).
 
 An evaluation directory has no `meta.json`: it is not a training run (`agentrl runs list` does not
 list it, and `latest` still names the newest training run). Not here: what the rows mean
@@ -17,19 +18,22 @@ list it, and `latest` still names the newest training run). Not here: what the r
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 from agentrl_cli.errors import NotFoundError, UsageError
 from agentrl_cli.report import atomic_write_text
 
 SCHEMA_VERSION = 1
 PREFIX = "eval-"
-MANIFEST, RESULTS, SUMMARY = "eval.json", "results.jsonl", "summary.json"
+MANIFEST, RESULTS, SUMMARY, LOCK = "eval.json", "results.jsonl", "summary.json", ".lock"
 
 
 def new_eval_id() -> str:
@@ -55,6 +59,18 @@ class EvalDir:
     @property
     def summary_path(self) -> Path:
         return self.path / SUMMARY
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Held while an invocation plays this evaluation: a second one is refused (exit 2). The
+        kernel releases it when its holder dies, so a killed evaluation can be resumed at once."""
+        with (self.path / LOCK).open("a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise UsageError(f"evaluation {self.eval_id} is being played by another agentrl eval",
+                                 "wait for it to end (or stop it), then resume") from None
+            yield
 
     def manifest(self) -> dict:
         try:

@@ -6,7 +6,8 @@ A resume plays the evaluation's own plan on its own model (the recorded model di
 run's recorded checkpoint exported again) with the sampling temperature it started with; the
 config given now supplies everything else (ports, servers, sandboxes), and where it differs from
 the recorded one the differences are reported (`config_changes`). Sampled episodes keep their
-seeds, so with `rollout.eval_concurrency: 1` (one episode at a time: the same batches) a resumed
+seeds, so with `rollout.eval_concurrency: 1` (one episode at a time: the same batches) and
+`inference.prefix_cache_tokens: 0` (no reuse of what an earlier episode computed) a resumed
 evaluation plays exactly what an uninterrupted one would have.
 
 Not here: the command line (`commands/eval.py`), playing (`runner.py`), the totals (`passk.py`).
@@ -63,27 +64,29 @@ def start(loaded, spec: str | None, *, harnesses: list[str] | None, split: str |
                 **plan(cfg, sel, tasks, cfg.rollout.seed), "config_source": loaded.source,
                 "config_overrides": loaded.masked_overrides(), "config_hash": loaded.hash, "config": loaded.resolved(),
                 "resumes": []}
-    evaldir.write_manifest(manifest)
-    return _play(cfg, evaldir, manifest, source, manifest["episodes"], 0, progress)
+    with evaldir.lock():
+        evaldir.write_manifest(manifest)
+        return _play(cfg, evaldir, manifest, source, manifest["episodes"], 0, progress)
 
 
 def resume(loaded, ref: str, spec: str | None, *, command: list[str], progress: Progress) -> EvalOutcome:
     """Play what evaluation `ref` (id, directory or `latest`) is missing or lost, and total it all."""
     cfg = loaded.config
     evaldir = find_eval(cfg.observe.runs_dir, ref)
-    manifest = evaldir.manifest()
-    if spec is not None and spec != manifest["model"]["spec"]:
-        raise UsageError(f"evaluation {evaldir.eval_id} is of {manifest['model']['spec']!r}, not {spec!r}",
-                         f"leave MODEL_OR_RUN out with --resume, or start a new evaluation of {spec}")
-    source = recorded_source(manifest["model"], cfg)
-    evaldir.repair()
-    todo = pending(manifest, latest(evaldir.results()))
-    changes = config_changes(manifest["config"], loaded.resolved())
-    attempt = len(manifest["resumes"]) + 1
-    manifest["resumes"].append({"at": now_iso(), "attempt": attempt, "episodes": len(todo), "command": command,
-                                "config_hash": loaded.hash, "config_changes": changes})
-    evaldir.write_manifest(manifest)
-    outcome = _play(cfg, evaldir, manifest, source, todo, attempt, progress)
+    with evaldir.lock():
+        manifest = evaldir.manifest()
+        if spec is not None and spec != manifest["model"]["spec"]:
+            raise UsageError(f"evaluation {evaldir.eval_id} is of {manifest['model']['spec']!r}, not {spec!r}",
+                             f"leave MODEL_OR_RUN out with --resume, or start a new evaluation of {spec}")
+        source = recorded_source(manifest["model"], cfg)
+        evaldir.repair()
+        todo = pending(manifest, latest(evaldir.results()))
+        changes = config_changes(manifest["config"], loaded.resolved())
+        attempt = len(manifest["resumes"]) + 1
+        manifest["resumes"].append({"at": now_iso(), "attempt": attempt, "episodes": len(todo), "command": command,
+                                    "config_hash": loaded.hash, "config_changes": changes})
+        evaldir.write_manifest(manifest)
+        outcome = _play(cfg, evaldir, manifest, source, todo, attempt, progress)
     outcome.resumed, outcome.config_changes = True, changes
     return outcome
 

@@ -127,16 +127,27 @@ async def resume(run, latest) -> None:
 
 async def reuse_stored(run) -> None:
     """Let the rollout reuse this run's stored trajectories instead of storing a draw twice (after a
-    resume, or a restart before the first checkpoint)."""
-    run.controller.stored_ids = await asyncio.to_thread(_stored_ids, run)
-    run.controller.fetch = lambda tid: _fetch(run, tid)
+    resume, or a restart before the first checkpoint). The ones it may reuse (of draws not trained
+    by the checkpoint and not back in the buffer) are read here, with the list of what is stored, so
+    reusing one later needs no store that may have become unreachable meanwhile."""
+    ids, reusable = await asyncio.to_thread(_stored, run)
+    run.controller.stored_ids = ids
+    run.controller.fetch = lambda tid: reusable[tid] if tid in reusable else _fetch(run, tid)
 
 
-def _stored_ids(run) -> set[str]:
+def _stored(run) -> tuple[set[str], dict]:
+    """(ids of this run's stored trajectories, trajectory id -> record of those the rollout may reuse)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    from agentrl_cli.data.schema import TrajectoryRecord
+
     table = run.writer.store.read_table((pc.field("run_id") == run.run_id) & (pc.field("phase") == run.phase))
-    return set(table.column("trajectory_id").to_pylist())
+    trained = pa.array([d["group_id"] for entry in run.ledger for d in entry["draws"]], pa.string())
+    buffered = pa.array(run.buffer.state_dict()["pending"], pa.string())
+    candidates = table.filter(~pc.field("group_id").isin(trained) & ~pc.field("trajectory_id").isin(buffered))
+    return (set(table.column("trajectory_id").to_pylist()),
+            {row["trajectory_id"]: TrajectoryRecord.from_row(row) for row in candidates.to_pylist()})
 
 
 def _fetch(run, tid: str):

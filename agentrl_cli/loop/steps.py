@@ -142,7 +142,7 @@ class StepLoop:
         t0 = time.perf_counter()
         run.controller.harness_errors.raise_if_failed()
         summary.add_sync(await run.publisher.before_step(run.backend, run.version))
-        groups = await self._take(self.groups_per_step, generate_first)
+        groups = await self._take(self.groups_per_step, generate_first, counts=self.shaping is None)
         if not groups:
             raise RuntimeError("the rollout produced no complete group in time; see the episode errors in the log")
         shaped = None
@@ -150,7 +150,7 @@ class StepLoop:
             groups, shaped = await fill_batch(groups, self.groups_per_step, lambda n: self._take(n, generate_first),
                                               self.shaping, cfg.rollout.max_refill_rounds)
             self.skipped_steps += shaped.skipped
-        self._taken += 1
+            self._taken += 1  # after the refills, which the rollout's lead must still make room for
         t_ckpt = time.perf_counter()
         times.wait_s = t_ckpt - t0
         summary.add_checkpoint(await self.checkpoints.wait())  # written while this step's samples came in
@@ -198,14 +198,20 @@ class StepLoop:
                     if k.startswith(("env/", keys.gateway(""), keys.supervisor("")))})  # harness errors; gateway, supervisor
         return row
 
-    async def _take(self, n: int, generate_first: bool) -> list:
-        """Up to `n` groups off the buffer; in sync mode (`generate_first`) generated first."""
+    async def _take(self, n: int, generate_first: bool, counts: bool = False) -> list:
+        """Up to `n` groups off the buffer; in sync mode (`generate_first`) generated first. `counts`:
+        the step counts as taken (`rollout_lead`) in the same turn its groups leave the buffer, so
+        the rollout never sees them gone and the step still to take (it would start more)."""
         run = self.run
         if generate_first:  # sync mode: generate this step's groups, then train
             await run.controller.run(asyncio.Event(), max_groups=n)
+
+        async def take() -> list:
+            groups = await run.buffer.take(n, run.version, timeout=self.cfg.rollout.step_timeout_seconds * 10)
+            self._taken += counts
+            return groups
         # a component the run's supervisor gave up on ends the run here, at once or while waiting
-        groups = await unless_failed(getattr(run, "supervisor", None),
-                                     run.buffer.take(n, run.version, timeout=self.cfg.rollout.step_timeout_seconds * 10))
+        groups = await unless_failed(getattr(run, "supervisor", None), take())
         run.controller.harness_errors.raise_if_failed()
         return groups
 

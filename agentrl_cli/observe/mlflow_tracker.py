@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from agentrl_cli.errors import ConfigError
+from agentrl_cli.observe.trackers import INSTALL, flatten, missing_package, tracker_key
 
 PARAMS_PER_BATCH, METRICS_PER_BATCH = 100, 1000  # MLflow's log_batch limits
 MAX_PARAM, MAX_TAG = 6000, 5000  # characters kept of a param's and a tag's value (MLflow refuses longer)
@@ -40,8 +41,6 @@ class MlflowTracker:
     name = "mlflow"
 
     def __init__(self, *, uri: str, experiment: str, run_name: str, config: dict, meta: dict) -> None:
-        from agentrl_cli.observe.trackers import INSTALL, flatten, missing_package, tracker_key
-
         try:
             from mlflow.entities import Metric, Param, RunTag
             from mlflow.tracking import MlflowClient
@@ -53,7 +52,8 @@ class MlflowTracker:
             experiment_id = self._experiment(experiment, uri)
             tags = [RunTag(f"agentrl.{k}", _text(v)[:MAX_TAG]) for k, v in meta.items() if _scalar(v)]
             self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags={t.key: t.value for t in tags}).info.run_id
-            params = [Param(tracker_key(k), v[:MAX_PARAM]) for k, v in flatten(config).items()]
+            named = {tracker_key(k): v[:MAX_PARAM] for k, v in flatten(config).items()}  # one value per name
+            params = [Param(k, v) for k, v in named.items()]
             for i in range(0, len(params), PARAMS_PER_BATCH):
                 self.client.log_batch(self.run_id, params=params[i:i + PARAMS_PER_BATCH])
             self.client.log_dict(self.run_id, config, "config.json")

@@ -44,7 +44,8 @@ class MetricsLog:
                 from agentrl_cli.observe.prometheus import PrometheusExporter
 
                 self.exporters.append(PrometheusExporter(observe.prometheus_port, observe.prometheus_addr, run_id))
-            from agentrl_cli.observe.trackers import TrackerFanout, open_trackers
+            from agentrl_cli.observe.tracker_setup import open_trackers
+            from agentrl_cli.observe.trackers import TrackerFanout
 
             opened = open_trackers(observe, self.path.parent, run_id, config)
             if opened:

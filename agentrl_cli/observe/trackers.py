@@ -16,8 +16,9 @@ a ConfigError naming it and the fix. Once running, the rows go to the trackers o
 (`observe/tracker_errors/<name>` in the following rows of metrics.jsonl) and logged, and closing waits
 at most `CLOSE_TIMEOUT_S` for what is queued.
 
-Belongs here: the interface, the naming, the fan-out and opening the configured trackers. Each
-tracker's own calls live in its module (`tensorboard.py`, `wandb_tracker.py`, `mlflow_tracker.py`).
+Belongs here: the interface, the naming, what the trackers record and the fan-out. Opening the
+configured ones is `tracker_setup.py`'s; each tracker's own calls live in its module (`tensorboard.py`,
+`wandb_tracker.py`, `mlflow_tracker.py`).
 """
 
 from __future__ import annotations
@@ -112,52 +113,10 @@ def flatten(data, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): json.dumps(data) if isinstance(data, (list, dict)) else str(data)}
 
 
-def open_trackers(observe, log_dir: Path, run_id: str, config=None) -> list[Tracker]:
-    """The trackers `observe` turns on, opened for the metrics log in `log_dir` (ConfigError when one
-    cannot start: the ones opened before it are closed)."""
-    names = enabled(observe)
-    if not names:
-        return []
-    run_dir, cfg, meta = run_context(log_dir, run_id, config, observe)
-    label = run_id if run_dir == log_dir else f"{run_id}/{log_dir.relative_to(run_dir)}"
-    opened: list[Tracker] = []
-    try:
-        for name in names:
-            opened.append(_open(name, observe, log_dir, run_dir, label, run_id, cfg, meta))
-    except BaseException:
-        for tracker in opened:
-            _close_quietly(tracker)
-        raise
-    return opened
-
-
-def _open(name: str, observe, log_dir: Path, run_dir: Path, label: str, run_id: str, cfg: dict, meta: dict) -> Tracker:
-    if name == "tensorboard":
-        from agentrl_cli.observe.tensorboard import TensorBoardTracker
-
-        return TensorBoardTracker(log_dir / "tensorboard", cfg, meta)
-    if name == "wandb":
-        from agentrl_cli.observe.wandb_tracker import WandbTracker
-
-        return WandbTracker(project=observe.tracker_project, run_name=label, group=run_id, directory=run_dir,
-                            config=cfg, meta=meta)
-    from agentrl_cli.observe.mlflow_tracker import MlflowTracker, default_uri
-
-    return MlflowTracker(uri=observe.mlflow_uri or default_uri(observe.runs_dir), experiment=observe.tracker_project,
-                         run_name=label, config=cfg, meta=meta)
-
-
 def missing_package(tracker: str, package: str, exc: BaseException) -> ConfigError:
     """The error of a tracker whose package is not installed."""
     return ConfigError(f"observe.trackers has {tracker}, but its package {package} is not installed here ({exc})",
                        f"{INSTALL}, or remove {tracker} from observe.trackers")
-
-
-def _close_quietly(tracker: Tracker) -> None:
-    try:
-        tracker.close()
-    except Exception:  # noqa: BLE001 - closing after a failed start; the start's error is the one to report
-        log.exception("closing tracker %s failed", tracker.name)
 
 
 class TrackerFanout:

@@ -16,14 +16,13 @@ import os
 from pathlib import Path
 
 from agentrl_cli.errors import ConfigError
+from agentrl_cli.observe.trackers import missing_package
 
 
 class WandbTracker:
     name = "wandb"
 
     def __init__(self, *, project: str, run_name: str, group: str, directory: Path, config: dict, meta: dict) -> None:
-        from agentrl_cli.observe.trackers import missing_package
-
         try:
             import wandb
         except ImportError as exc:

@@ -295,14 +295,16 @@ def test_an_endpoint_answering_5xx_is_retried_a_bounded_number_of_times_then_spo
     try:
         delays: list[float] = []
         store = _s3_store(tmp_path, f"http://127.0.0.1:{server.server_address[1]}", "bkt", delays)
-        with TrajectoryWriter(store, rows_per_file=1) as writer:
-            writer.write(_record(0))
+        writer = TrajectoryWriter(store, rows_per_file=1)
+        writer.write(_record(0))
+        puts = [r for r in _Always503.requests if r.startswith("PUT ")]
+        assert len(puts) == 4 and len(_Always503.requests) == 4  # exactly `attempts` tries, nothing else
+        writer.close()  # a flush tries the spool once more
     finally:
         server.shutdown()
         thread.join(timeout=10)
         server.server_close()
-    puts = [r for r in _Always503.requests if r.startswith("PUT ")]
-    assert len(puts) == 4 and len(_Always503.requests) == 4  # exactly `attempts` tries, nothing else
+    assert len(_Always503.requests) == 5 and _Always503.requests[-1].startswith("PUT ")
     assert delays == [0.01, 0.02, 0.03]
     assert writer.stats["spooled"] == 1 and len(store.spool.list()) == 1
 

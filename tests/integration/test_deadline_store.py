@@ -6,15 +6,19 @@
   file is spooled, the outage recorded;
 - S3 unreachable for a while (a closed gate in front of moto): the file is spooled, a resumed run
   reading the store finds it there before it is uploaded, and the next flush uploads it: in the
-  store once, not twice.
+  store once, not twice;
+- a resumed run reads what it may reuse when it resumes: a draw drawn again later reuses its stored
+  trajectory though the store has become unreachable (else the draw would be lost).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import boto3
 import pytest
@@ -24,6 +28,8 @@ from agentrl_cli.data.local_store import LocalStore
 from agentrl_cli.data.s3 import S3Store
 from agentrl_cli.data.schema import TrajectoryRecord
 from agentrl_cli.data.writer import StoreTimeout, TrajectoryWriter, read_records
+from agentrl_cli.loop.checkpoints import reuse_stored
+from agentrl_cli.rollout.buffer import TrajectoryBuffer
 from tests.integration.test_deadlines import SilentPeer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
@@ -103,3 +109,24 @@ def test_a_file_spooled_in_an_outage_is_read_back_then_uploaded_once(tmp_path, g
     assert sorted(r.task_id for r in read_records(store)) == ["task-1", "task-2"]  # once each
     [outage] = store.outages
     assert outage["start"] <= outage["end"] <= outage["drained"]
+
+
+def test_a_resumed_run_reuses_its_stored_trajectories_while_the_store_is_unreachable(tmp_path, gated_s3):
+    gate, bucket = gated_s3
+    store = S3Store(bucket, "trajectories", endpoint_url=gate.url, spool_dir=tmp_path / "spool",
+                    staging_dir=tmp_path / ".tmp", attempts=1, connect_timeout=1, read_timeout=5)
+    records = [TrajectoryRecord(**{**_record(i).__dict__, "run_id": "r", "phase": "train", "group_id": f"g0-000000{i // 2}",
+                                   "trajectory_id": f"r-train-g0-000000{i // 2}-{i % 2}"}) for i in range(6)]
+    with TrajectoryWriter(store, rows_per_file=10) as writer:
+        for r in records:
+            writer.write(r)
+    buffer = TrajectoryBuffer(8, 2, 2)
+    ledger = [{"step": 1, "draws": [{"group_id": "g0-0000000", "harness": "terminal_like", "task_id": "task-0", "episodes": 2}]}]
+    run = SimpleNamespace(run_id="r", phase="train", ledger=ledger, buffer=buffer, writer=SimpleNamespace(store=store),
+                          controller=SimpleNamespace())
+    asyncio.run(reuse_stored(run))
+    assert run.controller.stored_ids == {r.trajectory_id for r in records}
+
+    gate.close()  # the store goes away after the resume
+    again = run.controller.fetch("r-train-g0-0000002-1")  # a draw the crashed attempt stored, drawn again
+    assert again is not None and again.task_id == "task-5" and again.token_ids == records[5].token_ids

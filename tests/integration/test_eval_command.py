@@ -101,24 +101,25 @@ def test_eval_totals_store_and_a_killed_evaluation_resumed(cli, random_model_dir
 
     # the same evaluation, SIGKILLed once its first results are recorded
     first_port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "agentrl_cli", "eval", str(random_model_dir), *PLAN, *sets(first_port)],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    log = tmp_path / "killed-eval.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "agentrl_cli", "eval", str(random_model_dir), *PLAN, *sets(first_port)],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=stderr, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         deadline = time.monotonic() + 180
         evals = []
         while not evals and time.monotonic() < deadline and proc.poll() is None:
             evals = [p for p in Path("runs").glob("eval-*") if p.name != body["eval_id"]]
             time.sleep(0.01)
-        assert evals, proc.stderr.read().decode() if proc.poll() is not None else "no evaluation directory appeared"
+        assert evals, log.read_text()
         killed_dir = evals[0]
         recorded = wait_for_lines(killed_dir / "results.jsonl", 1, proc, 180)
-        assert proc.poll() is None, f"the evaluation ended (exit {proc.returncode}) before it could be killed"
+        assert proc.poll() is None, f"the evaluation ended (exit {proc.returncode}) before it could be killed: {log.read_text()}"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
-        proc.stderr.close()
     before = [r["key"] for r in results(killed_dir)]
     assert 1 <= recorded <= len(before) < EPISODES, "kill it earlier: it finished every episode"
 
@@ -172,3 +173,24 @@ def test_bad_input_exits_2_with_the_fix(cli, random_model_dir):
     assert no_eval.exit_code == 2 and "no evaluation" in no_eval.stderr
     mixed = cli("eval", "--resume", "latest", "--harness", "tool_api_like")
     assert mixed.exit_code == 2 and "plays its own plan" in mixed.stderr
+
+
+def test_a_run_is_evaluated_at_its_newest_checkpoint_exported_for_the_evaluation(cli, random_model_dir):
+    from agentrl_cli.config.models import TrainingConfig
+    from agentrl_cli.training.checkpoint import CheckpointManager
+    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+
+    backend = DeepSpeedBackend(random_model_dir, TrainingConfig(micro_batch_size=2))
+    try:
+        manager = CheckpointManager(Path("runs/r1/checkpoints"))
+        for step in (1, 2):
+            newest = manager.save(step, lambda d: backend.save_checkpoint(d / "engine", {"step": step}), {})
+    finally:
+        backend.close()
+    result, body = cli.json("eval", "r1", "--harness", "tool_api_like", "--limit", "1", *sets(free_port()))
+    assert result.exit_code == 0, result.stderr
+    assert body["model"]["kind"] == "run" and body["model"]["step"] == 2 and body["model"]["checkpoint"] == str(newest.absolute())
+    assert body["complete"] and body["samples"] == 0 and body["all"]["episodes"] == 2  # one greedy task per family
+    assert body["harnesses"]["tool_api_like"]["pass_at_k"]["1"]["tasks"] == 2  # pass@1 over the greedy episodes
+    assert not (Path(body["dir"]) / "export").exists()  # the exported model lived as long as the evaluation
+    assert len(stored(body["eval_id"])) == 2

@@ -3,7 +3,9 @@ process, rollout, reward, store), with a plugin trainer backend that raises at s
 
 - An async run crashed at step 3 restarts from its step-2 checkpoint and finishes; its ledger of
   trained draws equals an uninterrupted run's with the same seed (0 missing, 0 repeated, 0 extra),
-  though half the tasks play slowly and so were in flight when the checkpoint was taken.
+  though half the tasks play slowly and so were in flight when the checkpoint was taken. The
+  uninterrupted run plays exactly the episodes it trains: an async rollout that started more would
+  make which draws are trained depend on timing.
 - A trainer that crashes on every step stops the run after 2 restarts, naming the cause, with a
   restart row per restart in metrics.jsonl.
 """
@@ -78,7 +80,6 @@ def restart_rows(run_dir: Path) -> list[dict]:
     return [r for r in rows if r.get(keys.EVENT) == keys.TRAINER_RESTART]
 
 
-@pytest.mark.drill
 def test_a_crashed_run_restarts_and_trains_the_draws_an_uninterrupted_run_does(tmp_path, random_model_dir, slow_half):
     steps = 3
     CrashingBackend.crash_at, CrashingBackend.crash_always, CrashingBackend.crashed = set(), False, []

@@ -54,3 +54,11 @@ def test_an_unknown_fault_is_a_usage_error_before_anything_starts(cli, isolated)
     result = cli("chaos", "--faults", "server,disk")
     assert result.exit_code == 2 and "unknown fault(s) disk" in result.output
     assert not (isolated / "runs").exists()
+
+
+def test_a_config_under_which_a_fault_cannot_happen_is_a_usage_error(cli, isolated):
+    result = cli("chaos", "--faults", "rank", "--set", "training.world_size=1")
+    assert result.exit_code == 2 and "training.world_size is 1" in result.output
+    result = cli("chaos", "--faults", "sandbox", "--set", "observe.health_interval_s=0")
+    assert result.exit_code == 2 and "no supervisor" in result.output
+    assert not (isolated / "runs").exists()

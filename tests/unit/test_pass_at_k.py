@@ -121,3 +121,13 @@ def test_a_line_torn_by_a_kill_is_skipped_then_cut_before_the_next_append(tmp_pa
     d.repair()
     d.append([row("t00000-1", False)])
     assert [r["key"] for r in d.results()] == ["t00000-0", "t00000-1"]
+
+
+def test_an_evaluation_played_by_one_invocation_is_refused_to_another(tmp_path):
+    d = EvalDir(tmp_path)
+    with d.lock():
+        with pytest.raises(UsageError, match="being played by another"):
+            with d.lock():
+                pass
+    with d.lock():  # released with its holder
+        pass
