@@ -29,6 +29,15 @@ def isolated(tmp_path, monkeypatch):
     redaction = sys.modules.get("agentrl_cli.observe.redaction")
     if redaction is not None:  # an in-process command protected this process with its own config's secrets
         redaction._State.redactor = None
+    logstreams = sys.modules.get("agentrl_cli.logstreams")
+    if logstreams is not None:  # an in-process command set agentrl's loggers up (observe.log_level): undo it
+        import logging
+
+        for name in logstreams.AGENTRL_LOGGERS:
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.NOTSET)
+            for handler in [h for h in logger.handlers if isinstance(h, logstreams.StderrHandler)]:
+                logger.removeHandler(handler)
 
 
 class Cli:

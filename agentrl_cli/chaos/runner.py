@@ -121,8 +121,8 @@ def run_chaos(cfg, out_dir: Path, model_path: Path, *, run_id: str, kinds: list[
 
     out_dir.mkdir(parents=True, exist_ok=True)
     services = ChaosServices(cfg, out_dir / "services", s3="store" in kinds or moto_available())
-    services.start(progress)
     try:
+        services.start(progress)
         run_cfg = with_overrides(cfg, services.overrides(), "agentrl chaos")
         components = services.components()
         if reference is None:

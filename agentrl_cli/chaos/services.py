@@ -154,6 +154,7 @@ class ChaosServices:
         boto3.client("s3", endpoint_url=self.s3.url, region_name=DUMMY_AWS["AWS_DEFAULT_REGION"]).create_bucket(Bucket=BUCKET)
 
     def stop(self) -> None:
+        """Stop whatever `start` got to (it may have failed half-way)."""
         for gate in (self.reward_gate, self.s3_gate):
             if gate is not None:
                 gate.stop()

@@ -22,14 +22,13 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
 from agentrl_cli.errors import NotFoundError, UsageError
 from agentrl_cli.report import atomic_write_text
+from agentrl_cli.rundir import new_run_id
 
 SCHEMA_VERSION = 1
 PREFIX = "eval-"
@@ -37,7 +36,7 @@ MANIFEST, RESULTS, SUMMARY, LOCK = "eval.json", "results.jsonl", "summary.json",
 
 
 def new_eval_id() -> str:
-    return f"{PREFIX}{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+    return f"{PREFIX}{new_run_id()}"
 
 
 @dataclass
