@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
               "scripted solutions, show what model.path resolves to."),
     "data": ("agentrl_cli.commands.data", "app", "group",
              "Query, measure and clean the trajectory store (data.store: local or s3)."),
+    "observe": ("agentrl_cli.commands.observe", "app", "group",
+                "Monitoring of runs: Prometheus alert rules for what troubleshoot --run detects."),
     "replay": ("agentrl_cli.commands.replay", "replay_command", "command",
                "Rebuild the harness at the recorded version with the recorded task and seed, replay the "
                "recorded actions and compare every observation; exit 1 with a diff at the first divergence."),

@@ -130,7 +130,7 @@ class TaskSet:
 def calls_of(observation: Observation) -> list[ToolCallResult]:
     """The tool calls an observation reports: `calls`, or else the dicts of `info["calls"]` that
     harnesses written before `calls` existed put there (keys `tool`, `arguments`, `status`,
-    `latency_ms` or `duration_s`, `retries`, `exit_code`; a call without a status has the step's)."""
+    `latency_ms` or `duration_s`, `retries`, `exit_code`, `output`; a call without a status has the step's)."""
     if observation.calls:
         return list(observation.calls)
     out = []
@@ -143,5 +143,6 @@ def calls_of(observation: Observation) -> list[ToolCallResult]:
                                   status=str(c.get("status") or observation.status),
                                   latency_ms=float(c.get("latency_ms") or 1000.0 * (c.get("duration_s") or 0.0)),
                                   retries=int(c.get("retries") or 0),
-                                  exit_code=exit_code if isinstance(exit_code, int) else None))
+                                  exit_code=exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None,
+                                  output=c["output"] if isinstance(c.get("output"), str) else ""))
     return out

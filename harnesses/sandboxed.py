@@ -53,10 +53,12 @@ class SandboxHarness:
         self.step_timeout_s = step_timeout_s
         self.sandbox: Sandbox | None = None
         self.task: TaskSpec | None = None
+        self.episode_resources: dict | None = None  # the last released sandbox's use (Sandbox.resources)
 
     # -- contract -------------------------------------------------------------------------------
     def reset(self, task_spec: TaskSpec) -> Observation:
         self._release()  # never clean in place: the old sandbox is destroyed
+        self.episode_resources = None
         self.sandbox = self._provider.acquire()
         self.task = task_spec
         files = task_spec.meta.get("files", {})
@@ -127,6 +129,8 @@ class SandboxHarness:
     def _release(self) -> None:
         if self.sandbox is not None:
             sb, self.sandbox = self.sandbox, None
+            resources = getattr(sb, "resources", None)  # read before the provider destroys it
+            self.episode_resources = resources() if resources is not None else None
             self._provider.release(sb)
 
     def tools(self) -> list[dict]:  # pragma: no cover - abstract

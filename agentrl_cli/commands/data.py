@@ -1,4 +1,4 @@
-"""`agentrl data query|metrics|gc|spool`: the trajectory store from the command line."""
+"""`agentrl data query|calls|metrics|gc|spool`: the trajectory store and its call log from the command line."""
 
 from __future__ import annotations
 
@@ -60,6 +60,58 @@ def query(
         t.add_row(*(_fmt(v) for v in r.values()))
     out().print(t)
     typer.echo(f"{table.num_rows} matched, {len(rows)} shown", err=True)
+
+
+CALL_COLUMNS = ("trajectory_id", "step", "tool", "status", "exit_code", "arguments", "output")  # the table; --json: every column
+
+
+@app.command("calls")
+def calls(
+    task: Annotated[str, typer.Option("--task", help="Only calls of this task id.")] = "",
+    trajectory: Annotated[str, typer.Option("--trajectory", help="Only calls of this trajectory id.")] = "",
+    tool: Annotated[str, typer.Option("--tool", help="Only calls of this tool.")] = "",
+    status: Annotated[str, typer.Option("--status", help="Only calls with this status (ok, empty, error, timeout, rate_limited, invalid_action).")] = "",
+    run: Annotated[str, typer.Option("--run", help="Only this run id.")] = "",
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Rows shown.")] = 50,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List tool calls from the call log (every tool call of every stored trajectory, written by the
+    rollout beside the trajectories): name, arguments, status, latency, exit code and output (clipped
+    to data.max_tool_output_bytes; `output_bytes` is the whole output's size). Options combine with and.
+
+    Examples:
+
+    * `agentrl data calls --task count_lines-0003`
+
+    * `agentrl data calls --run 20261129-101500-ab12cd --status error --json`
+
+    * `agentrl data calls --trajectory 20261129-101500-ab12cd-train-g0-0 --tool run_shell`
+    """
+    from agentrl_cli.data.calls import calls_filter, read_calls
+    from agentrl_cli.episode import OBSERVATION_STATUSES
+
+    if status and status not in OBSERVATION_STATUSES:
+        raise UsageError(f"--status {status!r} is not a call status",
+                         f"use one of {', '.join(OBSERVATION_STATUSES)} (a command that exited non-zero is `error`)")
+    loaded = load(config, sets)
+    table = read_calls(_store(loaded.config), calls_filter(run=run, trajectory=trajectory, task=task, tool=tool,
+                                                           status=status))
+    shown = table.slice(0, limit).to_pylist()
+    if json_out:
+        for row in shown:
+            row["started_at"] = row["started_at"].isoformat() if row.get("started_at") else None
+        print_json({"matched": table.num_rows, "shown": len(shown), "rows": shown})
+        return
+    t = Table()
+    for c in CALL_COLUMNS:
+        t.add_column(c, overflow="fold")
+    for r in shown:
+        cells = {**r, "output": (r.get("output") or "")[:80].replace("\n", " "), "arguments": (r.get("arguments") or "")[:80]}
+        t.add_row(*(_fmt(cells.get(c)) for c in CALL_COLUMNS))
+    out().print(t)
+    typer.echo(f"{table.num_rows} matched, {len(shown)} shown", err=True)
 
 
 @app.command("metrics")

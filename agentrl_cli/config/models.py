@@ -268,6 +268,7 @@ class DataConfig(Section):
     write_timeout_s: float = Field(300.0, gt=0, le=86_400, description="Deadline for publishing the buffered trajectories to the store (a flush; with S3 its retries included, after which a file is spooled locally); past it the write fails with StoreTimeout instead of hanging")
     retention_days: int = Field(30, ge=1, description="Trajectories older than this are removed by `agentrl data gc`")
     redact_fields: list[str] = Field(default_factory=lambda: ["api_key", "token", "password", "secret"], description="Field names whose values are always redacted")
+    max_tool_output_bytes: int = Field(16384, ge=0, le=16 * 1024 * 1024, description="Each tool call's output is stored (in its trajectory step and in the run's call log, `agentrl data calls`) clipped to this many bytes of UTF-8, with the whole output's size and sha256; the output is what the harness reported for the call (the sandboxed harnesses clip it to what the agent was shown)")
 
 
 class ObserveConfig(Section):
@@ -284,6 +285,14 @@ class ObserveConfig(Section):
     traces: str = Field("", description="OpenTelemetry spans (OTLP JSON, one ExportTraceServiceRequest per line) appended to this file (relative to the working directory, like observe.runs_dir): one trace per episode (model calls, tool calls and the reward as children; the trajectory id an attribute) and one per train step; empty = off")
     audit_log: str = Field("", description="Where services append audit lines (JSON: time, key id, endpoint, outcome) for sandbox executions, control-plane writes, weight updates and refused requests: a file, - for stderr (a pod's log), empty for <observe.runs_dir>/audit.jsonl")
     health_interval_s: float = Field(2.0, ge=0, le=3600, description="Seconds between the run's health checks of its inference servers, gateway, reward and sandbox services (the supervisor: restarts what the run started, takes what is down out of rotation); 0 = no supervisor")
+    # alert thresholds: `agentrl observe alerts` renders them as Prometheus rules and `agentrl troubleshoot --run`
+    # applies the same rules to metrics.jsonl (agentrl_cli/observe/alerts.py)
+    alert_window_minutes: float = Field(15.0, gt=0, le=10_080, description="The window every alert rule looks back over (Prometheus range [Nm]; the last N minutes of a run's rows in troubleshoot --run)")
+    alert_create_failures: int = Field(5, ge=0, le=1_000_000, description="Alert when a harness's environment creations fail more than this many times within the window")
+    alert_peak_memory_mb: float = Field(2048.0, gt=0, le=10_000_000, description="Alert when an episode's sandbox peaks above this much memory (MiB) within the window")
+    alert_memory_creep_mb_per_hour: float = Field(512.0, gt=0, le=10_000_000, description="Alert when the sandboxes' per-episode peak memory rises faster than this (MiB per hour, linear fit over the window)")
+    alert_sampling_share: float = Field(0.7, gt=0, le=1, description="Alert when the trainer spends more than this share of its steps waiting for rollouts (mean over the window)")
+    alert_sync_share: float = Field(0.3, gt=0, le=1, description="Alert when weight sync takes more than this share of the trainer's steps (mean over the window)")
 
 
 class SupervisorConfig(Section):

@@ -24,7 +24,7 @@ from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.data.schema import (ARTIFACT, FILE_SCHEMA, NUMERIC_LISTS, STEP, TOOL_CALL,
                                      TrajectoryRecord, _numeric_column)
 
-_NESTED = {"steps", "artifacts", "reward_components", "flags", *NUMERIC_LISTS}
+_NESTED = {"steps", "artifacts", "reward_components", "flags", "env_resources", *NUMERIC_LISTS}
 _SCALARS = [(f.name, f.type) for f in FILE_SCHEMA if f.name not in _NESTED]
 _KINDS = {"string": (str, Outcome, RewardStatus, Termination), "bool": (bool,), "double": (int, float), "float": (int, float),
           "int8": (int,), "int16": (int,), "int32": (int,), "int64": (int,)}
@@ -209,6 +209,8 @@ def _records_table(records: list[TrajectoryRecord]) -> pa.Table:
             columns[name] = pa.array([list(r.reward_components.items()) for r in records], type=f.type)
         elif name == "flags":
             columns[name] = pa.array([r.flags for r in records], type=f.type)
+        elif name == "env_resources":
+            columns[name] = pa.array([r.env_resources for r in records], type=f.type)
     scalars = [(f.name, f.type) for f in FILE_SCHEMA if f.name not in _NESTED]
     values = zip(*map(attrgetter(*[n for n, _ in scalars]), records)) if records else [()] * len(scalars)
     for (name, typ), column in zip(scalars, values):

@@ -5,7 +5,13 @@ queries use, and the training arrays (token ids, loss mask, log-probs) when the 
 
 A stored call counts as failed (`tool_failures`) when its status is one of FAILED_CALL, or when it
 is `ok` but the command it ran exited non-zero (its status is stored as `error`). Statuses and the
-phase are stored as plain strings (their enums' values)."""
+phase are stored as plain strings (their enums' values).
+
+A call's output is what its harness reported on the call (`ToolCallResult.output`, for the sandboxed
+harnesses the call's observation text, already clipped by the harness to what the agent was shown);
+a call reported without one that is its step's only call gets the step's observation text. It is
+stored clipped to `max_output_bytes` of UTF-8 (never inside a character), with the whole output's
+size in bytes and its sha256."""
 
 from __future__ import annotations
 
@@ -19,14 +25,27 @@ from agentrl_cli.episode import Evidence, Observation, Trajectory, calls_of
 from agentrl_cli.outcomes import Outcome, Phase, Termination
 
 FAILED_CALL = ("error", "timeout", "rate_limited", "invalid_action")
+DEFAULT_MAX_OUTPUT_BYTES = 16384  # data.max_tool_output_bytes' default
 
 
-def _tool_calls(observation: Observation) -> list[ToolCallRecord]:
+def clip_output(text: str, max_bytes: int) -> tuple[str, int, str]:
+    """(`text` clipped to `max_bytes` of UTF-8 without splitting a character, the whole text's size
+    in UTF-8 bytes, its sha256 hex digest)."""
+    data = text.encode("utf-8", "surrogatepass")
+    clipped = data[:max(0, max_bytes)].decode("utf-8", "ignore") if len(data) > max_bytes else text
+    return clipped, len(data), hashlib.sha256(data).hexdigest()
+
+
+def _tool_calls(observation: Observation, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> list[ToolCallRecord]:
     out = []
-    for c in calls_of(observation):
+    calls = calls_of(observation)
+    for c in calls:
         status = "error" if c.status == "ok" and c.exit_code not in (None, 0) else c.status
+        output = c.output or (observation.text if len(calls) == 1 else "")
+        clipped, size, digest = clip_output(output, max_output_bytes)
         out.append(ToolCallRecord(name=c.name, arguments=json.dumps(c.arguments, default=str), status=status,
-                                  latency_ms=float(c.latency_ms), retries=int(c.retries)))
+                                  latency_ms=float(c.latency_ms), retries=int(c.retries), exit_code=c.exit_code,
+                                  output=clipped, output_bytes=size, output_sha256=digest))
     return out
 
 
@@ -42,12 +61,14 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                         weight_versions: list[str] | None = None, trajectory_id: str | None = None,
                         step_times: list[tuple] | None = None, token_ids=None, loss_mask=None, logprobs=None,
                         prompt_tokens: int = 0, completion_tokens: int = 0, segment_starts=None,
-                        step_rewards: list[float | None] | None = None) -> TrajectoryRecord:
+                        step_rewards: list[float | None] | None = None,
+                        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> TrajectoryRecord:
     """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i.
     `token_ids`, `loss_mask`, `logprobs`: the episode's training sequence, stored as numpy arrays
     (None: the episode has none, e.g. one played by a script); `segment_starts`: where each of its
     training samples starts when it is several (None or empty: one). `step_rewards[i]`: a reward
-    given to step i alone (None: none; a gateway call's posted reward)."""
+    given to step i alone (None: none; a gateway call's posted reward). `max_output_bytes`: each
+    tool call's output is stored clipped to this (`data.max_tool_output_bytes`)."""
     task = traj.task
     steps = []
     for i, action in enumerate(traj.actions):
@@ -55,7 +76,7 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
         started, ended = step_times[i] if step_times and i < len(step_times) else (utcnow(), utcnow())
         steps.append(StepRecord(index=i, action=action.text, observation=obs.text if obs else "",
                                 observation_status=obs.status if obs else "error",
-                                tool_calls=_tool_calls(obs) if obs else [],
+                                tool_calls=_tool_calls(obs, max_output_bytes) if obs else [],
                                 weight_version=(weight_versions[i] if weight_versions and i < len(weight_versions) else ""),
                                 reward=float(step_rewards[i]) if step_rewards and i < len(step_rewards)
                                 and step_rewards[i] is not None else 0.0,

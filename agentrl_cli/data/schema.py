@@ -8,6 +8,12 @@ Partition columns (`harness`, `date`) live in the Hive path `harness=â€¦/date=â€
 `segment_starts`: where each training sample starts when an episode is several, as an agent that
 rewrote its history is; empty = one sample) are stored as raw little-endian bytes of the dtype in each field's metadata; records hold them as
 lists or numpy arrays, `decode_arrays` turns a column back into numpy arrays. Writing, stores and queries belong in the other modules.
+
+Versions (READABLE_SCHEMA_VERSIONS): 2 added each tool call's `exit_code`, `output` (clipped to
+`data.max_tool_output_bytes`), `output_bytes` and `output_sha256` (and the top-level `env_resources`).
+Version 1 files are read with the dataset schema of version 2 (Arrow fills the missing fields with
+nulls), so their records keep `schema_version` 1 and None in those fields; only version 2 rows are
+written (tests/golden/trajectory_store_v1 is a store the version 1 writer wrote).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 from agentrl_cli.outcomes import Outcome, RewardStatus, values
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tool calls carry exit_code, output (clipped), output_bytes, output_sha256
+READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1 files read with those four fields null
 OUTCOMES = values(Outcome)
 REWARD_STATUSES = values(RewardStatus)
 PARTITION_COLUMNS = ("harness", "date")
@@ -30,6 +37,10 @@ TS = pa.timestamp("ms", tz="UTC")
 TOOL_CALL = pa.struct([
     ("name", pa.string()), ("arguments", pa.string()),  # arguments as JSON text
     ("status", pa.string()), ("latency_ms", pa.float64()), ("retries", pa.int32()),
+    # schema 2: the command's exit status (null: the call has none); the output as the harness reported
+    # it, clipped to data.max_tool_output_bytes of UTF-8; the full output's size and sha256 (all null
+    # in version 1 files: not recorded then)
+    ("exit_code", pa.int32()), ("output", pa.string()), ("output_bytes", pa.int64()), ("output_sha256", pa.string()),
 ])
 STEP = pa.struct([
     ("index", pa.int32()),
@@ -42,6 +53,10 @@ STEP = pa.struct([
     ("started_at", TS), ("ended_at", TS),
 ])
 ARTIFACT = pa.struct([("path", pa.string()), ("sha256", pa.string()), ("content", pa.string())])
+# what the episode's sandbox used, read from its cgroups and /proc before it was destroyed
+# (Sandbox.resources); null for episodes without a sandbox, or in files written before the column
+ENV_RESOURCES = pa.struct([("cpu_s", pa.float64()), ("peak_memory_bytes", pa.int64()),
+                           ("processes", pa.int32()), ("open_files", pa.int32())])
 
 FILE_SCHEMA = pa.schema([
     ("schema_version", pa.int32()),
@@ -82,6 +97,7 @@ FILE_SCHEMA = pa.schema([
     pa.field("segment_starts", pa.binary(), metadata={b"dtype": b"<i4"}),
     ("started_at", TS),
     ("ended_at", TS),
+    ("env_resources", ENV_RESOURCES),
 ], metadata={b"agentrl.schema_version": str(SCHEMA_VERSION).encode()})
 PARTITIONING = pa.schema([("harness", pa.string()), ("date", pa.string())])
 SCHEMA = pa.unify_schemas([FILE_SCHEMA, PARTITIONING])  # the row as records carry it
@@ -95,11 +111,19 @@ def utcnow() -> dt.datetime:
 
 @dataclass
 class ToolCallRecord:
+    """One tool call as stored. `arguments`: JSON text of the arguments as parsed; `output`: what the
+    harness reported the call returned, clipped (`output_bytes` and `output_sha256` are of the whole
+    output); None in those and `exit_code`: not known (a call without one, or a version 1 file)."""
+
     name: str
     arguments: str = "{}"
     status: str = "ok"
     latency_ms: float = 0.0
     retries: int = 0
+    exit_code: int | None = None
+    output: str | None = None
+    output_bytes: int | None = None
+    output_sha256: str | None = None
 
 
 @dataclass
@@ -161,6 +185,7 @@ class TrajectoryRecord:
     ended_at: dt.datetime = field(default_factory=utcnow)
     trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
+    env_resources: dict | None = None  # ENV_RESOURCES: cpu_s, peak_memory_bytes, processes, open_files
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -187,7 +212,7 @@ class TrajectoryRecord:
     @classmethod
     def from_row(cls, row: dict) -> "TrajectoryRecord":
         row = {k: v for k, v in row.items() if k != "date"}
-        row["steps"] = [StepRecord(**{**s, "tool_calls": [ToolCallRecord(**c) for c in s["tool_calls"] or ()]})
+        row["steps"] = [StepRecord(**{**s, "tool_calls": [ToolCallRecord(**c) for c in s.get("tool_calls") or ()]})
                         for s in row.get("steps") or ()]
         row["artifacts"] = [Artifact(**a) for a in row.get("artifacts") or ()]
         comps = row.get("reward_components") or {}

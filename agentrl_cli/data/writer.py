@@ -13,6 +13,12 @@ Publishing has a deadline (`write_timeout_s`, `data.write_timeout_s`): a flush, 
 full partition makes, that has not finished by then raises `StoreTimeout` instead of hanging on a
 store that does not answer, and the writer refuses further work (its publish may still be running).
 A flush also uploads what an S3 store spooled during an outage (`S3Store.upload_spool`).
+
+With `call_log` (on in `open_writer`, the rollout's writer) every published trajectory file is
+followed by a call-log file of the same partition holding the tool calls of its trajectories
+(`calls.py`). A call-log file that fails to publish waits in the writer (its trajectories are
+published and not written again), is retried by every flush, and a flush that still cannot publish
+it raises `WriteError`.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import pyarrow.parquet as pq
 
 from agentrl_cli.errors import AgentrlError
 
+from .calls import calls_table, publish_calls
 from .redact import Redactor
 from .columnar import check_scalars, records_table
 from .parquet_file import RowGroupFile
@@ -104,7 +111,7 @@ class TrajectoryWriter:
 
     def __init__(self, store: TrajectoryStore, *, rows_per_file: int = 1024, compression: str = "zstd",
                  redactor: Redactor | None = None, quarantine_dir: str | Path | None = None,
-                 write_timeout_s: float | None = None) -> None:
+                 write_timeout_s: float | None = None, call_log: bool = False) -> None:
         if rows_per_file < 1:
             raise ValueError(f"rows_per_file must be >= 1, got {rows_per_file} (set data.rows_per_file)")
         self.store, self.rows_per_file, self.redactor = store, rows_per_file, redactor
@@ -112,7 +119,9 @@ class TrajectoryWriter:
         self._timed_out: StoreTimeout | None = None  # set once a publish missed its deadline
         self.compression = None if compression == "none" else compression
         self.quarantine_dir = Path(quarantine_dir) if quarantine_dir is not None else None
-        self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0}
+        self.stats = {"rows_written": 0, "files": 0, "bytes": 0, "quarantined": 0, "spooled": 0, "calls_logged": 0}
+        self.call_log = call_log
+        self._calls_pending: list[tuple[tuple[str, str], pa.Table]] = []  # call-log files not yet published
         self._buffers: dict[tuple[str, str], list[dict]] = {}
         # per partition: its temp file being written, how many of its buffered rows that file holds,
         # and whether writing ahead failed (then the rows wait for the flush, which starts afresh)
@@ -127,7 +136,7 @@ class TrajectoryWriter:
 
     @property
     def buffered(self) -> int:
-        """Rows accepted but not yet in a published (or spooled) file."""
+        """Rows accepted but not yet in a published (or spooled) file (call-log rows not counted)."""
         return sum(len(rows) for rows in self._buffers.values())
 
     def write(self, record: TrajectoryRecord | dict) -> bool:
@@ -273,6 +282,8 @@ class TrajectoryWriter:
         errors = [f.exception() for f in futures if f.exception() is not None]
         if errors:
             raise errors[0]
+        if self._calls_pending:
+            self._publish_pending_calls(raise_errors=True)
         spooled = getattr(self.store, "spooled", None)
         if spooled is not None and spooled():
             self.store.upload_spool(attempts=1)
@@ -330,6 +341,44 @@ class TrajectoryWriter:
             self.stats["files"] += 1
             self.stats["bytes"] += size
             self.stats["spooled"] += outcome == "spooled"
+        if self.call_log:
+            self._log_calls(part, rows)
+
+    def _log_calls(self, part: tuple[str, str], items: list) -> None:
+        """Queue the call-log file of the trajectories just published and publish what is queued."""
+        try:
+            table = calls_table(items)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            log.error("the tool calls of %d trajectories in %s could not be put in the call log: %s",
+                      len(items), "/".join(part), exc)
+            return
+        if table.num_rows:
+            with self._lock:
+                self._calls_pending.append((part, table))
+            self._publish_pending_calls(raise_errors=False)
+
+    def _publish_pending_calls(self, raise_errors: bool) -> None:
+        with self._lock:
+            pending, self._calls_pending = self._calls_pending, []
+        failed, first = [], None
+        for part, table in pending:
+            try:
+                publish_calls(self.store, part, table, compression=self.compression,
+                              redact=self.redactor.table if self.redactor is not None else None)
+            except OSError as e:
+                failed.append((part, table))
+                first = first or e
+                log.warning("call-log file of %s (%d calls) not published: %s; the next flush retries it",
+                            "/".join(part), table.num_rows, _describe(e, self.store.staging_dir))
+                continue
+            with self._lock:
+                self.stats["calls_logged"] += table.num_rows
+        with self._lock:
+            self._calls_pending[:0] = failed
+        if failed and raise_errors:
+            raise WriteError(f"{sum(t.num_rows for _, t in failed)} tool calls of published trajectories could not be "
+                             f"written to the call log in {self.store.url}: {_describe(first, self.store.staging_dir)}; "
+                             "they wait in the writer, so fix the cause and flush again")
 
     def close(self) -> None:
         """Flush, then stop the encoder threads (a later write starts them again)."""
@@ -381,10 +430,10 @@ def find_trajectory(store: TrajectoryStore, trajectory_id: str) -> TrajectoryRec
 
 def open_writer(data_config: Any, store: TrajectoryStore | None = None) -> TrajectoryWriter:
     """The writer the config describes: its store, rows per file, codec, redaction of the configured
-    field names, and quarantine under `<data.root>/_quarantine`."""
+    field names, quarantine under `<data.root>/_quarantine`, and the call log."""
     from .stores import open_store
 
     return TrajectoryWriter(store or open_store(data_config), rows_per_file=data_config.rows_per_file,
                             compression=data_config.compression, redactor=Redactor.from_config(data_config),
                             quarantine_dir=Path(data_config.root) / "_quarantine",
-                            write_timeout_s=data_config.write_timeout_s)
+                            write_timeout_s=data_config.write_timeout_s, call_log=True)

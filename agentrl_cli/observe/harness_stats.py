@@ -1,10 +1,13 @@
 """Per-harness service levels of a run's environments, recorded while the rollout runs.
 
 Environment creation latency and failures by error, step latency, tool calls by status and tool
-(with their latency when given), generation latency. The rollout records; `snapshot()` names the
-figures (`env/<harness>/…`, `infer/<harness>/…`) for the step's metrics row: p50/p99 over a recent
-window, counts so far, and the latency samples recorded since the previous snapshot (`…_samples`,
-at most SAMPLES_PER_ROW a series, so the run's report can draw their histograms).
+(with their latency when given), generation latency, and what each episode's sandbox used (CPU
+time, peak memory, processes, open files: `env/<h>/cpu_s_mean|max`, `env/<h>/peak_mem_mb_max|p99`,
+`env/<h>/processes_max`, `env/<h>/open_files_max`, over the episodes ended since the previous row).
+The rollout records; `snapshot()` names the figures (`env/<harness>/…`, `infer/<harness>/…`) for
+the step's metrics row: p50/p99 over a recent window, counts so far, and the latency samples
+recorded since the previous snapshot (`…_samples`, at most SAMPLES_PER_ROW a series, so the run's
+report can draw their histograms).
 Belongs here: recording and summarising; the rollout decides what to record.
 """
 
@@ -36,6 +39,7 @@ class HarnessStats:
         self.create_failures: dict[str, Counter] = defaultdict(Counter)  # harness -> error kind -> count
         self.tools: dict[str, Counter] = defaultdict(Counter)  # harness -> (tool, status) -> count
         self._fresh: dict[tuple[str, str], deque] = defaultdict(lambda: deque(maxlen=SAMPLES_PER_ROW))
+        self.resources: dict[str, list[dict]] = defaultdict(list)  # harness -> sandbox use of episodes since the last row
 
     def _sample(self, series: dict, kind: str, harness: str, seconds: float) -> None:
         series[harness].append(seconds)
@@ -63,6 +67,31 @@ class HarnessStats:
         with self._lock:
             self._sample(self.generate_s, "generate", harness, seconds)
 
+    def record_resources(self, harness: str, usage: dict) -> None:
+        """What one episode's sandbox used (`Sandbox.resources`: cpu_s, peak_memory_bytes, processes, open_files)."""
+        with self._lock:
+            self.resources[harness].append(usage)
+
+    def _resource_figures(self, out: dict) -> None:
+        for h, episodes in self.resources.items():
+            if not episodes:
+                continue
+            cpu = [e["cpu_s"] for e in episodes if e.get("cpu_s") is not None]
+            mem = [e["peak_memory_bytes"] / keys.MIB for e in episodes if e.get("peak_memory_bytes") is not None]
+            procs = [e["processes"] for e in episodes if e.get("processes") is not None]
+            files = [e["open_files"] for e in episodes if e.get("open_files") is not None]
+            if cpu:
+                out[keys.env_resource(h, "cpu_s_mean")] = round(sum(cpu) / len(cpu), 4)
+                out[keys.env_resource(h, "cpu_s_max")] = round(max(cpu), 4)
+            if mem:
+                out[keys.env_resource(h, "peak_mem_mb_max")] = round(max(mem), 3)
+                out[keys.env_resource(h, "peak_mem_mb_p99")] = round(percentile(mem, 0.99), 3)
+            if procs:
+                out[keys.env_resource(h, "processes_max")] = max(procs)
+            if files:
+                out[keys.env_resource(h, "open_files_max")] = max(files)
+            episodes.clear()
+
     def snapshot(self) -> dict:
         """Flat, namespaced figures: `env/<h>/create_ms_p50|p99`, `env/<h>/create_failures/<error>`,
         `env/<h>/step_ms_p50|p99`, `env/<h>/tool_ms_p50|p99`, `env/<h>/tool/<tool>/<status>`,
@@ -86,4 +115,5 @@ class HarnessStats:
             for h, calls in self.tools.items():
                 for (tool, status), n in calls.items():
                     out[keys.env_tool(h, tool, status)] = n
+            self._resource_figures(out)
         return out

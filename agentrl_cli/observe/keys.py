@@ -183,6 +183,17 @@ def env_harness_errors(h: str, method: str) -> str:
     return f"env/{h}/harness_errors/{method}"
 
 
+MIB = 1024 * 1024
+ENV_RESOURCE_FIGURES = ("cpu_s_mean", "cpu_s_max", "peak_mem_mb_max", "peak_mem_mb_p99", "processes_max", "open_files_max")
+
+
+def env_resource(h: str, figure: str) -> str:
+    """`env/<harness>/<figure>`, figure one of ENV_RESOURCE_FIGURES: what the harness's sandboxes used
+    per episode (CPU seconds, peak memory in MiB, processes, open files), over the episodes ended
+    since the previous row (observe/harness_stats.py); absent from rows with none."""
+    return f"env/{h}/{figure}"
+
+
 ENV_TOOL_PATTERN = r"^env/([^/]+)/tool/(.+)/([^/]+)$"  # groups: harness, tool, status
 ENV_CREATE_FAILURES_PATTERN = r"^env/([^/]+)/create_failures/(.+)$"  # groups: harness, error
 ENV_HARNESS_ERRORS_PATTERN = r"^env/([^/]+)/harness_errors/(.+)$"  # groups: harness, method

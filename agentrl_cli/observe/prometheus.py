@@ -5,8 +5,9 @@ Key to metric: `train/loss` -> `agentrl_train_loss`; per-harness keys carry the 
 (`env/<h>/step_ms_p99` -> `agentrl_env_step_ms_p99{harness="<h>"}`, `eval/<h>/success_rate` ->
 `agentrl_eval_success_rate{harness="<h>"}`), tool counts carry tool and status
 (`agentrl_env_tool_calls{harness,tool,status}`), creation failures the error
-(`agentrl_env_create_failures{harness,error}`), watchdog counts the component
-(`agentrl_watchdog_stuck{component}`). Every series also carries `run_id`.
+(`agentrl_env_create_failures{harness,error}`), the sandbox pools' counters the harness
+(`sandbox/<h>/leaked_processes` -> `agentrl_sandbox_leaked_processes{harness="<h>"}`), watchdog
+counts the component (`agentrl_watchdog_stuck{component}`). Every series also carries `run_id`.
 Belongs here: naming and serving; the figures come from the rows.
 """
 
@@ -37,7 +38,7 @@ def series(key: str) -> tuple[str, dict[str, str]] | None:
     if len(parts) < 2:
         return None
     ns = parts[0]
-    if ns in ("env", "eval", "infer") and len(parts) >= 3:
+    if ns in ("env", "eval", "infer", "sandbox") and len(parts) >= 3:
         labels["harness"] = parts[1]
         rest = parts[2:]
         if ns == "env" and rest[0] == "tool" and len(rest) == 3:

@@ -173,6 +173,7 @@ class RolloutController:
                     await loop.run_in_executor(self.executor, end)
                 except Exception:  # noqa: BLE001 - the next reset releases them anyway
                     log.exception("ending the episode of %s failed", draw.task.harness)
+            resources = getattr(harness, "episode_resources", None)  # its sandbox's use, read before destroying it
             pool.release(harness)
             self.watchdog.end("rollout")
         t = time.perf_counter()
@@ -200,6 +201,9 @@ class RolloutController:
         self.counters["tokens_generated"] += result.completion_tokens
         self.counters["env_calls"] += len(result.trajectory.observations)  # reset + steps
         record = self.to_record(draw, result, scored, tid)
+        if resources:
+            record.env_resources = resources
+            self.harness_stats.record_resources(getattr(harness, "name", draw.task.harness), resources)  # as run_episode names it
         for step in record.steps:
             for call in step.tool_calls:
                 self.harness_stats.record_tool(draw.task.harness, call.name, call.status, seconds=call.latency_ms / 1000)
@@ -252,7 +256,8 @@ class RolloutController:
                                    weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times,
                                    token_ids=result.token_ids, loss_mask=result.loss_mask, logprobs=result.logprobs,
                                    prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-                                   segment_starts=result.segment_starts, step_rewards=result.step_rewards)
+                                   segment_starts=result.segment_starts, step_rewards=result.step_rewards,
+                                   max_output_bytes=self.config.data.max_tool_output_bytes)
 
     async def _episode_into_buffer(self, draw: Draw) -> None:
         key = _draw_key(draw)

@@ -1,10 +1,10 @@
 """Per-sandbox cgroups: a process limit, a memory limit, an optional CPU quota (cores of bandwidth per
-100 ms period), an OOM-kill counter, and kill-all.
+100 ms period), an OOM-kill counter, the group's resource use (`usage`), and kill-all.
 
 Groups are created under this process's own cgroup (so the host's accounting still covers them):
-cgroup v1 `pids` and `memory` controllers, or the v2 unified hierarchy where its controllers are
-delegated. When neither is writable, `CgroupSet.create` returns None and the sandbox falls back to
-rlimits; the stage-5 report says which is in force.
+cgroup v1 `pids` and `memory` controllers (and `cpuacct` for CPU time, where it is mounted), or the
+v2 unified hierarchy where its controllers are delegated. When neither is writable, `CgroupSet.create`
+returns None and the sandbox falls back to rlimits; the stage-5 report says which is in force.
 """
 
 from __future__ import annotations
@@ -79,6 +79,13 @@ class CgroupSet:
                 d = base / name
                 d.mkdir(parents=True, exist_ok=False)
                 dirs[controller] = d
+            acct = v1_base("cpuacct")
+            if acct is not None:  # the same directory as the cpu group's where the two are mounted together
+                same = next((d for d in dirs.values() if d.resolve() == (acct / name).resolve()), None)
+                if same is not None:
+                    dirs["cpuacct"] = same
+                else:
+                    _optional_group(dirs, "cpuacct", acct / name)
             (dirs["pids"] / "pids.max").write_text(str(max_processes))
             (dirs["memory"] / "memory.limit_in_bytes").write_text(str(memory_bytes))
             if quota is not None:
@@ -109,6 +116,42 @@ class CgroupSet:
             except OSError:
                 pass
         return found
+
+    def usage(self) -> dict:
+        """What the group used so far: `cpu_s` (CPU time of every process it ever held), `peak_memory_bytes`
+        (its memory high-water mark), `processes` (peak count where the kernel keeps one, else the
+        count now) and `open_files` (file descriptors its processes hold now, from /proc/<pid>/fd).
+        A figure the host does not provide is None."""
+        return {"cpu_s": self._cpu_s(), "peak_memory_bytes": self._peak_memory(),
+                "processes": self._processes(), "open_files": open_files(self.pids())}
+
+    def _read_int(self, controller: str, v1_file: str, v2_file: str) -> int | None:
+        d = self.dirs.get("unified" if self.version == 2 else controller)
+        try:
+            return int((d / (v2_file if self.version == 2 else v1_file)).read_text().split()[0]) if d else None
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _cpu_s(self) -> float | None:
+        if self.version == 2:
+            try:
+                text = (self.dirs["unified"] / "cpu.stat").read_text()
+            except (OSError, KeyError):
+                return None
+            for line in text.splitlines():
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+            return None
+        ns = self._read_int("cpuacct", "cpuacct.usage", "")
+        return None if ns is None else ns / 1e9
+
+    def _peak_memory(self) -> int | None:
+        return self._read_int("memory", "memory.max_usage_in_bytes", "memory.peak")
+
+    def _processes(self) -> int | None:
+        peak = self._read_int("pids", "pids.peak", "pids.peak")
+        return peak if peak is not None else self._read_int("pids", "pids.current", "pids.current")
 
     def oom_kills(self) -> int:
         try:
@@ -156,6 +199,27 @@ class CgroupSet:
                     break
                 except OSError:
                     time.sleep(0.005)  # the kernel frees a group shortly after its last process exits
+
+
+def _optional_group(dirs: dict[str, Path], controller: str, d: Path) -> None:
+    """Create a group of a controller the sandbox can do without (accounting only)."""
+    try:
+        d.mkdir(parents=True, exist_ok=False)
+        dirs[controller] = d
+    except OSError:
+        pass
+
+
+def open_files(pids) -> int | None:
+    """File descriptors held by `pids` (from /proc/<pid>/fd); None when none of them could be read."""
+    total, read = 0, False
+    for pid in pids:
+        try:
+            total += len(os.listdir(f"/proc/{pid}/fd"))
+            read = True
+        except OSError:
+            pass
+    return total if read else None
 
 
 def cgroup_support() -> str:

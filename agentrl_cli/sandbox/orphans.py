@@ -61,7 +61,7 @@ def _cgroups(name: str) -> CgroupSet | None:
     v2 = v2_base()
     if v2 is not None:
         return CgroupSet({"unified": v2 / name}, 2) if (v2 / name).is_dir() else None
-    dirs = {c: base / name for c in ("pids", "memory", "cpu") if (base := v1_base(c)) is not None and (base / name).is_dir()}
+    dirs = {c: base / name for c in ("pids", "memory", "cpu", "cpuacct") if (base := v1_base(c)) is not None and (base / name).is_dir()}
     return CgroupSet(dirs, 1) if dirs else None
 
 

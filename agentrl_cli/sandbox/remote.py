@@ -57,6 +57,18 @@ class RemoteSandbox:
     def processes(self) -> set[int]:
         return set()  # not visible from here; the service's /metrics counts leaks
 
+    def resources(self) -> dict | None:
+        """What the sandbox used so far, as the service reads it (`Sandbox.resources`); None when it cannot say."""
+        if self._closed:
+            return None
+        try:
+            r = self._client.get(f"/sandboxes/{self.id}/resources")
+            r.raise_for_status()
+            data = r.json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -340,6 +340,14 @@ class Sandbox:
     def alive(self) -> bool:
         return not self._closed and getattr(self, "proc", None) is not None and self.proc.poll() is None
 
+    def resources(self) -> dict | None:
+        """What the sandbox used so far, from its cgroups and /proc (`CgroupSet.usage`: cpu_s,
+        peak_memory_bytes, processes, open_files); read it before `close()`, which removes the
+        groups. None without cgroups (rlimits account nothing per sandbox)."""
+        if self.cgroup is None or self._closed:
+            return None
+        return self.cgroup.usage()
+
     def processes(self) -> set[int]:
         """Host pids of everything still running in this sandbox (from its cgroups)."""
         return self.cgroup.pids() if self.cgroup else set()

@@ -8,6 +8,8 @@ Endpoints (JSON unless noted):
     POST /sandboxes/{id}/exec            {"command": str | [str], "timeout", "stdin", "env", "cpu_time_s"} -> ExecResult
     PUT  /sandboxes/{id}/files?path=P    body: raw bytes -> 204
     GET  /sandboxes/{id}/files?path=P    -> raw bytes (link-safe; 400 when the path leaves the sandbox)
+    GET  /sandboxes/{id}/resources       -> what it used so far (Sandbox.resources: cpu_s, peak_memory_bytes,
+                                            processes, open_files; null without cgroups)
     POST /sandboxes/{id}/reset           -> a new sandbox {"id", ...}; the old one is destroyed
     DELETE /sandboxes/{id}               -> 204
 
@@ -143,6 +145,10 @@ def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: A
         except UnsafePath as exc:
             raise HTTPException(400, exc.message) from None
         return Response(data, media_type="application/octet-stream")
+
+    @app.get("/sandboxes/{sid}/resources")
+    def resources(sid: str) -> dict | None:
+        return get(sid).resources()
 
     @app.post("/sandboxes/{sid}/reset")
     def reset(sid: str) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.observe import keys
+from agentrl_cli.observe.alerts import ALERTS
 from agentrl_cli.observe.run_record import RunRecord
 from agentrl_cli.outcomes import Outcome, RewardStatus
 from agentrl_cli.report import CheckStatus
@@ -433,6 +434,29 @@ def repeat_variance(d: DiagnosedRun, t: dict) -> Hit | None:
                f"the same task with the same seed scored with variance {var:.3g}")
 
 
+def alert_rule(alert: str) -> Callable[[DiagnosedRun, dict], Hit | None]:
+    """The detector of the alert rule `alert` of observe/alerts.py (the one `agentrl observe alerts`
+    renders), with the run's own `observe.alert_*` thresholds, evaluated on its metrics rows as they
+    stand at the end. Its kind in the knowledge base is `alert:<alert>`."""
+    def detect(d: DiagnosedRun, t: dict) -> Hit | None:
+        from agentrl_cli.observe.alerts import rules, window_s
+
+        rule = next(r for r in rules(d.config.observe, achievable_max_reward(d.config.reward.weights)) if r.alert == alert)
+        window = window_s(d.config.observe)
+        fired = rule.evaluate(d.rows, window)
+        if not fired:
+            return None
+        first = rule.conditions[0]
+        labels, value = max(fired.items(), key=lambda kv: kv[1])
+        ratio = value / first.threshold if first.threshold > 0 else 2.0
+        where = ", ".join(f"{k}={v}" for k, v in labels) or "the run"
+        return Hit(min(5.0, max(1.0, ratio)),
+                   {"alert/firing": {"rule": rule.alert, "expr": rule.promql(window), "value": _r(value),
+                                     "threshold": first.threshold, "labels": dict(labels), "series": len(fired)}},
+                   f"{rule.alert} fires for {where}: {_r(value, 3)} {first.op} {first.threshold:g} ({rule.summary})")
+    return detect
+
+
 DETECTORS: dict[str, Callable[[DiagnosedRun, dict], Hit | None]] = {
     "reward_masked": reward_masked, "failed_check": failed_check, "reward_at_max": reward_at_max,
     "canary_positive": canary_positive, "env_latency_vs_baseline": env_latency_vs_baseline, "share_drift": share_drift,
@@ -442,4 +466,5 @@ DETECTORS: dict[str, Callable[[DiagnosedRun, dict], Hit | None]] = {
     "episode_errors": episode_errors, "store_growth": store_growth, "loss_not_finite": loss_not_finite,
     "entropy_trend": entropy_check, "grad_norm": grad_norm, "env_failure_rate": env_failure_rate,
     "repeat_variance": repeat_variance, "harness_errors": harness_errors,
+    **{f"alert:{name}": alert_rule(name) for name in ALERTS},
 }

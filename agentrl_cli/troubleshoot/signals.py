@@ -39,7 +39,7 @@ DERIVED = frozenset({
     "reward/max_fraction", "canary/positive", "env/initial_observation_variants", "env/creation_errors", "env/harness_errors",
     "tool/failure_rate", "tool/failures_by_status", "traj/turns_p99_over_median", "traj/truncated_fraction",
     "traj/invalid_action_rate", "data/store_bytes", "data/store_growth_mb_per_hour", "data/hours_to_disk_full",
-    "verify/repeat_reward_variance",
+    "verify/repeat_reward_variance", "alert/firing",
 })
 
 ALL = METRICS | frozenset(BASELINE) | DERIVED

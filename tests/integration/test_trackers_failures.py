@@ -76,10 +76,11 @@ class Stalled:
     name = "stalled"
 
     def __init__(self) -> None:
-        self.release = threading.Event()
+        self.release, self.entered = threading.Event(), threading.Event()
         self.logged = 0
 
     def log(self, step, metrics) -> None:
+        self.entered.set()
         self.release.wait()
         self.logged += 1
 
@@ -91,7 +92,9 @@ def test_a_hanging_tracker_never_holds_up_the_run(tmp_path):
     stalled = Stalled()
     fanout = TrackerFanout([stalled])
     try:
-        for step in range(QUEUE_ROWS + 5):  # one row in the tracker, QUEUE_ROWS queued, the rest dropped
+        fanout.update({"step": 0, "train/loss": 1.0})
+        assert stalled.entered.wait(30)  # the first row is in the tracker, which never answers
+        for step in range(1, QUEUE_ROWS + 5):  # QUEUE_ROWS queued, the rest dropped
             fanout.update({"step": step, "train/loss": 1.0})
         assert fanout.errors["stalled"] == 4
         fanout.close(timeout_s=0.5)  # returns though the tracker never answers
