@@ -1,13 +1,15 @@
-"""Fixtures that start real sandboxes (bubblewrap on this host)."""
+"""Fixtures that start real sandboxes (bubblewrap on this host), and a trajectory store of either kind."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
+from agentrl_cli.config.models import DataConfig, S3Config
 from agentrl_cli.sandbox import Limits, Sandbox, SandboxSettings
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)")
@@ -48,3 +50,17 @@ def server(random_model_dir):
     yield srv
     srv.stop()
     engine.close()
+
+
+@pytest.fixture(params=["local", "s3"])
+def data_config(request, tmp_path) -> DataConfig:
+    """The trajectory store's config: a local directory, then a bucket on moto's S3 server (needs `aws_env`)."""
+    root = str(tmp_path / "data")
+    if request.param == "local":
+        return DataConfig(store="local", root=root)
+    import boto3
+
+    endpoint = request.getfixturevalue("moto_endpoint")
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    return DataConfig(store="s3", root=root, s3=S3Config(bucket=bucket, prefix="trajectories", endpoint_url=endpoint))

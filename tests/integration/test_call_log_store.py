@@ -6,9 +6,7 @@ call-log file is spooled with its trajectory file while the store is unreachable
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 
-import boto3
 import pytest
 
 from agentrl_cli.config.models import DataConfig, S3Config
@@ -21,15 +19,6 @@ T0 = dt.datetime(2026, 12, 2, 8, tzinfo=dt.timezone.utc)
 GH_TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
 
 
-@pytest.fixture(params=["local", "s3"])
-def data_config(request, tmp_path) -> DataConfig:
-    root = str(tmp_path / "data")
-    if request.param == "local":
-        return DataConfig(store="local", root=root)
-    endpoint = request.getfixturevalue("moto_endpoint")
-    bucket = f"calls-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    return DataConfig(store="s3", root=root, s3=S3Config(bucket=bucket, prefix="trajectories", endpoint_url=endpoint))
 
 
 def _record(tid: str, task: str, calls: list[ToolCallRecord]) -> TrajectoryRecord:

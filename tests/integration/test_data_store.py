@@ -12,7 +12,6 @@ import logging
 import threading
 import uuid
 
-import boto3
 import pyarrow.compute as pc
 import pytest
 
@@ -34,15 +33,6 @@ PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END P
 BEARER = "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiIxIn0.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
 
 
-@pytest.fixture(params=["local", "s3"])
-def data_config(request, tmp_path) -> DataConfig:
-    root = str(tmp_path / "data")
-    if request.param == "local":
-        return DataConfig(store="local", root=root)
-    endpoint = request.getfixturevalue("moto_endpoint")
-    bucket = f"test-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-    return DataConfig(store="s3", root=root, s3=S3Config(bucket=bucket, prefix="trajectories", endpoint_url=endpoint))
 
 
 @pytest.fixture
