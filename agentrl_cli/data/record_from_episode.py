@@ -16,6 +16,7 @@ size in bytes and its sha256."""
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 
 import numpy as np
@@ -67,7 +68,8 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
     `token_ids`, `loss_mask`, `logprobs`: the episode's training sequence, stored as numpy arrays
     (None: the episode has none, e.g. one played by a script); `segment_starts`: where each of its
     training samples starts when it is several (None or empty: one). `step_rewards[i]`: a reward
-    given to step i alone (None: none; a gateway call's posted reward). `max_output_bytes`: each
+    given to step i alone (a gateway call's posted reward); where it is None, the step's observation's
+`info["reward"]` when the harness reported one (an OpenEnv server's step reward), else 0.0. `max_output_bytes`: each
     tool call's output is stored clipped to this (`data.max_tool_output_bytes`)."""
     task = traj.task
     steps = []
@@ -78,8 +80,7 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                                 observation_status=obs.status if obs else "error",
                                 tool_calls=_tool_calls(obs, max_output_bytes) if obs else [],
                                 weight_version=(weight_versions[i] if weight_versions and i < len(weight_versions) else ""),
-                                reward=float(step_rewards[i]) if step_rewards and i < len(step_rewards)
-                                and step_rewards[i] is not None else 0.0,
+                                reward=_step_reward(step_rewards[i] if step_rewards and i < len(step_rewards) else None, obs),
                                 started_at=started, ended_at=ended))
     calls = [c for s in steps for c in s.tool_calls]
     evidence = evidence or Evidence()
@@ -107,3 +108,13 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
         **_arrays(token_ids, loss_mask, logprobs, segment_starts),
         started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),
         **kwargs)
+
+
+def _step_reward(given: float | None, obs) -> float:
+    """Step i's own reward: the one given, else the number its observation reports as `info["reward"]`, else 0.0."""
+    if given is not None:
+        return float(given)
+    reported = (getattr(obs, "info", None) or {}).get("reward") if obs is not None else None
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and math.isfinite(reported):
+        return float(reported)
+    return 0.0

@@ -183,3 +183,15 @@ def test_a_call_log_file_that_fails_is_retried_and_not_lost(tmp_path, monkeypatc
 def test_data_calls_refuses_an_unknown_status(cli, store):
     result = cli("data", "calls", "--status", "failed", "--set", f"data.root={store.root}")
     assert result.exit_code == 2 and "'failed' is not a call status" in result.output and "timeout" in result.output
+
+
+def test_a_step_stores_the_reward_its_harness_reported_unless_one_was_given():
+    traj = Trajectory(task=TaskSpec("t-2", "openenv", "p", "", 1, "train"), observations=[Observation(text="start")])
+    for text, info in (("a", {"reward": 0.25}), ("b", {"reward": None}), ("c", {"reward": True}), ("d", {}),
+                       ("e", {"reward": 1})):
+        traj.actions.append(Action(text=text))
+        traj.observations.append(Observation(text="o", info=info))
+    rewards = [s.reward for s in record_from_episode(traj, run_id="r", harness_version="1").steps]
+    assert rewards == [0.25, 0.0, 0.0, 0.0, 1.0]  # numbers only: None, a flag or nothing store 0.0
+    given = record_from_episode(traj, run_id="r", harness_version="1", step_rewards=[None, 0.5, None, None, -1.0]).steps
+    assert [s.reward for s in given] == [0.25, 0.5, 0.0, 0.0, -1.0]  # a reward given to the step wins
