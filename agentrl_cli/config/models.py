@@ -16,8 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from agentrl_cli.plugins import PLUGIN_PATH
 
 # the registries' names (agentrl_cli/training/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
-BACKEND_NAMES = ("deepspeed",)
+BACKEND_NAMES = ("deepspeed", "fsdp")
 WEIGHT_SYNC_NAMES = ("disk", "distributed")
+# the reward's built-in components and its registered scorers (agentrl_cli/reward/aggregate.py COMPONENTS,
+# agentrl_cli/reward/registry.py VERIFIERS; a test keeps them in step)
+REWARD_COMPONENTS = ("outcome", "format", "tool_legality", "turns_in_range", "invalid_action_ratio", "harness")
+VERIFIER_NAMES = ("judge", "reward_model")
 
 
 class Section(BaseModel):
@@ -100,6 +104,7 @@ class HarnessConfig(Section):
     options: dict = Field(default_factory=dict, description="Harness-specific options passed to its constructor")
     reward: Literal["verifiers", "harness", "mix"] | None = Field(
         None, description="Where this harness's training reward comes from: verifiers = the task's verifier (meta.verify); harness = the harness's own compute_reward; mix = the verifier's outcome plus compute_reward's score as the `harness` component, weighted by reward.weights.harness; None = the harness class's reward_source, else verifiers")
+    roles: dict[str, str] = Field(default_factory=dict, description="Who plays each role of a multi-agent harness (one that declares roles): role -> policy (the policy under training; self-play when several roles are), scripted (the harness's scripted_move) or the URL of an inference server with the policy's tokenizer (a fixed opponent, never trained); a role not named is policy; refused for a harness without roles")
     tasks: str | None = Field(None, description="Tasks of this harness: a JSONL or Parquet file (local path or s3://bucket/key) with task_id, prompt, answer, split and optional difficulty, meta (None = the harness's own task_set(), else the committed task set)")
 
     @model_validator(mode="after")
@@ -165,6 +170,16 @@ class SandboxConfig(Section):
     api_key: SecretStr | None = Field(None, description="Bearer key(s) the sandbox service requires and sandbox.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_SANDBOX__API_KEY_FILE, never argv. Without one the service refuses to start unless bound to loopback with --insecure-loopback")
 
 
+class JudgeConfig(Section):
+    url: str | None = Field(None, description="OpenAI-compatible base URL of the `judge` verifier's model (ending in /v1: the embedded server's, or any provider's); None = the run's own inference server (inference.urls[0], else inference.host:port), which is the policy in training")
+    model: str | None = Field(None, description="Model name sent to the judge; None = the first model the judge's /v1/models lists")
+    prompt_version: Literal["1"] = Field("1", description="Version of the judge's prompt (rubric, candidate layout, reply format); part of every judge cache key and of the verifier's version")
+    mode: Literal["single", "group"] = Field("single", description="single = each trajectory judged alone against the rubric; group = the trajectories of one GRPO group ranked against each other in one judge call (relative judging)")
+    timeout_s: float = Field(20.0, gt=0, description="Deadline of one judge HTTP call; a slower judge is an outage (infra_error, masked). It and group_wait_s must fit inside reward.timeout_s")
+    group_wait_s: float = Field(5.0, ge=0, description="Group mode: how long a finished trajectory waits for the rest of its GRPO group before the part that arrived is judged")
+    max_tokens: int = Field(512, ge=16, le=32768, description="Most tokens the judge may write in its reply")
+
+
 class RewardConfig(Section):
     service_url: str | None = Field(None, description="Reward service URL; None scores in-process")
     host: str = Field("127.0.0.1", description="Address `agentrl serve reward` binds (loopback by default; the rendered reward pod passes 0.0.0.0)")
@@ -172,11 +187,44 @@ class RewardConfig(Section):
     max_retries: int = Field(2, ge=0, le=10, description="Retries before a trajectory is marked infra_error")
     normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (GRPO's own per-group centring only), group (z-score within each task group), window (z-score against a running window of recent rewards, across steps)")
     window_size: int = Field(256, ge=1, description="Running-window size (rewards) when reward.normalization is window")
+    verifiers: list[str] = Field(default_factory=list, description="Extra scorers beside the task's outcome verifier, each a reward component of its own name weighted by reward.weights[name] (no weight: recorded, no effect): judge, reward_model, or a user reward function `module:function` (README: Reward composition)")
     weights: dict[str, float] = Field(
         default_factory=lambda: {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1},
-        description="Weights of the named reward components")
+        description="Weights of the named reward components: outcome, format, tool_legality, turns_in_range, invalid_action_ratio, harness, and each reward.verifiers entry; a component without a weight is recorded and has no effect")
     cache_size: int = Field(100_000, ge=0, description="Idempotency cache entries")
     api_key: SecretStr | None = Field(None, description="Bearer key(s) the reward service requires and reward.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_REWARD__API_KEY_FILE, never argv")
+    judge: JudgeConfig | None = Field(None, description="The `judge` scorer (reward.verifiers: [judge], or a task's meta.verify: judge): a model scoring trajectories against a rubric through an OpenAI-compatible API (README: Model judge); None = its defaults")
+    judge_api_key: SecretStr | None = Field(None, description="Bearer key sent to reward.judge.url (None with judge.url unset: inference.api_key); give it by AGENTRL_REWARD__JUDGE_API_KEY_FILE, never argv")
+    reward_model: str = Field("", description="The `reward_model` scorer (reward.verifiers or a task's meta.verify: reward_model): the directory `agentrl reward train` saved, or its --name (under model.cache_dir/reward-models); required when reward.verifiers lists reward_model")
+
+    @field_validator("verifiers")
+    @classmethod
+    def _verifier_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if name in REWARD_COMPONENTS:
+                raise ValueError(f"{name!r} is a built-in component, not a scorer; give it a weight in reward.weights instead")
+            if name not in VERIFIER_NAMES and not PLUGIN_PATH.match(name):
+                raise ValueError(f"must each be one of {', '.join(VERIFIER_NAMES)} or a `module:function` path, got {name!r}")
+        if len(set(names)) < len(names):
+            raise ValueError(f"lists a scorer twice: {names}")
+        return names
+
+    @model_validator(mode="after")
+    def _reward_model_named(self) -> "RewardConfig":
+        if "reward_model" in self.verifiers and not self.reward_model.strip():
+            raise ValueError("reward.verifiers lists reward_model but reward.reward_model is empty; set reward.reward_model "
+                             "to the directory `agentrl reward train` printed (or its --name), or remove reward_model from reward.verifiers")
+        return self
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_name_components(cls, weights: dict[str, float], info) -> dict[str, float]:
+        known = [*REWARD_COMPONENTS, *info.data.get("verifiers", [])]  # verifiers is validated first (field order)
+        unknown = sorted(set(weights) - set(known))
+        if unknown:
+            raise ValueError(f"names no reward component: {', '.join(unknown)}; the components are {', '.join(known)}; "
+                             "fix the name, or add the scorer to reward.verifiers")
+        return weights
 
 
 LORA_TARGETS_DEFAULT = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -191,7 +239,7 @@ class LoraConfig(Section):
 
 
 class TrainingConfig(Section):
-    backend: str = Field("deepspeed", description="Training backend: deepspeed, or the `module:Class` path of a TrainingBackend (agentrl_cli/training/backend.py)")
+    backend: str = Field("deepspeed", description="Training backend: deepspeed (ZeRO stage training.zero_stage), fsdp (PyTorch FSDP2, sharded over the ranks; reads no zero_stage), or the `module:Class` path of a TrainingBackend (agentrl_cli/training/backend.py)")
     seq_len_limit: int = Field(2048, ge=64, description="Longest training sequence in tokens (typical on GPUs: 32768)")
     checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (typical on GPUs: 50)")
     resume_from_latest: bool = Field(True, description="Resume from the newest complete checkpoint when one exists")

@@ -1,6 +1,8 @@
 """From a verdict and the steps to one scalar reward with named components, and the outcome label.
 
-Components (each in [0, 1], all recorded; only those with a configured weight enter the reward):
+The reward is the weighted sum `sum(reward.weights[name] * components[name])`: a component without a
+weight (or with weight 0) is recorded and has no effect, and raising one weight by d raises the
+reward by exactly d times that component's value. Components (each in [0, 1], all recorded):
 - `outcome`: the verifier's score.
 - `format`: share of steps whose action the harness could act on (status not `invalid_action`).
 - `tool_legality`: share of tool calls that were legal (status not `invalid_action`); 1 without calls.
@@ -8,6 +10,8 @@ Components (each in [0, 1], all recorded; only those with a configured weight en
   default 2 + 2 × difficulty), else 0.
 - `invalid_action_ratio`: share of steps with an invalid action (a penalty; give it a negative weight).
 - `harness`: with `harnesses[].reward: mix`, the harness's own score (weight `reward.weights.harness`).
+- one per `reward.verifiers` entry (`judge`, `reward_model`, a user `module:function`), under that
+  entry's name: the extra scorer's score (`registry.py`).
 
 Rules that keep the signal honest: a timed-out or errored episode, a tampered one and an
 `infra_error` never score above zero. Normalisation (none, per task group, running window) is a
@@ -22,6 +26,10 @@ from collections import deque
 from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.reward.models import ScoreRequest
 from agentrl_cli.reward.verifiers import Verdict
+
+# the components every result carries (`harness` only with reward: mix); config/models.py keeps a copy
+# (REWARD_COMPONENTS, a test keeps them in step) to refuse weights that name none of them
+COMPONENTS = ("outcome", "format", "tool_legality", "turns_in_range", "invalid_action_ratio", "harness")
 
 
 def expected_max_turns(req: ScoreRequest) -> int:
@@ -55,11 +63,14 @@ def outcome_label(score: float, termination: str) -> str:
     return Outcome.PARTIAL if score > 0.0 else Outcome.FAIL
 
 
-def combine(verdict: Verdict, req: ScoreRequest, weights: dict[str, float]) -> tuple[float, dict[str, float], str, str]:
-    """(reward, components, status, outcome) for a verdict that was reached."""
+def combine(verdict: Verdict, req: ScoreRequest, weights: dict[str, float],
+            extra: dict[str, float] | None = None) -> tuple[float, dict[str, float], str, str]:
+    """(reward, components, status, outcome) for a verdict that was reached; `extra`: the scores of
+    the `reward.verifiers` scorers by name, components beside the built-in ones."""
     components = {"outcome": float(verdict.score), **process_components(req)}
     if verdict.harness is not None:
         components["harness"] = float(verdict.harness)
+    components.update({name: float(score) for name, score in (extra or {}).items()})
     outcome = outcome_label(verdict.score, req.termination)
     reward = sum(w * components[name] for name, w in weights.items() if name in components)
     if req.termination in (Termination.TIMEOUT, Termination.ERROR) or "tamper" in verdict.flags:

@@ -1,7 +1,8 @@
 """`agentrl serve reward`: the scorer over HTTP (FastAPI).
 
 POST /score (one ScoreRequest) and POST /score_batch ({"items": [...]}) return RewardResults;
-GET /health, GET /info (verifier versions, weights, quarantine), GET /metrics (Prometheus).
+GET /health, GET /info (verifier versions, the `reward.verifiers` components, weights, quarantine),
+GET /metrics (Prometheus).
 With `keys` (reward.api_key) every endpoint but /health and /metrics needs one of them as a bearer
 token (401 otherwise, audited); scoring itself is not audited (it changes nothing).
 Malformed input gets 422 with every offending field named (`{"error", "fields": [{"field",
@@ -66,8 +67,8 @@ def create_app(scorer: Scorer, *, keys: KeyRing | str | None = None, audit: Audi
 
     @app.get("/info")
     def info() -> dict:
-        return {"verifier_versions": scorer.versions(), "weights": scorer.weights, "timeout_s": scorer.timeout_s,
-                "max_retries": scorer.max_retries, "quarantined": scorer.quarantined}
+        return {"verifier_versions": scorer.versions(), "components": sorted(scorer.components), "weights": scorer.weights,
+                "timeout_s": scorer.timeout_s, "max_retries": scorer.max_retries, "quarantined": scorer.quarantined}
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -5,8 +5,9 @@ the last action), `state` (files the agent had to produce), `tests` (hidden unit
 FRESH sandbox from the pool with hidden copies of the tests, tamper detection by hash, early-exit
 detection) and `harness` (the score the harness's own `compute_reward` gave, sent with the request
 as `harness_score`, so it is judged by the same rules anywhere: in [0, 1], flags kept, protected
-files checked). A task picks its verifier with `meta.verify`; `harnesses[].reward: harness` picks
-`harness` for every task of that harness. A verifier that cannot do its job (sandbox down, crash) raises
+files checked). A task picks its verifier with `meta.verify` (one of these, or a scorer or user
+`module:function` from `registry.py`); `harnesses[].reward: harness` picks `harness` for every task
+of that harness. A verifier that cannot do its job (sandbox down, crash) raises
 `VerifierError`: that is an infrastructure failure, never the agent's zero. Aggregation, retries
 and caching belong in `aggregate.py` and `scorer.py`.
 """

@@ -17,6 +17,7 @@ from agentrl_cli.training.grpo import Sample
 
 BACKENDS: dict[str, str] = {  # training.backend names
     "deepspeed": "agentrl_cli.training.deepspeed_backend:DeepSpeedBackend",
+    "fsdp": "agentrl_cli.training.fsdp_backend:FSDPBackend",
 }
 
 STEP_METRICS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "mismatch_kl", "lr", "tokens", "samples")

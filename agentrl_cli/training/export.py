@@ -90,7 +90,7 @@ def _run_config(checkpoint: Path, fallback):
     from pydantic import ValidationError
 
     from agentrl_cli.config.models import PlatformConfig, TrainingConfig
-    from agentrl_cli.training.deepspeed_backend import RECORD
+    from agentrl_cli.training.policy_rank import RECORD
 
     loop = checkpoint.parent.parent
     cfg = fallback

@@ -133,10 +133,10 @@ def merged_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
             merged[id(p)] = merged_value(p, layer)
         values[name] = merged[id(p)]
     prefixes = list(lora_layers(module))
-    params = {id(p) for p in module.parameters()}
-    for name, buffer in module.state_dict(keep_vars=True).items():
-        if id(buffer) in params:
-            continue
+    for name, buffer in module.named_buffers(remove_duplicate=False):
+        owner, _, leaf = name.rpartition(".")
+        if leaf in (module.get_submodule(owner) if owner else module)._non_persistent_buffers_set:
+            continue  # as state_dict leaves it out
         for prefix in prefixes:
             if name.startswith(f"{prefix}.base_layer."):
                 name = prefix + name[len(prefix) + len(".base_layer"):]
@@ -145,13 +145,16 @@ def merged_state_dict(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return values
 
 
-def merged_model(module: torch.nn.Module) -> torch.nn.Module:
-    """A plain Hugging Face model of `module`'s class and config holding the merged weights: built on
-    the meta device and given the merged tensors (new ones for adapted weights, the stored ones for
-    the rest), so only the adapted weights are copied. For saving; the parameters must be whole."""
+def merged_model(module: torch.nn.Module, cls: type | None = None, *, copy: bool = False) -> torch.nn.Module:
+    """A plain Hugging Face model of `module`'s class (or `cls`) and config holding the merged weights:
+    built on the meta device and given the merged tensors (new ones for adapted weights, the stored
+    ones for the rest, or copies of every one with `copy`), so only the adapted weights are copied.
+    For saving; the parameters must be whole."""
     state = merged_state_dict(module)
+    if copy:  # parameters that live in a gathering engine's buffers
+        state = {name: value.detach().clone() for name, value in state.items()}
     with torch.device("meta"):
-        plain = type(module)(module.config)
+        plain = (cls or type(module))(module.config)
     plain.load_state_dict(state, assign=True, strict=True)
     if getattr(module, "generation_config", None) is not None:
         plain.generation_config = module.generation_config
@@ -175,5 +178,7 @@ def save_adapter(peft_model, directory: Path) -> Path:
     """peft's adapter directory (adapter_config.json, adapter_model.safetensors) at `directory`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    peft_model.save_pretrained(str(directory), safe_serialization=True)
+    # the adapter's values as the parameters hold them (a sharding engine's state_dict gives shards)
+    state = {name: p.detach().clone() for name, p in peft_model.named_parameters() if "lora_" in name}
+    peft_model.save_pretrained(str(directory), safe_serialization=True, state_dict=state)
     return directory

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from agentrl_cli.errors import AgentrlError, ConfigError
 from agentrl_cli.training import rank_worker
-from agentrl_cli.training.deepspeed_backend import _free_port, _loopback_ifname
+from agentrl_cli.training.process_group import free_port as _free_port, loopback_ifname as _loopback_ifname
 
 STOP_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000

@@ -1,6 +1,6 @@
 """`agentrl stage run 8 --phase smoke --set training.world_size=2` on a random tiny model: the real
-loop trains through two DeepSpeed ranks under torchrun, checkpoints from both, and a second run
-resumes from the checkpoint with two new ranks."""
+loop trains through two ranks under torchrun (DeepSpeed, and FSDP2 with `training.backend: fsdp`),
+checkpoints from both, and a second run resumes from the checkpoint with two new ranks."""
 
 from __future__ import annotations
 
@@ -15,8 +15,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
 
 
-def test_stage_8_smoke_trains_with_two_ranks_checkpoints_and_resumes(cli, quick_sets, isolated):
-    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, "--set", "training.world_size=2")
+# every file each rank writes into a checkpoint, by backend
+RANK_FILES = {"deepspeed": ("ckpt", "zero_pp_rank_*_optim_states.pt",
+                            {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"}),
+              "fsdp": ("dist", "__*_*.distcp", {"__0_0.distcp", "__1_0.distcp"})}
+
+
+@pytest.mark.parametrize("backend", sorted(RANK_FILES))
+def test_stage_8_smoke_trains_with_two_ranks_checkpoints_and_resumes(cli, quick_sets, isolated, backend):
+    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, "--set", "training.world_size=2",
+                            "--set", f"training.backend={backend}")
     report = data["reports"][0]
     by_name = {c["name"]: c for c in report["checks"]}
     for name in ("loss finite", "checkpoint written", "reloaded and resumed", "no trajectory stored twice"):
@@ -29,8 +37,8 @@ def test_stage_8_smoke_trains_with_two_ranks_checkpoints_and_resumes(cli, quick_
     [stage8] = list((isolated / "runs").glob("*/stage8"))
     log = (stage8 / "logs" / "trainer-ranks.log").read_text()
     assert log.count("torch.distributed.run --nproc_per_node 2") == 2  # the first run and the resumed one
-    newest = sorted((stage8 / "checkpoints").glob("step-*"))[-1] / "engine" / "ckpt"
-    assert {p.name for p in newest.glob("zero_pp_rank_*_optim_states.pt")} == {
-        "zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"}  # both ranks wrote
+    where, pattern, expected = RANK_FILES[backend]
+    newest = sorted((stage8 / "checkpoints").glob("step-*"))[-1] / "engine" / where
+    assert {p.name for p in newest.glob(pattern)} == expected  # both ranks wrote
     pids = json.loads((stage8 / "trainer-ranks" / "channel.json").read_text())["pids"]
     assert len(pids) == 2 and not any(_is_rank(pid) for pid in pids)  # the run reaped its ranks

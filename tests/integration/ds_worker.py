@@ -1,7 +1,7 @@
-"""A trainer rank on deterministic synthetic samples, for multi-rank checks of the DeepSpeed backend.
+"""A trainer rank on deterministic synthetic samples, for multi-rank checks of the trainer backends.
 
     torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29511 \\
-        tests/integration/ds_worker.py --model DIR --steps 3 --out ranks.json
+        tests/integration/ds_worker.py --model DIR --steps 3 --out ranks.json [--backend fsdp]
 
 Each rank trains on its own shard of synthetic GRPO samples (prompt tokens, model tokens and a
 masked tool-output span), so identical parameters on every rank afterwards prove that gradients
@@ -61,9 +61,9 @@ def parameter_digest(backend) -> str:
 def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_rank: int, length: int | None = None) -> dict:
     import torch
 
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.training.backend import backend_class
 
-    backend = DeepSpeedBackend(model, config)
+    backend = backend_class(config)(model, config)
     try:
         vocab = len(backend.tokenizer)
         initial = parameter_digest(backend)
@@ -73,7 +73,8 @@ def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_
                 "optimizer_steps": backend.step}
         ranks: list = [None] * backend.world_size
         torch.distributed.all_gather_object(ranks, mine)
-        report = {"world_size": backend.world_size, "steps": steps, "zero_stage": config.zero_stage, "ranks": ranks}
+        report = {"world_size": backend.world_size, "steps": steps, "backend": config.backend, "zero_stage": config.zero_stage,
+                  "ranks": ranks}
         if backend.rank == 0:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
@@ -94,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3, help="learning rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     parser.add_argument("--length", type=int, default=None, help="fix every sample's length (default: 12-24 tokens)")
+    parser.add_argument("--backend", default="deepspeed", help="training.backend (deepspeed, fsdp)")
     parser.add_argument("--dist-backend", default="gloo", choices=["auto", "gloo", "nccl"], help="collective backend")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = TrainingConfig(zero_stage=args.zero_stage, micro_batch_size=args.micro_batch_size, learning_rate=args.lr,
-                            seed=args.seed, dist_backend=args.dist_backend)
+                            seed=args.seed, dist_backend=args.dist_backend, backend=args.backend)
     run(args.model, args.steps, args.out, config, args.samples_per_rank, args.length)
     return 0
 
