@@ -2,7 +2,8 @@
 trainer (gloo, one rank) broadcasts its parameters over a weight-update group and the server ends
 with exactly the trainer's values and the new weight_version; the group is opened once and reused;
 a refused update (unknown name) changes nothing; NCCL on a CPU server is refused with the fix; and
-the disk and distributed transports leave identical weights on the server."""
+the disk and distributed transports leave identical weights on the server, from a DeepSpeed
+and from an FSDP trainer."""
 
 from __future__ import annotations
 
@@ -239,3 +240,36 @@ def test_disk_and_distributed_transports_leave_identical_weights(server, backend
     for name in via_disk:
         assert torch.equal(via_disk[name], via_dist[name]), name
     assert engine.weight_version == "42"
+
+
+def test_an_fsdp_trainer_syncs_by_both_transports(server, model_dir, tmp_path):
+    """`training.backend: fsdp` exports the same views: the server ends with the FSDP trainer's values
+    by disk and by the distributed transport."""
+    from agentrl_cli.training.fsdp_backend import FSDPBackend
+    from tests.integration.ds_worker import synthetic_samples
+
+    url, engine, _ = server
+    fsdp = FSDPBackend(model_dir, TrainingConfig(backend="fsdp", micro_batch_size=2, learning_rate=1e-2))
+    try:
+        fsdp.train_step(synthetic_samples(0, 0, 2, len(fsdp.tokenizer)))
+
+        async def go():
+            client = InferenceClient(url)
+            disk = WeightPublisher(DiskTransport(client, tmp_path / "weights"), client)
+            dist = WeightPublisher(DistributedTransport(client, backend="gloo", load_format="flattened_bucket", timeout_s=30), client)
+            try:
+                await disk.sync(fsdp, 51)
+                assert_server_has_trainer_weights(engine, fsdp)
+                await client.update_weights_from_disk(str(model_dir), "reset")
+                with pytest.raises(AssertionError):
+                    assert_server_has_trainer_weights(engine, fsdp)
+                await dist.sync(fsdp, 52)
+                assert_server_has_trainer_weights(engine, fsdp)
+            finally:
+                await dist.close()
+                await client.close()
+
+        run(go)
+        assert engine.weight_version == "52"
+    finally:
+        fsdp.close()
