@@ -97,15 +97,17 @@ def build_plan(cfg, shape: ModelShape, inputs: PlanInputs) -> list[PlanLine]:
     lines: list[PlanLine] = []
     p = shape.params
     ranks = max(t.world_size, 1)
-    st = zero_state_bytes(p, t.precision, t.zero_stage, ranks)
+    stage = 3 if t.backend == "fsdp" else t.zero_stage  # FSDP shards weights, gradients and optimizer state
+    sharding = "FSDP (as ZeRO-3)" if t.backend == "fsdp" else f"ZeRO-{t.zero_stage}"
+    st = zero_state_bytes(p, t.precision, stage, ranks)
     per_rank = sum(st.values()) * ACTIVATION_HEADROOM
     lines.append(PlanLine("training", "memory per rank", per_rank / GB, "GB",
                           f"(weights {st['weights'] / GB:.3g} + gradients {st['gradients'] / GB:.3g} + optimizer "
-                          f"{st['optimizer'] / GB:.3g}) x {ACTIVATION_HEADROOM} headroom; ZeRO-{t.zero_stage} shards "
+                          f"{st['optimizer'] / GB:.3g}) x {ACTIVATION_HEADROOM} headroom; {sharding} shards "
                           "optimizer (1), + gradients (2), + weights (3) over the ranks",
-                          {"params": p, "precision": t.precision, "zero_stage": t.zero_stage, "ranks": ranks}))
+                          {"params": p, "precision": t.precision, "backend": t.backend, "zero_stage": stage, "ranks": ranks}))
     fits = math.floor(inputs.accelerator_memory_gb * GB / per_rank) if per_rank else 0
-    min_ranks = next((r for r in range(1, 4097) if sum(zero_state_bytes(p, t.precision, t.zero_stage, r).values())
+    min_ranks = next((r for r in range(1, 4097) if sum(zero_state_bytes(p, t.precision, stage, r).values())
                       * ACTIVATION_HEADROOM <= inputs.accelerator_memory_gb * GB), None)
     lines.append(PlanLine("training", "smallest data-parallel size that fits", float(min_ranks or 0), "accelerators",
                           f"least n with memory per rank(n) <= {inputs.accelerator_memory_gb:g} GB per accelerator "

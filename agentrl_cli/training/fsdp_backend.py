@@ -16,6 +16,9 @@ Choices worth knowing:
   FSDP averages them over the ranks. The optimizer is torch AdamW (training.learning_rate, no weight
   decay) over the local shards; `training.max_grad_norm` clips the global norm, and
   the norm before clipping is the step's `grad_norm`.
+- `training.precision` bf16 or fp16: the forward and backward compute in it while the sharded
+  master weights and the optimizer stay fp32 and gradients are reduced in fp32
+  (`MixedPrecisionPolicy`).
 - `training.zero_stage` and `training.deepspeed_config` are DeepSpeed's and are not read here.
 - Checkpoints: `dist/` holds the sharded model and optimizer state as torch.distributed.checkpoint
   writes them (one file per rank and a `.metadata`; the format can be loaded at another world
@@ -45,16 +48,18 @@ class FSDPBackend(PolicyRank):
 
     def __init__(self, model_path: str | Path, training_config: TrainingConfig, *,
                  tokenizer_path: str | Path | None = None, temperature: float = 1.0) -> None:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         self._pg = ProcessGroup(training_config.dist_backend)
         try:
             model = self._load_policy(model_path, training_config, tokenizer_path, temperature)
             model.to(self._pg.device)
             self._hf_class = type(model)  # fully_shard swaps the class for an FSDP subclass
+            compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(training_config.precision)
+            policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32) if compute else MixedPrecisionPolicy()
             for layer in _decoder_layers(model):
-                fully_shard(layer)
-            self._model = fully_shard(model)
+                fully_shard(layer, mp_policy=policy)
+            self._model = fully_shard(model, mp_policy=policy)
             self._optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                                 lr=training_config.learning_rate, weight_decay=0.0)
             self._steps = 0

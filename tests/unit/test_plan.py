@@ -45,3 +45,12 @@ def test_plan_lines_match_independent_arithmetic(setup):
     assert lines["checkpoint size"].value == pytest.approx(p * 12 / 1e9)
     assert lines["checkpoints written per day"].value == pytest.approx(p * 12 * 86400 / (30 * 10) / 1e9)
     assert all(ln.formula for ln in lines.values())
+
+
+def test_fsdp_memory_is_planned_as_fully_sharded(setup):
+    cfg, shape = setup
+    fsdp = cfg.model_copy(update={"training": cfg.training.model_copy(update={"backend": "fsdp"})})
+    line = {ln.item: ln for ln in build_plan(fsdp, shape, PlanInputs())}["memory per rank"]
+    p = shape.params
+    assert line.value * 1e9 == pytest.approx((p * 4 / 2 + p * 4 / 2 + p * 8 / 2) * 1.2, rel=1e-9)  # zero_stage 2 is not read
+    assert "FSDP" in line.formula
