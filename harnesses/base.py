@@ -60,6 +60,12 @@ Optional, each with the default agentrl applies when a harness lacks it:
   terse_action, slip_action, SLIP (classmethods, text)  other styles of the scripted solutions, for
                             the built-in model's warm start (`harnesses.oracle`; default: the plain one)
 
+Several agents in one environment (contract 4; `harnesses.multi_agent` says it whole): a harness
+that declares `roles` (class attribute, the role names) is one environment whose shared state every
+role observes through its own observations. `step(action)` is the move of the role `to_move()`
+names, `observe(role)` is that role's view before it moves, `role_rewards(trajectory)` scores
+each role. A harness with `roles` that lacks one of MULTI_AGENT_MEMBERS is refused at load, naming it.
+
 `agentrl harness check NAME|module:Class` prints this check, the defaults applied and one episode.
 
 Tool calls: a step fills `Observation.calls` with one `ToolCallResult` per call it made (the tool's
@@ -75,12 +81,13 @@ from typing import Protocol, runtime_checkable
 from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, HarnessReward, Observation, TaskSet, TaskSpec,
                                  ToolCall, ToolCallResult, Trajectory, calls_of)
 
-__all__ = ["CONTRACT_VERSION", "OPTIONAL_DEFAULTS", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "HarnessReward", "Observation", "ScriptedSolutions",
+__all__ = ["CONTRACT_VERSION", "MULTI_AGENT_MEMBERS", "OPTIONAL_DEFAULTS", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "HarnessReward", "Observation", "ScriptedSolutions",
            "TaskSet", "TaskSource", "TaskSpec", "ToolCall", "ToolCallResult", "Trajectory", "calls_of"]
 
 
-CONTRACT_VERSION = "3"  # 1: seed 003's members; 2: + evidence, Observation.calls, hooks; 3: + HarnessReward, task_set(options), reward_source
+CONTRACT_VERSION = "4"  # 1: seed 003's members; 2: + evidence, Observation.calls, hooks; 3: + HarnessReward, task_set(options), reward_source; 4: + roles (multi-agent)
 REQUIRED_MEMBERS = ("name", "version", "reset", "step", "close")
+MULTI_AGENT_MEMBERS = ("to_move", "observe", "role_rewards")  # required too of a harness that declares `roles`
 OPTIONAL_DEFAULTS = {  # member -> the default agentrl applies (harnesses.defaults)
     "system_prompt": '""', "tools": "[]", "evidence": "final answer parsed from the last action, no files",
     "compute_reward": "none: harnesses[].reward harness/mix refused", "full_reset": "close and build a new instance",
@@ -89,8 +96,11 @@ OPTIONAL_DEFAULTS = {  # member -> the default agentrl applies (harnesses.defaul
 
 
 def missing_members(cls: type) -> list[str]:
-    """The required members `cls` does not define."""
-    return [m for m in REQUIRED_MEMBERS if not hasattr(cls, m)]
+    """The required members `cls` does not define (with `roles`: MULTI_AGENT_MEMBERS too)."""
+    missing = [m for m in REQUIRED_MEMBERS if not hasattr(cls, m)]
+    if getattr(cls, "roles", None):
+        missing += [m for m in MULTI_AGENT_MEMBERS if not hasattr(cls, m)]
+    return missing
 
 
 @runtime_checkable

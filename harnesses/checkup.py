@@ -44,7 +44,26 @@ def check_harness(target: str, platform_config) -> list[Check]:
     checks.append(tasks_check)
     if task is not None:
         checks.append(_contained("one episode", lambda: _episode(hc.name, platform_config, task)))
+    if getattr(cls, "roles", None):
+        checks.append(_contained("roles", lambda: _roles(cls, hc, task, platform_config)))
     return checks
+
+
+def _roles(cls, hc, task, platform_config) -> Check:
+    """A multi-agent harness: its roles' seats from the config, and every role's scripted play scored."""
+    from harnesses.multi_agent import roles_check, seats
+    from harnesses.registry import create
+
+    seated = seats(cls, hc.roles, hc.name)
+    if task is None or not hasattr(cls, "scripted_move"):
+        return Check.info("roles", {"seats": seated}, "no scripted_move (or no task) to play the roles with")
+    h = create(hc.name, platform_config)
+    try:
+        ok, measured, detail = roles_check(h, [task])
+    finally:
+        h.close()
+    return Check.judge("roles", ok, {"seats": seated, **measured}, "every role moves and scores 1.0 in its scripted play",
+                       "fix the harness's to_move, observe, scripted_move or role_rewards (harnesses/multi_agent.py)", detail)
 
 
 def _contained(name: str, fn) -> Check:

@@ -15,7 +15,7 @@ from importlib import metadata
 
 from agentrl_cli.errors import ConfigError, NotFoundError
 from agentrl_cli.plugins import import_target
-from harnesses.base import CONTRACT_VERSION, REQUIRED_MEMBERS, missing_members
+from harnesses.base import CONTRACT_VERSION, MULTI_AGENT_MEMBERS, REQUIRED_MEMBERS, missing_members
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
@@ -47,7 +47,8 @@ def resolve(name: str) -> type:
         raise ConfigError(f"harness {name!r} ({target}) does not implement harness contract {CONTRACT_VERSION}: "
                           f"missing {', '.join(missing)}",
                           f"define {', '.join(missing)} on the class (harnesses/base.py: required members "
-                          f"{', '.join(REQUIRED_MEMBERS)}; the others are optional, with defaults)")
+                          f"{', '.join(REQUIRED_MEMBERS)}, and with `roles` also {', '.join(MULTI_AGENT_MEMBERS)}; "
+                          "the others are optional, with defaults)")
     return cls
 
 

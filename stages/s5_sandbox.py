@@ -13,7 +13,9 @@ the inference server with the configured model, the rollout episode, the configu
 the stored record read back), so stage 5 cannot pass while training fails. A harness that plays
 itself through the run's gateway (the `agent` harness) is also checked token-exact: every call of
 its probe episode stored exactly as the inference servers were sent and answered it (0
-mismatches), with its reward attached.
+mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_agent`) reports its
+roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
+scripted play of each task family.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from agentrl_cli.sandbox.seccomp import bpf_program
 from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
+from harnesses.multi_agent import is_multi_agent, roles_check, seats
 from harnesses.registry import create, resolve, reward_source
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
@@ -198,6 +201,8 @@ def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
     hc = next(c for c in ctx.config.harnesses if c.name == name)
     measured = {"version": h.version, "contract": CONTRACT_VERSION, "reward": reward_source(hc),
                 "defaults_applied": sorted(m for m, applied in defaults_applied(type(h.inner)).items() if applied)}
+    if is_multi_agent(h):  # who plays each role (harnesses[].roles), refused here when misconfigured
+        measured["roles"] = seats(type(h.inner), hc.roles, name)
     if isinstance(h.inner, SandboxHarness):
         measured["sandbox"] = ({"service_url": ctx.config.sandbox.service_url} if sandboxes is None else
                                {"memory_mb": lim.memory_mb, "max_processes": lim.max_processes, "cpu_time_s": lim.cpu_time_s,
@@ -249,8 +254,16 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
             "the harness ships no scripted solutions (scripted_action)" if policy is None else
             "the harness defines no compute_reward to score its scripted solutions with")
             + "; its reset and invalid actions are checked on its own tasks, and one episode runs through the training path")
-    return [ctx.check(f"harness {name}: clean reset", reset_check), episodes,
-            ctx.check(f"harness {name}: invalid actions", invalid)]
+    checks = [ctx.check(f"harness {name}: clean reset", reset_check), episodes,
+              ctx.check(f"harness {name}: invalid actions", invalid)]
+    if is_multi_agent(h):
+        def roles() -> Check:
+            ok, measured, detail = roles_check(h, tasks)
+            return Check.judge(f"harness {name}: every role plays and is scored", ok, measured,
+                               "each role moves and scores 1.0 in the scripted play of every family",
+                               "the harness's to_move, observe, scripted_move or role_rewards is broken for a role", detail)
+        checks.append(ctx.check(f"harness {name}: every role plays and is scored", roles))
+    return checks
 
 
 def _training_path(ctx: StageContext) -> list[Check]:

@@ -101,6 +101,7 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
                                "achievable_max": round(top, 4)},
                               "rewards vary within groups (GRPO has a signal)", "tasks too easy or too hard for the model: "
                               "check the reward (stage 6) and the curriculum (rollout.curriculum)"))
+    checks += _role_rewards(a)
     checks.append(Check.judge("checkpoint written", bool(a.checkpoints), a.checkpoints, "at least one complete checkpoint",
                               "see training.checkpoint_interval_steps and the checkpoints directory"))
     checks += _restarts(a)
@@ -108,6 +109,20 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
     checks.append(ctx.check("no trajectory stored twice", lambda: _unique_ids(ctx)))
     checks.append(_pools_clean(a))
     return checks
+
+
+def _role_rewards(a: RunSummary) -> list[Check]:
+    """An info check with each role's reward curve (`reward/role/<role>/mean` by step) when the run
+    trained a multi-agent harness; none otherwise."""
+    import re
+
+    roles = sorted({m.group(1) for row in a.metrics for k in row if (m := re.match(keys.REWARD_ROLE_PATTERN, k))})
+    if not roles:
+        return []
+    curves = {role: [[row.get(keys.STEP), round(row[keys.reward_role(role)], 4)] for row in a.metrics
+                     if isinstance(row.get(keys.reward_role(role)), (int, float))] for role in roles}
+    return [Check.info("rewards per role", curves, "each role's batch mean reward by step ([step, mean]); "
+                       "`reward/role/<role>/mean` in metrics.jsonl")]
 
 
 def _pools_clean(a: RunSummary) -> Check:

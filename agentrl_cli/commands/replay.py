@@ -39,7 +39,8 @@ def replay_command(
         print_json(report.to_dict())
     else:
         console = out()
-        console.print(f"{record.harness} {record.harness_version}, task {record.task_id}: "
+        role = f" (role {record.role}; every role's moves replayed)" if record.role else ""
+        console.print(f"{record.harness} {record.harness_version}, task {record.task_id}{role}: "
                       f"{report.steps_compared}/{len(record.steps)} steps compared", markup=False)
         d = report.divergence
         if d is None:

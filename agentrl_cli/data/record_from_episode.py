@@ -63,14 +63,16 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                         step_times: list[tuple] | None = None, token_ids=None, loss_mask=None, logprobs=None,
                         prompt_tokens: int = 0, completion_tokens: int = 0, segment_starts=None,
                         step_rewards: list[float | None] | None = None,
-                        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> TrajectoryRecord:
+                        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES, role: str | None = None,
+                        step_roles: list[str] | None = None) -> TrajectoryRecord:
     """`reward` is a RewardResult (or None: unscored). `step_times[i]` = (started, ended) of step i.
     `token_ids`, `loss_mask`, `logprobs`: the episode's training sequence, stored as numpy arrays
     (None: the episode has none, e.g. one played by a script); `segment_starts`: where each of its
     training samples starts when it is several (None or empty: one). `step_rewards[i]`: a reward
     given to step i alone (a gateway call's posted reward); where it is None, the step's observation's
 `info["reward"]` when the harness reported one (an OpenEnv server's step reward), else 0.0. `max_output_bytes`: each
-    tool call's output is stored clipped to this (`data.max_tool_output_bytes`)."""
+    tool call's output is stored clipped to this (`data.max_tool_output_bytes`). `role`: the role whose
+    training sequence this is, in an episode of several roles; `step_roles[i]`: the role that acted at step i."""
     task = traj.task
     steps = []
     for i, action in enumerate(traj.actions):
@@ -81,7 +83,8 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
                                 tool_calls=_tool_calls(obs, max_output_bytes) if obs else [],
                                 weight_version=(weight_versions[i] if weight_versions and i < len(weight_versions) else ""),
                                 reward=_step_reward(step_rewards[i] if step_rewards and i < len(step_rewards) else None, obs),
-                                started_at=started, ended_at=ended))
+                                started_at=started, ended_at=ended,
+                                role=step_roles[i] if step_roles and i < len(step_roles) else None))
     calls = [c for s in steps for c in s.tool_calls]
     evidence = evidence or Evidence()
     artifacts = [Artifact(path=p, sha256=None if data is None else hashlib.sha256(data).hexdigest(),
@@ -107,7 +110,7 @@ def record_from_episode(traj: Trajectory, *, run_id: str, harness_version: str, 
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         **_arrays(token_ids, loss_mask, logprobs, segment_starts),
         started_at=steps[0].started_at if steps else utcnow(), ended_at=steps[-1].ended_at if steps else utcnow(),
-        **kwargs)
+        role=role, **kwargs)
 
 
 def _step_reward(given: float | None, obs) -> float:

@@ -3,7 +3,9 @@ with the recorded task (from the task set at the recorded version) and seed, rep
 actions, compare every observation (text and status) and report the first divergence with a diff.
 
 A version mismatch (harness or task set) is reported before anything runs: replaying against
-different code proves nothing. Reading the trajectory from the store belongs to the caller.
+different code proves nothing. A multi-agent episode's record holds the whole joint episode (each
+step with the role that acted): replay plays every role's moves in order and checks, before each,
+that the harness gives the move to the recorded role (field `role`). Reading the trajectory from the store belongs to the caller.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from harnesses.base import Action
 @dataclass
 class Divergence:
     step: int  # -1: the initial observation (reset)
-    field: str  # "text" | "status" | "done" | "version"
+    field: str  # "text" | "status" | "done" | "version" | "role"
     recorded: str
     replayed: str
     diff: str = ""
@@ -33,6 +35,7 @@ class ReplayReport:
     steps_compared: int = 0
     divergence: Divergence | None = None
     notes: list[str] = field(default_factory=list)
+    role: str | None = None  # the role whose record this is (a multi-agent episode; its steps are every role's)
 
     @property
     def ok(self) -> bool:
@@ -41,7 +44,7 @@ class ReplayReport:
     def to_dict(self) -> dict:
         d = self.divergence
         return {"trajectory_id": self.trajectory_id, "harness": self.harness, "harness_version": self.harness_version,
-                "ok": self.ok, "steps_compared": self.steps_compared, "notes": self.notes,
+                "role": self.role, "ok": self.ok, "steps_compared": self.steps_compared, "notes": self.notes,
                 "divergence": None if d is None else {"step": d.step, "field": d.field, "recorded": d.recorded,
                                                       "replayed": d.replayed, "diff": d.diff}}
 
@@ -87,7 +90,7 @@ def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=No
     """Replay `record`. `harness` defaults to one built by the registry from `platform_config` (as the
     run built it); pass your own to replay against modified code (the version check then uses its
     `version`)."""
-    report = ReplayReport(record.trajectory_id, record.harness, record.harness_version)
+    report = ReplayReport(record.trajectory_id, record.harness, record.harness_version, role=record.role)
     _replayable(record)
     own = harness is None
     if own:
@@ -107,6 +110,11 @@ def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=No
                                            _diff(record.initial_observation, obs.text, -1))
             return report
         for step in record.steps:
+            if step.role is not None and hasattr(harness, "to_move"):
+                mover = harness.to_move()
+                if mover != step.role:
+                    report.divergence = Divergence(step.index, "role", step.role, str(mover), f"- {step.role}\n+ {mover}\n")
+                    return report
             obs = harness.step(Action(text=step.action))
             report.steps_compared += 1
             for name, rec, got in (("text", step.observation, obs.text), ("status", step.observation_status, obs.status)):

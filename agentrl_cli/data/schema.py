@@ -13,7 +13,10 @@ Versions (READABLE_SCHEMA_VERSIONS): 2 added each tool call's `exit_code`, `outp
 `data.max_tool_output_bytes`), `output_bytes` and `output_sha256` (and the top-level `env_resources`).
 Version 1 files are read with the dataset schema of version 2 (Arrow fills the missing fields with
 nulls), so their records keep `schema_version` 1 and None in those fields; only version 2 rows are
-written (tests/golden/trajectory_store_v1 is a store the version 1 writer wrote).
+written (tests/golden/trajectory_store_v1 is a store the version 1 writer wrote). 3 added `role` (the
+role whose training sequence the row holds, in an episode of several roles; null = a single-agent
+episode) and each step's `role` (the role that acted); files of versions 1 and 2 read with them null
+(tests/golden/trajectory_store_v2 is a store the version 2 writer wrote).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 from agentrl_cli.outcomes import Outcome, RewardStatus, values
 
-SCHEMA_VERSION = 2  # 2: tool calls carry exit_code, output (clipped), output_bytes, output_sha256
-READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1 files read with those four fields null
+SCHEMA_VERSION = 3  # 2: tool calls carry exit_code, output (clipped), output_bytes, output_sha256; 3: role, steps' role
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)  # older files read with the later fields null
 OUTCOMES = values(Outcome)
 REWARD_STATUSES = values(RewardStatus)
 PARTITION_COLUMNS = ("harness", "date")
@@ -51,6 +54,7 @@ STEP = pa.struct([
     ("reward", pa.float64()),
     ("weight_version", pa.string()),
     ("started_at", TS), ("ended_at", TS),
+    ("role", pa.string()),  # schema 3: the role that acted (multi-agent episodes; null otherwise)
 ])
 ARTIFACT = pa.struct([("path", pa.string()), ("sha256", pa.string()), ("content", pa.string())])
 # what the episode's sandbox used, read from its cgroups and /proc before it was destroyed
@@ -98,6 +102,9 @@ FILE_SCHEMA = pa.schema([
     ("started_at", TS),
     ("ended_at", TS),
     ("env_resources", ENV_RESOURCES),
+    # schema 3: the role whose training sequence this row holds, in an episode of several roles (its
+    # steps are the whole episode's, each with the role that acted); null: a single-agent episode
+    ("role", pa.string()),
 ], metadata={b"agentrl.schema_version": str(SCHEMA_VERSION).encode()})
 PARTITIONING = pa.schema([("harness", pa.string()), ("date", pa.string())])
 SCHEMA = pa.unify_schemas([FILE_SCHEMA, PARTITIONING])  # the row as records carry it
@@ -137,6 +144,7 @@ class StepRecord:
     weight_version: str = ""
     started_at: dt.datetime = field(default_factory=utcnow)
     ended_at: dt.datetime = field(default_factory=utcnow)
+    role: str | None = None  # the role that acted (multi-agent episodes); None: single-agent, or a file before schema 3
 
 
 @dataclass
@@ -186,6 +194,7 @@ class TrajectoryRecord:
     trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     schema_version: int = SCHEMA_VERSION
     env_resources: dict | None = None  # ENV_RESOURCES: cpu_s, peak_memory_bytes, processes, open_files
+    role: str | None = None  # the role whose training sequence this is (multi-agent); None: single-agent
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

@@ -37,6 +37,23 @@ def episode_samples(record, advantage: float, staleness: int | None = None) -> l
             for a, b in segments(record)]
 
 
+def role_stats(eps, shaped) -> dict:
+    """Per role of a multi-agent harness (episodes whose record has a `role`): its reward mean, success
+    rate and episode count in the batch (`keys.reward_role`)."""
+    by_role: dict[str, list] = {}
+    for e, r in zip(eps, shaped):
+        role = getattr(e.record, "role", None)
+        if role:
+            by_role.setdefault(role, []).append((e, r))
+    stats = {}
+    for role, pairs in sorted(by_role.items()):
+        rewards = [r for _, r in pairs if r is not None]
+        stats[keys.reward_role(role)] = statistics.fmean(rewards) if rewards else None
+        stats[keys.reward_role(role, "success_rate")] = sum(e.record.outcome == Outcome.SUCCESS for e, _ in pairs) / len(pairs)
+        stats[keys.reward_role(role, "episodes")] = len(pairs)
+    return stats
+
+
 class SampleBuilder:
     def __init__(self, cfg) -> None:
         self.normalizer = RewardNormalizer(cfg.reward.normalization, cfg.reward.window_size)
@@ -59,6 +76,7 @@ class SampleBuilder:
                  keys.ROLLOUT_STALENESS_MEAN: statistics.fmean(version - e.version for e in eps) if eps else None,
                  keys.TOKENS_TRAINED: sum(e.tokens for e in eps),
                  keys.ROLLOUT_EPISODES_TRAINED: len(trained), keys.ROLLOUT_SAMPLES_BUILT: len(samples)}
+        stats.update(role_stats(eps, shaped))
         if self.filtering:
             stats[keys.ROLLOUT_OVERLONG_FILTERED] = sum(e.reward is not None and not self.shaping.trains(e) for e in eps)
         return samples, stats

@@ -45,6 +45,13 @@ REWARD_MEAN = "reward/mean"
 REWARD_STD = "reward/std"
 REWARD_SUCCESS_RATE = "reward/success_rate"
 REWARD_MASKED = "reward/masked"  # episodes of the batch not scored (infra_error), masked from training
+REWARD_ROLE_PATTERN = r"^reward/role/([^/]+)/(mean|success_rate|episodes)$"  # groups: role, figure
+
+
+def reward_role(role: str, figure: str = "mean") -> str:
+    """`reward/role/<role>/<figure>` (mean, success_rate, episodes): the batch's rewards of one role of
+    a multi-agent harness (its episodes' records carry the role); absent from batches without roles."""
+    return f"reward/role/{role}/{figure}"
 
 TIME_SAMPLING_WAIT_S = "time/sampling_wait_s"  # the trainer waiting for a batch
 TIME_TRAIN_S = "time/train_s"

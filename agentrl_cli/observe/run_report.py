@@ -8,6 +8,8 @@ data-empty=…>` so a reader (or a test) can find it. Belongs here: the page; th
 from __future__ import annotations
 
 import html
+import json
+import re
 from pathlib import Path
 
 from agentrl_cli.report import CheckStatus
@@ -57,6 +59,8 @@ def figures(data: RunData) -> dict[str, tuple[str, bool]]:
     rows = data.step_rows()
     held = data.held_out
     reward = {"batch mean": series(rows, keys.REWARD_MEAN)}
+    roles = sorted({m.group(1) for r in rows for k in r if (m := re.match(keys.REWARD_ROLE_PATTERN, k))})
+    reward |= {f"role {role} mean": series(rows, keys.reward_role(role)) for role in roles}  # multi-agent harnesses
     reward |= {f"{h}{' (held out)' if h in held else ''} mean": xy for h, xy in data.reward_by_version.items()}
     evals = data.eval_rows()
     names = sorted({k.split("/")[1] for r in evals for k in r if k.startswith(keys.EVAL)}, key=lambda h: (h in held, h))
@@ -159,7 +163,23 @@ def render_html(data: RunData) -> str:
                      f"<p>judged: {_e(v.get('judged'))}</p>")
         for layer, checks in (v.get("layers") or {}).items():
             parts.append(f"<h3>{_e(layer)}</h3>" + _checks_table(checks))
+    parts.append(_select_section(data.path / "reports" / "select.json"))
     parts.append(f"<div id='render-check' data-plots='{len(figs)}'></div><script>{SCRIPT}</script></body></html>")
+    return "".join(parts)
+
+
+def _select_section(path: Path) -> str:
+    """`agentrl select`'s scorecard (reports/select.json), when the run has one: per criterion, a
+    cell per backend, with the deployment action."""
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    state = "complete" if card.get("complete") else "incomplete"
+    parts = [f"<h2>Framework selection scorecard ({_e(state)}; backends {_e(', '.join(card.get('backends', [])))})</h2>"]
+    for c in card.get("criteria", []):
+        parts.append(f"<h3>{_e(c.get('title'))}</h3><p class='hint'>action: {_e(c.get('action'))}</p>"
+                     + _checks_table(list((c.get("results") or {}).values())))
     return "".join(parts)
 
 

@@ -19,6 +19,9 @@ A harness that plays itself (`plays_itself`: the `agent` harness) is played by `
 through the run's gateway (`gateway`, set by the run) instead of `run_episode`'s generation loop;
 the gateway admits as many sessions as `agent_allowance()` (the same limits the loop starts episodes
 under), and its counters are mirrored into `counters` as `gateway/…`.
+
+A multi-agent harness (one with `roles`) is played by `multi_play.play_roles`: one episode, one
+record and one buffered episode per role the policy plays, grouped by (draw, role) for GRPO.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from agentrl_cli.reward.models import RewardResult
 from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.rollout.harness_errors import HarnessErrors
 from agentrl_cli.rollout.agent_episode import run_agent_episode
+from agentrl_cli.rollout.multi_play import Seating, play_roles, role_trajectory_id
 from agentrl_cli.rollout.run_episode import EpisodeResult, run_episode
 from agentrl_cli.rollout.resume import ResumePolicy
 from agentrl_cli.rollout.sampler import Draw, TaskSampler
@@ -112,6 +116,7 @@ class RolloutController:
         self.lead_limit = None  # () -> most episodes in flight + buffered (the run: what training can still use)
         self.gateway = None  # rollout.agent_gateway.AgentGateway: the run's, for harnesses that play themselves
         self.side_playing = 0  # episodes played outside the loop (evaluation, probes): not in `in_flight`
+        self.seating = Seating(self)  # multi-agent harnesses: who plays each role
 
     def _pool(self, name: str) -> HarnessPool:
         if name not in self.pools:
@@ -132,8 +137,20 @@ class RolloutController:
 
     async def play(self, draw: Draw, *, temperature: float | None = None, store: bool = True, counted: bool = False):
         """Run, score and (with `store`) record one episode; returns (result, reward result, record).
-        `counted`: the episode is in `in_flight` already (the loop's own). Traced with observe.traces."""
+        `counted`: the episode is in `in_flight` already (the loop's own). Traced with observe.traces.
+        A multi-agent harness's episode is played, scored and stored for every policy role
+        (`play_roles`); this returns the first policy role's."""
+        if self.seating.is_multi(draw.task.harness):
+            first = (await self.play_roles(draw, temperature=temperature, store=store, counted=counted))[0]
+            return first.result, first.scored, first.record
         return await traces.episode(self.config.observe, self._play(draw, temperature, store, counted),
+                                    trajectory_id=self.trajectory_id(draw), run_id=self.run_id, harness=draw.task.harness,
+                                    task_id=draw.task.task_id, phase=self.phase)
+
+    async def play_roles(self, draw: Draw, *, temperature: float | None = None, store: bool = True, counted: bool = False):
+        """One episode of a multi-agent harness: a `multi_play.RolePlayed` per policy role."""
+        return await traces.episode(self.config.observe, play_roles(self, draw, infra_lost, temperature=temperature, store=store,
+                                                                    counted=counted),
                                     trajectory_id=self.trajectory_id(draw), run_id=self.run_id, harness=draw.task.harness,
                                     task_id=draw.task.task_id, phase=self.phase)
 
@@ -264,6 +281,9 @@ class RolloutController:
         self.inflight_draws[key] = draw  # already there when started by `run`
         tid = self.trajectory_id(draw)
         try:
+            if self.seating.is_multi(draw.task.harness):
+                await self._roles_into_buffer(draw, tid)
+                return
             if tid in self.stored_ids and self.fetch is not None:
                 record = await asyncio.to_thread(self.fetch, tid)
                 if record is not None:  # drawn again after a resume: reuse it, never store it twice
@@ -284,6 +304,33 @@ class RolloutController:
         finally:
             self.inflight_draws.pop(key, None)
             self.in_flight -= 1
+
+    async def _roles_into_buffer(self, draw: Draw, tid: str) -> None:
+        """A multi-agent draw: one buffered episode per policy role, in the role's group (reused from
+        the store after a resume when every role's record is there)."""
+        roles = self.seating.policy_roles(draw.task.harness)
+        tids = [role_trajectory_id(tid, r) for r in roles]
+        if self.fetch is not None and all(t in self.stored_ids for t in tids):
+            records = [await asyncio.to_thread(self.fetch, t) for t in tids]
+            if all(r is not None for r in records):
+                for record in records:
+                    self.counters["reused_after_resume"] += 1
+                    versions = [version_number(s.weight_version) for s in record.steps if s.weight_version] or [0]
+                    await self.buffer.put(Episode(record.group_id, record, min(versions), self.reward_of_record(record)))
+                return
+        played = await self.play_roles(draw, counted=True)
+        first = played[0].scored
+        if not first.masked:
+            self.sampler.record(draw.task, first.outcome == Outcome.SUCCESS)
+        moved = [version_number(v) for p in played for v in p.result.weight_versions if v]  # any policy role's
+        for p in played:
+            versions = [version_number(v) for v in p.result.weight_versions if v] or moved or [0]
+            reward = self.train_reward(p.result.termination == Termination.TRUNCATED, p.scored.masked, p.scored.reward)
+            if not p.result.completion_tokens:  # the role never moved (another held the turn): nothing of it to train
+                reward = None
+                self.counters["roles_without_moves"] += 1
+            await self.buffer.put(Episode(p.record.group_id, p.record, min(versions), reward, tokens=p.result.completion_tokens))
+            self.counters["tokens_buffered"] += p.result.completion_tokens
 
     # ---- the loop ----------------------------------------------------------------------------------
 
@@ -326,8 +373,8 @@ class RolloutController:
     def _filling(self) -> set[str]:
         """Groups with members still to finish: in flight, about to start, or restored to run first.
         Safe to call from another thread (the gateway's admission): it only copies."""
-        return ({d.group_id for d in list(self.inflight_draws.values())} | {d.group_id for d in list(self.starting)}
-                | {d.group_id for d in list(self.pending)})
+        draws = [*list(self.inflight_draws.values()), *list(self.starting), *list(self.pending)]
+        return {g for d in draws for g in self.seating.groups(d.group_id, d.task.harness)}
 
     def _inference_queue(self) -> int:
         """Generation requests in flight to the inference servers."""
@@ -373,6 +420,11 @@ class RolloutController:
         self.pending = [Draw(by_id[i["harness"]][i["task_id"]], i["group_id"], i["index"], i["seed"]) for i in snapshot]
 
     def close(self) -> None:
+        if self.seating.opponents:  # fixed opponents' clients: closed on the loop they were used on, if it runs
+            try:
+                asyncio.get_running_loop().create_task(self.seating.aclose())
+            except RuntimeError:
+                log.warning("fixed opponents' inference clients left open: no event loop runs to close them on")
         for pool in self.pools.values():
             pool.close()
         self.executor.shutdown(wait=False, cancel_futures=True)
