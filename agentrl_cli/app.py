@@ -82,6 +82,10 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
               "Train a short stage 8 run while injecting faults, and report how each fault was seen and recovered and what was lost."),
     "secrets": ("agentrl_cli.commands.secrets", "app", "group",
                 "Make and rotate the bearer keys of the services: key files with one key per line, the first current."),
+    "reward": ("agentrl_cli.commands.reward", "app", "group",
+               "Train reward models on stored trajectories (served by reward.verifiers: [reward_model])."),
+    "select": ("agentrl_cli.commands.select", "select_command", "command",
+               "Measure the framework-selection criteria against each installed training backend: a scorecard."),
 }
 
 

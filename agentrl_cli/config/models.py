@@ -195,7 +195,7 @@ class RewardConfig(Section):
     api_key: SecretStr | None = Field(None, description="Bearer key(s) the reward service requires and reward.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_REWARD__API_KEY_FILE, never argv")
     judge: JudgeConfig | None = Field(None, description="The `judge` scorer (reward.verifiers: [judge], or a task's meta.verify: judge): a model scoring trajectories against a rubric through an OpenAI-compatible API (README: Model judge); None = its defaults")
     judge_api_key: SecretStr | None = Field(None, description="Bearer key sent to reward.judge.url (None with judge.url unset: inference.api_key); give it by AGENTRL_REWARD__JUDGE_API_KEY_FILE, never argv")
-    reward_model: str = Field("", description="The `reward_model` scorer (reward.verifiers or a task's meta.verify: reward_model): the directory `agentrl reward train` saved, or its --name (under model.cache_dir/reward-models); required when reward.verifiers lists reward_model")
+    reward_model: str = Field("", validate_default=True, description="The `reward_model` scorer (reward.verifiers or a task's meta.verify: reward_model): the directory `agentrl reward train` saved, or its --name (under model.cache_dir/reward-models); required when reward.verifiers lists reward_model")
 
     @field_validator("verifiers")
     @classmethod
@@ -209,12 +209,13 @@ class RewardConfig(Section):
             raise ValueError(f"lists a scorer twice: {names}")
         return names
 
-    @model_validator(mode="after")
-    def _reward_model_named(self) -> "RewardConfig":
-        if "reward_model" in self.verifiers and not self.reward_model.strip():
-            raise ValueError("reward.verifiers lists reward_model but reward.reward_model is empty; set reward.reward_model "
-                             "to the directory `agentrl reward train` printed (or its --name), or remove reward_model from reward.verifiers")
-        return self
+    @field_validator("reward_model")
+    @classmethod
+    def _reward_model_named(cls, spec: str, info) -> str:
+        if "reward_model" in info.data.get("verifiers", []) and not spec.strip():  # verifiers is validated first
+            raise ValueError("reward.verifiers lists reward_model but reward.reward_model is empty; set it to the directory "
+                             "`agentrl reward train` printed (or its --name), or remove reward_model from reward.verifiers")
+        return spec
 
     @field_validator("weights")
     @classmethod
