@@ -50,7 +50,8 @@ POLICY, SCRIPTED = "policy", "scripted"
 MOVES = ("turns", "simultaneous")
 
 __all__ = ["MOVES", "MULTI_AGENT_MEMBERS", "MultiAgentHarness", "POLICY", "SCRIPTED", "combined_reward", "is_multi_agent",
-           "play_scripted", "policy_roles", "require_harness_reward", "role_group", "role_prompt", "roles_check", "seats"]
+           "play_scripted", "policy_roles", "require_harness_reward", "role_group", "role_prompt", "roles_check",
+           "scripted_conversations", "seats"]
 
 
 @runtime_checkable
@@ -165,6 +166,32 @@ def play_scripted(harness, task: TaskSpec, max_turns: int = 40) -> tuple[Traject
         if obs.done:
             break
     return traj, acted, obs
+
+
+def scripted_conversations(harness, task: TaskSpec, max_turns: int = 40) -> dict[str, list[dict]]:
+    """Each role's conversation in one episode played by `scripted_move`, as the rollout shows it to
+    a role a model plays (`agentrl_cli.rollout.multi_episode`): the system prompt `role_prompt(role)`,
+    its view when it first moves (`observe(role)`) as the user turn, then its move (assistant) and,
+    before each later move of it, its view then (tool); it ends on its last move. A role that never
+    moved has no conversation."""
+    out: dict[str, list[dict]] = {}
+    harness.reset(task)
+    for _ in range(max_turns):
+        role = harness.to_move()
+        if role is None:
+            break
+        view = harness.observe(role).text
+        text = harness.scripted_move(role)
+        if text is None:
+            break
+        if role in out:
+            out[role].append({"role": "tool", "content": view})
+        else:
+            out[role] = [{"role": "system", "content": role_prompt(harness, role)}, {"role": "user", "content": view}]
+        out[role].append({"role": "assistant", "content": text})
+        if harness.step(Action(text=text)).done:
+            break
+    return out
 
 
 def roles_check(harness, tasks: list[TaskSpec]) -> tuple[bool, dict, str]:

@@ -140,8 +140,17 @@ def _first_smoke_run(ctx, cfg, path, steps: int) -> tuple[Check, RunSummary]:
     summary = _train(ctx, cfg, path, steps)
     losses = [m.get(keys.TRAIN_LOSS) for m in summary.metrics]
     ok = len(losses) == steps and all(isinstance(x, float) and math.isfinite(x) for x in losses)
-    return Check.judge("loss finite", ok, {"steps": len(losses), "first": _r(losses[:1]), "last": _r(losses[-1:])},
-                       f"{steps} steps, every loss finite", "lower training.learning_rate; see metrics.jsonl"), summary
+    measured = {"steps": len(losses), "first": _r(losses[:1]), "last": _r(losses[-1:])}
+    untrained = [m.get(keys.STEP) for m in summary.metrics if m.get(keys.TRAIN_LOSS) is None]
+    fix = "lower training.learning_rate; see metrics.jsonl"
+    if untrained:  # no loss because nothing reached the trainer: say so rather than report a bare None
+        measured["steps_without_samples"] = untrained
+        measured["masked_episodes"] = sum(m.get(keys.REWARD_MASKED) or 0 for m in summary.metrics
+                                          if m.get(keys.TRAIN_LOSS) is None)
+        fix = ("these steps trained nothing: every episode of their batch was masked (infra errors, truncation: mask, "
+               "or a role that never got the turn) or dynamic sampling skipped them; see reward/masked and "
+               "rollout/samples_built in metrics.jsonl")
+    return Check.judge("loss finite", ok, measured, f"{steps} steps, every loss finite", fix), summary
 
 
 def _resume(ctx, cfg, path, steps: int, a: RunSummary) -> Check:

@@ -10,6 +10,13 @@ under its own name with `warm_start.json` beside its card (base, harness, tasks,
 A model that never writes the format a harness scores (SmolLM2-135M-Instruct and reasoning-gym's
 `<answer>...</answer>` tags) learns it in a few dozen steps on practice tasks, so reinforcement
 learning starts from a success rate above 0 (README "A real model learns here").
+
+A multi-agent harness (`harnesses.multi_agent`: one that declares roles) is played by its roles'
+`scripted_move`, and every role its `harnesses[].roles` seats `policy` (all of them by default:
+self-play) gets one demonstration per task: that role's own conversation exactly as the rollout
+renders it for a model-played role (`multi_agent.scripted_conversations`: its `role_prompt`, its
+`observe(role)` views, its moves; no tools), so the warm-started model sees at serve time what it
+saw in training. Roles seated `scripted` or at an opponent's server are played, never trained.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +34,7 @@ from agentrl_cli.errors import ConfigError
 def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
     """The scripted solution of every task of `harness_config` (a `harnesses[]` entry of `cfg`: its
     `tasks` file or the class's own task set), played through the harness as a run builds it, as chat messages."""
+    from harnesses.multi_agent import is_multi_agent
     from harnesses.oracle import ORACLES, oracle_action
     from harnesses.registry import create, resolve
     from harnesses.task_sources import task_set
@@ -33,7 +42,9 @@ def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
     from agentrl_cli.model.demos import episode_messages
 
     name = harness_config.name
-    resolve(name)  # an unknown name is refused here, listing the registered ones
+    cls = resolve(name)  # an unknown name is refused here, listing the registered ones
+    if is_multi_agent(cls):
+        return role_demonstrations(cfg, harness_config, limit)
     if name not in ORACLES:
         raise ConfigError(f"harness {name!r} has no scripted solutions (no scripted_action hook), so there is nothing "
                           "to demonstrate", "warm-start on a harness that has one (`agentrl harness list` shows them), "
@@ -45,6 +56,35 @@ def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
     try:
         return [{"harness": name, "task_id": t.task_id, "messages": episode_messages(harness, t, oracle_action),
                  "tools": harness.tools()} for t in tasks]
+    finally:
+        harness.close()
+
+
+def role_demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
+    """For a multi-agent harness: the conversation of every policy-seated role in the scripted play
+    of every task (`multi_agent.scripted_conversations`), one demonstration per (task, role), with
+    its `role`, and no tools (the rollout offers a role none)."""
+    from harnesses.multi_agent import policy_roles, scripted_conversations, seats
+    from harnesses.registry import create, resolve
+    from harnesses.task_sources import task_set
+
+    name = harness_config.name
+    cls = resolve(name)
+    if not hasattr(cls, "scripted_move"):
+        raise ConfigError(f"harness {name!r} has roles but no scripted_move, so there is nothing to demonstrate",
+                          "give the harness class a scripted_move(role) method (harnesses/multi_agent.py)")
+    trained = policy_roles(seats(cls, getattr(harness_config, "roles", None), name))
+    tasks = task_set(harness_config, cfg.data).tasks[:limit]
+    if not tasks:
+        raise ConfigError(f"harness {name!r} has no tasks to demonstrate", "point --tasks at a JSONL file of tasks")
+    harness = create(name, cfg)
+    try:
+        out = []
+        for t in tasks:
+            conversations = scripted_conversations(harness, t)
+            out += [{"harness": name, "task_id": t.task_id, "role": role, "messages": conversations[role], "tools": []}
+                    for role in trained if role in conversations]
+        return out
     finally:
         harness.close()
 
@@ -92,6 +132,7 @@ def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps:
         card = import_model(tmp, cfg.model.cache_dir, name, force=force, dtype=cfg.model.dtype)
     record = {"name": card["name"], "directory": card["directory"], "base": base, "base_directory": str(base_dir),
               "harness": harness_config.name, "tasks": getattr(harness_config, "tasks", None), "demonstrations": len(demos),
+              **({"roles": dict(Counter(d["role"] for d in demos))} if any("role" in d for d in demos) else {}),
               "sft": stats, "seconds": round(time.perf_counter() - start, 1)}
     (Path(card["directory"]) / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
