@@ -1,6 +1,7 @@
-"""The `judge` verifier with the embedded inference server (a random tiny model, behind an API key)
-as its judge, over its OpenAI-compatible /v1: the model is found through /v1/models, the key is
-sent, the prompt fits and is answered, and a reply that is no verdict (all a random model writes)
+"""The `judge` verifier with the embedded inference server (a random tiny model, and under the
+`builtin` marker the built-in model; behind an API key) as its judge, over its OpenAI-compatible /v1: the model is found through /v1/models, the key is
+sent, the prompt fits and is answered, and a reply that is no verdict (all a random model writes,
+and all the built-in model writes: it answers the rubric with "ANSWER: ..." as it was taught)
 is infra_error, masked, never a score and never cached; a shuffled group is the very same prompt
 (the server's prefix cache serves all of it again, and a group that differs is not served whole);
 the run's own server is the judge when reward.judge.url is unset; a stopped server is an outage."""
@@ -19,13 +20,25 @@ pytestmark = [pytest.mark.integration]
 KEY = "judge-key-0123456789"
 
 
-@pytest.fixture(scope="module")
-def served(random_model_dir):
+def _builtin_model() -> str:
+    from agentrl_cli.config import load_config
+    from agentrl_cli.model.resolve import builtin_dir
+    from agentrl_cli.model.tiny import is_complete
+
+    path = builtin_dir(load_config(None, [], env={}).config.model.cache_dir)
+    if not is_complete(path):
+        pytest.skip("the built-in model is not built (agentrl model build-tiny)")
+    return str(path)
+
+
+@pytest.fixture(scope="module", params=["random", pytest.param("builtin", marks=pytest.mark.builtin)])
+def served(request, random_model_dir):
     from agentrl_cli.inference.engine import HFEngine
     from agentrl_cli.inference.hf_server import create_app
     from agentrl_cli.serving import ServerThread
 
-    engine = HFEngine(random_model_dir, batch_window_ms=5, prefix_cache_tokens=8192)
+    model = random_model_dir if request.param == "random" else _builtin_model()
+    engine = HFEngine(model, batch_window_ms=5, prefix_cache_tokens=8192)
     srv = ServerThread(create_app(engine, api_key=KEY), name="hf-judge").start()
     yield engine, srv
     srv.stop()
