@@ -27,7 +27,7 @@ from agentrl_cli.inference.client import SamplingParams
 from agentrl_cli.model.chat import ChatRenderer, check_episode, strip_stops
 from agentrl_cli.outcomes import Termination
 from agentrl_cli.rollout.resume import GenerationLost, ResumePolicy, generate_resumable
-from agentrl_cli.rollout.run_episode import EpisodeResult, harness_failed
+from agentrl_cli.rollout.run_episode import EpisodeResult, env_caller, harness_failed
 from harnesses.defaults import default_evidence
 from harnesses.multi_agent import POLICY, SCRIPTED, role_prompt
 
@@ -90,23 +90,7 @@ async def run_multi_episode(harness, task, seats: dict[str, Seat], tokenizer, ex
     result = MultiEpisodeResult(trajectory=traj, step_roles=[], seats=seats)
     resume = resume or ResumePolicy()
     name = getattr(harness, "name", task.harness)
-    component = f"harness {name}"
-
-    async def env(fn, *args):
-        t = time.perf_counter()
-        ok = False
-        if watchdog is not None:
-            watchdog.begin(component)
-        try:
-            out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
-            ok = True
-            return out
-        finally:
-            result.env_s += time.perf_counter() - t
-            if watchdog is not None:
-                watchdog.end(component, ok)
-                if ok:
-                    watchdog.beat("rollout")
+    env = env_caller(loop, executor, step_timeout_s, watchdog, f"harness {name}", result)
 
     async def harness_call(method: str, *args):
         """(True, what a harness method returned), or (False, None) after ending the episode (timeout or infra_error)."""

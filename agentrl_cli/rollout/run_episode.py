@@ -65,6 +65,28 @@ def harness_failed(result: EpisodeResult, method: str, exc: BaseException) -> Ep
     return result
 
 
+
+def env_caller(loop, executor, step_timeout_s: float, watchdog, component: str, result):
+    """`await env(fn, *args)`: a harness call in `executor` under the step deadline, its time added to
+    `result.env_s`, reported to the watchdog as `component` (a finished call also beats "rollout")."""
+
+    async def env(fn, *args):
+        t = time.perf_counter()
+        ok = False
+        if watchdog is not None:
+            watchdog.begin(component)
+        try:
+            out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
+            ok = True
+            return out
+        finally:
+            result.env_s += time.perf_counter() - t
+            if watchdog is not None:
+                watchdog.end(component, ok)
+                if ok:
+                    watchdog.beat("rollout")
+    return env
+
 async def run_episode(harness, task, client: InferenceClient, tokenizer, executor, *, max_steps: int,
                       step_timeout_s: float, max_new_tokens: int, temperature: float = 1.0, seed: int | None = None,
                       context_limit: int = 2048, resume: ResumePolicy | None = None, on_recovered=None,
@@ -82,23 +104,7 @@ async def run_episode(harness, task, client: InferenceClient, tokenizer, executo
     traj = Trajectory(task=task)
     result = EpisodeResult(trajectory=traj, evidence=None, termination=Termination.TRUNCATED)
     resume = resume or ResumePolicy()
-    component = f"harness {getattr(harness, 'name', task.harness)}"
-
-    async def env(fn, *args):
-        t = time.perf_counter()
-        ok = False
-        if watchdog is not None:
-            watchdog.begin(component)
-        try:
-            out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
-            ok = True
-            return out
-        finally:
-            result.env_s += time.perf_counter() - t
-            if watchdog is not None:
-                watchdog.end(component, ok)
-                if ok:
-                    watchdog.beat("rollout")
+    env = env_caller(loop, executor, step_timeout_s, watchdog, f"harness {getattr(harness, 'name', task.harness)}", result)
 
     name = getattr(harness, "name", task.harness)
     for attempt in range(create_retries + 1):
