@@ -3,9 +3,10 @@ still load and train from: checkpoints have to load across versions.
 
 `fixtures/checkpoint-v<N>/` holds a very small random model (`model/`) and one checkpoint of it
 (`checkpoints/step-00000001/`, the checkpoint manager's layout and DeepSpeed's files) written by
-format version N, with `fixture.json` naming the format version and the trainer settings used.
-`python -m agentrl_cli.verify.old_checkpoint` writes the fixture of the current format version;
-commit it before the format changes, and keep the older ones.
+format version N, with `fixture.json` naming the format version and the trainer settings used;
+`fixtures/checkpoint-v<N>-<backend>/` the same written by another training backend (`fsdp`).
+`python -m agentrl_cli.verify.old_checkpoint [BACKEND]` writes the fixture of the current format
+version; commit it before the format changes, and keep the older ones.
 """
 
 from __future__ import annotations
@@ -29,24 +30,28 @@ def _samples():
     return [Sample(token_ids=ids, loss_mask=mask, logprobs=[-1.0] * 12, advantage=a) for a in (1.0, -1.0)]
 
 
-def write_fixture(root: Path | None = None) -> Path:
+def write_fixture(root: Path | None = None, backend_name: str = "deepspeed") -> Path:
     from agentrl_cli.config.models import TrainingConfig
     from agentrl_cli.model.tiny import build_random
+    from agentrl_cli.training.backend import backend_class
     from agentrl_cli.training.checkpoint import SCHEMA_VERSION, CheckpointManager
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
 
-    root = root or FIXTURES / f"checkpoint-v{SCHEMA_VERSION}"
+    suffix = "" if backend_name == "deepspeed" else f"-{backend_name}"
+    root = root or FIXTURES / f"checkpoint-v{SCHEMA_VERSION}{suffix}"
     if root.exists():
         shutil.rmtree(root)
+    training = {**TRAINING, "backend": backend_name}
     model = build_random(root / "model", seed=3, **ARCH)
-    backend = DeepSpeedBackend(str(model), TrainingConfig(**TRAINING))
+    config = TrainingConfig(**training)
+    backend = backend_class(config)(str(model), config)
     try:
         backend.train_step(_samples())
         CheckpointManager(root / "checkpoints").save(1, lambda d: _save_weights_only(backend, d / "engine"),
                                                      {"version": 1, "run_id": "fixture"})
     finally:
         backend.close()
-    (root / "fixture.json").write_text(json.dumps({"format_version": SCHEMA_VERSION, "training": TRAINING, "arch": ARCH}, indent=2) + "\n")
+    (root / "fixture.json").write_text(json.dumps({"format_version": SCHEMA_VERSION, "backend": backend_name, "training": training,
+                                                   "arch": ARCH}, indent=2) + "\n")
     return root
 
 
@@ -63,14 +68,15 @@ def load_and_step(root: Path) -> dict:
     """Load the fixture's checkpoint with this version's code and take one training step; the
     result depends only on the code, so it is computed once per process."""
     from agentrl_cli.config.models import TrainingConfig
+    from agentrl_cli.training.backend import backend_class
     from agentrl_cli.training.checkpoint import CheckpointManager
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
 
     meta = json.loads((root / "fixture.json").read_text())
     latest = CheckpointManager(root / "checkpoints").latest()
     if latest is None:
         return {"ok": False, "why": f"no complete checkpoint under {root / 'checkpoints'}"}
-    backend = DeepSpeedBackend(str(root / "model"), TrainingConfig(**meta["training"]))
+    config = TrainingConfig(**meta["training"])  # fixtures without a backend were written by DeepSpeed
+    backend = backend_class(config)(str(root / "model"), config)
     try:
         state = backend.load_checkpoint(latest / "engine")
         loss = backend.train_step(_samples())["loss"]
@@ -86,4 +92,6 @@ def fixtures() -> list[Path]:
 
 
 if __name__ == "__main__":
-    print(f"wrote {write_fixture()}")
+    import sys
+
+    print(f"wrote {write_fixture(backend_name=sys.argv[1] if len(sys.argv) > 1 else 'deepspeed')}")
