@@ -37,6 +37,10 @@ def test_stage_run_all_from_a_fresh_directory(tmp_path, quick_sets):
         report = json.loads((reports / f"stage-{n}.json").read_text())
         assert report["schema_version"] == 2 and report["stage"] == n
         assert (reports / f"stage-{n}.md").read_text().startswith(f"# Stage {n}:")
+    stage8 = {c["name"]: c for c in json.loads((reports / "stage-8.json").read_text())["checks"]}
+    for name in ("loss finite", "checkpoint written", "reloaded and resumed", "no trajectory stored twice"):
+        assert stage8[name]["status"] == "pass", (name, stage8[name]["detail"][-600:])
+    assert stage8["reloaded and resumed"]["measured"]["start_step"] == 2  # stages.smoke_steps
     meta = json.loads(Path(tmp_path, data["run_dir"], "meta.json").read_text())
     assert meta["config_source"] == "built-in defaults" and meta["config_hash"]
 

@@ -1,6 +1,6 @@
-"""`agentrl stage run 0` and `agentrl stage run 8 --phase smoke` on a random tiny model, as a user
-runs them: the whole loop once with baseline.json, and the smoke phase with checkpoint, resume and
-unique trajectory ids."""
+"""`agentrl stage run 0` and `agentrl stage run 8` on a random tiny model, as a user runs them: the
+whole loop once with baseline.json, and a phase that does not exist refused. (Stage 8 smoke's
+checkpoint, resume and unique ids are checked in `stage run all`, tests/e2e/test_installed_cli.py.)"""
 
 from __future__ import annotations
 
@@ -31,18 +31,6 @@ def test_stage_0_runs_the_loop_once_and_writes_the_baseline(cli, quick_sets, iso
     assert by_name["time shares (sampling / training / sync)"]["status"] == "info"
     assert by_name["tokens/s: throughput and per stream"]["status"] == "info"
     assert report["counts"]["info"] == 2
-
-
-def test_stage_8_smoke_trains_checkpoints_and_resumes(cli, quick_sets):
-    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets)
-    report = data["reports"][0]
-    by_name = {c["name"]: c for c in report["checks"]}
-    for name in ("loss finite", "checkpoint written", "reloaded and resumed", "no trajectory stored twice"):
-        assert by_name[name]["status"] == "pass", (name, by_name[name]["detail"][-600:])
-    assert by_name["reloaded and resumed"]["measured"]["start_step"] == 2
-    # with a random model the reward may be all zero: then the check must fail, never pass quietly
-    degenerate = by_name["reward distribution not degenerate"]
-    assert degenerate["status"] in ("pass", "fail") and (degenerate["status"] == "pass") == (result.exit_code == 0)
 
 
 def test_stage_8_rejects_an_unknown_phase(cli, quick_sets):
