@@ -20,7 +20,7 @@ Choices worth knowing:
   master weights and the optimizer stay fp32 and gradients are reduced in fp32
   (`MixedPrecisionPolicy`).
 - `training.zero_stage` and `training.deepspeed_config` are DeepSpeed's and are not read here.
-- Checkpoints: `dist/` holds the sharded model and optimizer state as torch.distributed.checkpoint
+- Checkpoints: `shards/` holds the sharded model and optimizer state as torch.distributed.checkpoint
   writes them (one file per rank and a `.metadata`; the format can be loaded at another world
   size), `client_state.pt` the caller's resume data (written by rank 0), and the record every
   backend writes (`policy_rank.RECORD`): a DeepSpeed checkpoint is refused by name, not half loaded.
@@ -39,7 +39,7 @@ from agentrl_cli.training import lora
 from agentrl_cli.training.policy_rank import PolicyRank
 from agentrl_cli.training.process_group import ProcessGroup
 
-SHARDS = "dist"
+SHARDS = "shards"  # not "dist": a name ignore files give to build output
 CLIENT_STATE = "client_state.pt"
 
 

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.integration,
 # every file each rank writes into a checkpoint, by backend
 RANK_FILES = {"deepspeed": ("ckpt", "zero_pp_rank_*_optim_states.pt",
                             {"zero_pp_rank_0_mp_rank_00_optim_states.pt", "zero_pp_rank_1_mp_rank_00_optim_states.pt"}),
-              "fsdp": ("dist", "__*_*.distcp", {"__0_0.distcp", "__1_0.distcp"})}
+              "fsdp": ("shards", "__*_*.distcp", {"__0_0.distcp", "__1_0.distcp"})}
 
 
 BACKENDS = ["fsdp"]  # CI time: DeepSpeed's two ranks are the chaos test's
