@@ -45,7 +45,11 @@ def test_the_agents_are_plain_openai_clients_that_never_import_agentrl():
 
 def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
     write_yaml("harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.openai_agent:run', tasks: brief}\n")
-    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets)
+    # two groups of four a step: with about half the replies short enough, every group of a step
+    # all-equal by chance (a degenerate smoke) is about 1 in 4,000 instead of 1 in 8 with one pair
+    wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",
+            "--set", "training.gradient_accumulation_steps=2"]
+    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, *wide)
     report = data["reports"][-1]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
     assert result.exit_code == 0 and report["status"] == "pass", failing
