@@ -104,7 +104,7 @@ def sft_command(
 
     Examples:
 
-    * `agentrl model sft --harness reasoning_gym --tasks templates/smollm2/warm_start_tasks.jsonl --base smollm2 --name smollm2-answers`
+    * `agentrl model sft --harness reasoning_gym --tasks templates/smollm2/warm_start_tasks.jsonl --base smollm2 --name smollm2-worked --steps 3`
 
     * `agentrl model sft --harness arith --name tiny-arith --steps 50 --lr 1e-4 --json`
     """

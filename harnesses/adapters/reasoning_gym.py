@@ -24,7 +24,10 @@ ends without an answer (the turn limit) is scored on its last reply's last non-e
 dataset's lenient scorer rates it (most give 0 to text that lacks the answer; the default one gives
 len(answer) / len(text) to text containing it). No reply at all scores 0 without the scorer; a
 scorer that raises on the answer scores it 0 (the dataset could not read it). Entries without an
-oracle answer (e.g. rush_hour's) have no scripted solution.
+oracle answer (e.g. rush_hour's) have no scripted solution. A task file may mark a task
+`meta.demonstration: worked`: its scripted solution then writes the entry's expression and result
+before the tag (`2 * 5 = 10`, then `<answer>10</answer>`), the form a small model that computes in
+prose can imitate (`agentrl model sft` learns from scripted solutions).
 
 Belongs here: options, tasks, the episode and scoring through the package. Not here: how training
 picks the reward source (`harnesses[].reward`; this class's `reward_source` is "harness").
@@ -252,8 +255,13 @@ class ReasoningGymHarness:
 
     @classmethod
     def scripted_action(cls, task: TaskSpec, turn: int) -> str | None:
+        """`<answer>X</answer>`; a task whose meta has `demonstration: worked` and whose entry names its
+        `expression` (the arithmetic datasets) shows it first: `2 * 5 = 10` on a line, then the tag."""
         answer = task.meta["entry"]["answer"]
-        return f"<answer>{answer}</answer>" if turn == 0 and answer is not None else None
+        if turn != 0 or answer is None:
+            return None
+        worked = task.meta.get("demonstration") == "worked" and (task.meta["entry"].get("metadata") or {}).get("expression")
+        return (f"{worked} = {answer}\n" if worked else "") + f"<answer>{answer}</answer>"
 
     @classmethod
     def wrong_action(cls, task: TaskSpec) -> str:

@@ -2,7 +2,9 @@
 harness's families (reasoning-gym's generated train and eval splits, as the reasoning_gym adapter
 makes them, in one file so one harness holds several families), and `warm_start_tasks.jsonl`, the
 practice tasks the warm start's scripted demonstrations are played on (the same families and
-configs from another seed, so neither split of tasks.jsonl is ever demonstrated).
+configs from another seed, so neither split of tasks.jsonl is ever demonstrated), each marked
+`demonstration: worked`: the demonstration writes `2 * 5 = 10` before `<answer>10</answer>`, the
+way SmolLM2 already computes in prose, so the tag holds a result it worked out rather than a guess.
 
     .venv/bin/python templates/smollm2/make_tasks.py
 
@@ -25,7 +27,6 @@ HERE = Path(__file__).resolve().parent
 FAMILIES = {
     "products": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
     "chain_sum": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
-    "basic_arithmetic": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+", "-"]},
 }
 SIZE = 64  # tasks per split before the adapter drops eval questions that are also in train
 SEED = 1  # the adapter's default: train from seed 1, eval from seed 1 + EVAL_OFFSET
@@ -50,7 +51,8 @@ def write(path: Path, items: list[dict]) -> None:
 def main() -> None:
     tasks = rows(SEED, ("train", "eval"))
     questions = {r["prompt"] for r in tasks}
-    practice = [{**r, "task_id": r["task_id"].replace("/train/", "/practice/"), "split": "train"}
+    practice = [{**r, "task_id": r["task_id"].replace("/train/", "/practice/"), "split": "train",
+                 "meta": {**r["meta"], "demonstration": "worked"}}
                 for r in rows(PRACTICE_SEED, ("train",)) if r["prompt"] not in questions]
     write(HERE / "tasks.jsonl", tasks)
     write(HERE / "warm_start_tasks.jsonl", practice)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -90,3 +91,30 @@ def test_stage8_smoke_with_smollm2_trains_checkpoints_and_resumes(cli, smollm2):
     assert checks["reward distribution not degenerate"]["measured"]["max_group_std"] > 0
     assert checks["reloaded and resumed"]["measured"]["end_step"] == 4
     assert stage["environment"]["model_card"]["source"]["sha256"] == card["source"]["sha256"]
+
+
+@needs_package
+@pytest.mark.e2e
+@pytest.mark.timeout(3600)
+def test_the_smollm2_recipe_learns_in_stage_8_short(cli, smollm2):
+    """README "A real model learns here": the warm start on worked demonstrations, then stage 8 short
+    with templates/smollm2/platform.yaml as it is (its own 25 minutes), then verify's rule on the
+    evaluation curve. About 30 minutes on 2 cores."""
+    from agentrl_cli.verify.judge import eval_rises
+
+    cache, _ = smollm2
+    repo = Path(__file__).resolve().parents[2]
+    Path("templates").symlink_to(repo / "templates")  # the recipe names its task file from the repository root
+    recipe, where = "templates/smollm2/platform.yaml", ["--set", f"model.cache_dir={cache}"]
+    cli.json("model", "sft", "--harness", "reasoning_gym", "--tasks", "templates/smollm2/warm_start_tasks.jsonl", "--base",
+             "smollm2", "--name", "smollm2-worked", "--steps", "3", "--lr", "2e-5", "--config", recipe, *where)
+    _, report = cli.json("stage", "run", "8", "--phase", "short", "--config", recipe, *where,
+                         "--set", f"inference.port={free_port()}")
+    stage = report["reports"][0]
+    checks = {c["name"]: c for c in stage["checks"]}
+    assert stage["status"] == "pass", json.dumps(checks, default=str)[:4000]
+    rows = [json.loads(line) for line in next(Path("runs").glob("*/stage8/metrics.jsonl")).read_text().splitlines()]
+    evals = [r for r in rows if "eval/reasoning_gym/episodes" in r]
+    ok, measured = eval_rises([(r["step"], round(r["eval/reasoning_gym/success_rate"] * r["eval/reasoning_gym/episodes"]),
+                                r["eval/reasoning_gym/episodes"]) for r in evals])
+    assert ok, measured  # verify's rule: the slope's 95% lower bound above 0

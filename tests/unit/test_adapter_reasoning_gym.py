@@ -153,3 +153,19 @@ def test_a_task_not_made_by_the_task_set_is_refused_at_reset_naming_what_it_lack
     foreign = TaskSpec(task_id="file/1", harness="reasoning_gym", prompt="2+2?", answer="4", difficulty=1, split="train")
     with pytest.raises(ValueError, match="lacks meta dataset, config, seed, size, entry"):
         ReasoningGymHarness().reset(foreign)
+
+
+def test_a_task_marked_worked_demonstrates_its_expression_before_the_tag_and_still_scores_1():
+    harness = ReasoningGymHarness(**OPTIONS)
+    options = {**OPTIONS, "dataset": "products", "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}}
+    for task in ReasoningGymHarness.task_set(options).tasks[:8]:
+        plain = ReasoningGymHarness.scripted_action(task, 0)
+        worked_task = dataclasses.replace(task, meta={**task.meta, "demonstration": "worked"})
+        worked = ReasoningGymHarness.scripted_action(worked_task, 0)
+        expression = task.meta["entry"]["metadata"]["expression"]
+        assert plain == f"<answer>{task.answer}</answer>"
+        assert worked == f"{expression} = {task.answer}\n{plain}"
+        assert harness.compute_reward(episode(worked_task, worked)) == 1.0
+    letters = dataclasses.replace(ReasoningGymHarness.task_set(OPTIONS).tasks[0], meta={
+        **ReasoningGymHarness.task_set(OPTIONS).tasks[0].meta, "demonstration": "worked"})
+    assert ReasoningGymHarness.scripted_action(letters, 0).startswith("<answer>")  # no expression: the tag alone
