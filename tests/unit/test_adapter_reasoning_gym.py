@@ -166,6 +166,6 @@ def test_a_task_marked_worked_demonstrates_its_expression_before_the_tag_and_sti
         assert plain == f"<answer>{task.answer}</answer>"
         assert worked == f"{expression} = {task.answer}\n{plain}"
         assert harness.compute_reward(episode(worked_task, worked)) == 1.0
-    letters = dataclasses.replace(ReasoningGymHarness.task_set(OPTIONS).tasks[0], meta={
-        **ReasoningGymHarness.task_set(OPTIONS).tasks[0].meta, "demonstration": "worked"})
+    first = ReasoningGymHarness.task_set(OPTIONS).tasks[0]
+    letters = dataclasses.replace(first, meta={**first.meta, "demonstration": "worked"})
     assert ReasoningGymHarness.scripted_action(letters, 0).startswith("<answer>")  # no expression: the tag alone
