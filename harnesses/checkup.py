@@ -51,7 +51,7 @@ def check_harness(target: str, platform_config) -> list[Check]:
 
 def _roles(cls, hc, task, platform_config) -> Check:
     """A multi-agent harness: its roles' seats from the config, and every role's scripted play scored."""
-    from harnesses.multi_agent import roles_check, seats
+    from harnesses.multi_agent import ROLES_EXPECTED, ROLES_HINT, roles_check, seats
     from harnesses.registry import create
 
     seated = seats(cls, hc.roles, hc.name)
@@ -62,8 +62,7 @@ def _roles(cls, hc, task, platform_config) -> Check:
         ok, measured, detail = roles_check(h, [task])
     finally:
         h.close()
-    return Check.judge("roles", ok, {"seats": seated, **measured}, "every role moves and scores 1.0 in its scripted play",
-                       "fix the harness's to_move, observe, scripted_move or role_rewards (harnesses/multi_agent.py)", detail)
+    return Check.judge("roles", ok, {"seats": seated, **measured}, ROLES_EXPECTED, ROLES_HINT, detail)
 
 
 def _contained(name: str, fn) -> Check:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from agentrl_cli.episode import Evidence, HarnessReward, Trajectory
+from harnesses.multi_agent import episode_reward, is_multi_agent
 from harnesses.parsing import parse_answer
 
 
@@ -61,7 +62,7 @@ class WithDefaults:
         return self.inner.evidence(trajectory) if hasattr(self.inner, "evidence") else default_evidence(trajectory)
 
     def has_reward(self) -> bool:
-        return hasattr(self.inner, "compute_reward")
+        return hasattr(self.inner, "compute_reward") or is_multi_agent(self.inner)
 
     def compute_reward(self, trajectory: Trajectory) -> float:
         return self.harness_reward(trajectory).score
@@ -70,7 +71,7 @@ class WithDefaults:
         """The harness's own score with its flags (TypeError when it defines no compute_reward)."""
         if not self.has_reward():
             raise TypeError(f"harness {self.name!r} defines no compute_reward")
-        return HarnessReward.of(self.inner.compute_reward(trajectory))
+        return episode_reward(self.inner, trajectory)
 
     def full_reset(self) -> None:
         if hasattr(self.inner, "full_reset"):

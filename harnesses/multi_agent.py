@@ -18,8 +18,11 @@ refused at load, naming it):
 The single-agent members keep their meaning, so every check of a harness applies unchanged:
 `reset(task)` returns the first mover's observation, `step(action)` applies the move of the role
 `to_move()` named and returns that role's result (`invalid_action`: not applied, the same role
-moves again), `done` ends the episode for every role. `compute_reward` (the scripted-episode
-check's score) defaults to `combined_reward`: the lowest role score.
+moves again), `done` ends the episode for every role. The training reward of each role is its
+`role_rewards` score (reward source `harness`, the default for a harness with roles; `verifiers`
+and `mix` are refused). `compute_reward` (what the scripted-episode checks judge) defaults to
+`combined_reward`, the lowest role score: a game where roles compete defines it (e.g. the roles'
+total), as a competitive game's lowest score is 0 however well both play.
 
 Optional, with defaults:
   moves (class attribute)   "turns" (default) | "simultaneous"
@@ -49,7 +52,8 @@ from harnesses.base import MULTI_AGENT_MEMBERS, Action, HarnessReward, Observati
 POLICY, SCRIPTED = "policy", "scripted"
 MOVES = ("turns", "simultaneous")
 
-__all__ = ["MOVES", "MULTI_AGENT_MEMBERS", "MultiAgentHarness", "POLICY", "SCRIPTED", "combined_reward", "is_multi_agent",
+__all__ = ["MOVES", "MULTI_AGENT_MEMBERS", "MultiAgentHarness", "POLICY", "SCRIPTED", "ROLES_EXPECTED", "ROLES_HINT", "combined_reward",
+           "episode_reward", "is_multi_agent",
            "play_scripted", "policy_roles", "require_harness_reward", "role_group", "role_prompt", "roles_check",
            "scripted_conversations", "seats"]
 
@@ -144,6 +148,16 @@ def combined_reward(scores: dict) -> HarnessReward:
                          ", ".join(f"{role} {r.score:g}" for role, r in rewards.items()))
 
 
+def episode_reward(harness, trajectory: Trajectory) -> HarnessReward:
+    """One score for a whole episode (what the scripted-episode checks judge): the harness's own
+    compute_reward where it defines one, else, for a multi-agent harness, `combined_reward` of its
+    role_rewards. A game where roles compete defines compute_reward (e.g. the roles' total), as its
+    lowest role score is 0 however well both play."""
+    if hasattr(harness, "compute_reward"):
+        return HarnessReward.of(harness.compute_reward(trajectory))
+    return combined_reward(harness.role_rewards(trajectory))
+
+
 def play_scripted(harness, task: TaskSpec, max_turns: int = 40) -> tuple[Trajectory, list[str], Observation]:
     """One episode with every role played by the harness's `scripted_move`; returns the joint
     trajectory, the role of each step and the last observation."""
@@ -194,23 +208,37 @@ def scripted_conversations(harness, task: TaskSpec, max_turns: int = 40) -> dict
     return out
 
 
+ROLES_EXPECTED = "in scripted play every role moves and is scored in [0, 1], and the episode earns 1.0"
+ROLES_HINT = ("fix the harness's to_move, observe, scripted_move or role_rewards (harnesses/multi_agent.py); "
+              "in a game where roles compete, define compute_reward(trajectory) for what a scripted episode earns")
+
+
 def roles_check(harness, tasks: list[TaskSpec]) -> tuple[bool, dict, str]:
-    """Every role moves and is scored 1.0 in the scripted play of each task (`play_scripted`), and
-    every role has a view of the shared state (`observe`). Returns (ok, measured, what failed)."""
-    roles = tuple(getattr(getattr(harness, "inner", harness), "roles", ()))
+    """In the scripted play of each task (`play_scripted`): every role moves, every role is scored in
+    [0, 1], every role has a view of the shared state (`observe`), and the episode earns 1.0
+    (`episode_reward`: compute_reward, else the lowest role score). Returns (ok, measured, what failed)."""
+    inner = getattr(harness, "inner", harness)
+    roles = tuple(getattr(inner, "roles", ()))
     if not hasattr(harness, "scripted_move"):
         return False, {"roles": list(roles)}, "the harness defines no scripted_move to play its roles with"
-    bad, means = [], {r: [] for r in roles}
+    bad, means, episodes = [], {r: [] for r in roles}, []
     for task in tasks:
         traj, acted, _ = play_scripted(harness, task)
         scores = {r: HarnessReward.of(v).score for r, v in harness.role_rewards(traj).items()}
+        episode = episode_reward(inner, traj).score
+        episodes.append(episode)
         views = {r: harness.observe(r) for r in roles}
         for r in roles:
             means[r].append(scores.get(r, 0.0))
-        if set(acted) != set(roles) or set(scores) != set(roles) or min(scores.values(), default=0.0) < 1.0:
-            bad.append(f"{task.task_id}: moved {sorted(set(acted))}, scored {scores}")
+        if set(acted) != set(roles) or set(scores) != set(roles) or not all(0.0 <= v <= 1.0 for v in scores.values()):
+            bad.append(f"{task.task_id}: moved {sorted(set(acted))}, scored {scores} (every role must move and score in [0, 1])")
         elif not all(isinstance(v, Observation) for v in views.values()):
             bad.append(f"{task.task_id}: observe(role) did not return an Observation")
-    measured = {"roles": list(roles), "moves": getattr(harness, "moves", "turns"), "tasks": len(tasks),
-                "mean_reward": {r: round(sum(v) / max(1, len(v)), 3) for r, v in means.items()}}
+        elif episode != 1.0:
+            own = "compute_reward" if hasattr(inner, "compute_reward") else \
+                "the lowest role score (a game where roles compete defines compute_reward, e.g. the roles' total)"
+            bad.append(f"{task.task_id}: the scripted episode earned {episode:g} by {own}; role scores {scores}")
+    measured = {"roles": list(roles), "moves": getattr(inner, "moves", "turns"), "tasks": len(tasks),
+                "mean_reward": {r: round(sum(v) / max(1, len(v)), 3) for r, v in means.items()},
+                "episode_reward": round(sum(episodes) / max(1, len(episodes)), 3)}
     return not bad and bool(tasks), measured, "; ".join(bad[:3])

@@ -54,9 +54,13 @@ def resolve(name: str) -> type:
 
 def reward_source(harness_config) -> str:
     """Where a configured harness's training reward comes from: `harnesses[].reward`, else the class's
-    `reward_source`, else "verifiers". `harness` and `mix` need the class's compute_reward (ConfigError)."""
+    `reward_source`, else "verifiers" ("harness" for a multi-agent harness: its role_rewards).
+    `harness` and `mix` need the class's compute_reward (ConfigError), which a multi-agent harness
+    has by default (`harnesses.multi_agent.episode_reward`)."""
     cls = resolve(harness_config.name)
-    source = getattr(harness_config, "reward", None) or getattr(cls, "reward_source", None) or "verifiers"
+    multi_agent = bool(getattr(cls, "roles", None))
+    source = (getattr(harness_config, "reward", None) or getattr(cls, "reward_source", None)
+              or ("harness" if multi_agent else "verifiers"))
     if source not in ("verifiers", "harness", "mix"):
         raise ConfigError(f"harness {harness_config.name!r}: reward_source {source!r} is not verifiers, harness or mix",
                           "set harnesses[].reward, or fix the class's reward_source attribute")
@@ -64,7 +68,7 @@ def reward_source(harness_config) -> str:
     if source not in allowed:
         raise ConfigError(f"harness {harness_config.name!r} cannot use reward: {source}; it allows {', '.join(allowed)}",
                           f"set harnesses[].reward to one of {', '.join(allowed)} (or leave it unset)")
-    if source != "verifiers" and not hasattr(cls, "compute_reward"):
+    if source != "verifiers" and not hasattr(cls, "compute_reward") and not multi_agent:
         raise ConfigError(f"harness {harness_config.name!r} has reward: {source}, but defines no compute_reward",
                           "define compute_reward(trajectory) on the harness, or set harnesses[].reward: verifiers")
     return source

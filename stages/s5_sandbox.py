@@ -39,7 +39,7 @@ from agentrl_cli.sandbox.seccomp import bpf_program
 from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
-from harnesses.multi_agent import is_multi_agent, roles_check, seats
+from harnesses.multi_agent import ROLES_EXPECTED, ROLES_HINT, is_multi_agent, roles_check, seats
 from harnesses.registry import create, resolve, reward_source
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
@@ -259,9 +259,7 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
     if is_multi_agent(h):
         def roles() -> Check:
             ok, measured, detail = roles_check(h, tasks)
-            return Check.judge(f"harness {name}: every role plays and is scored", ok, measured,
-                               "each role moves and scores 1.0 in the scripted play of every family",
-                               "the harness's to_move, observe, scripted_move or role_rewards is broken for a role", detail)
+            return Check.judge(f"harness {name}: every role plays and is scored", ok, measured, ROLES_EXPECTED, ROLES_HINT, detail)
         checks.append(ctx.check(f"harness {name}: every role plays and is scored", roles))
     return checks
 

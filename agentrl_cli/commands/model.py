@@ -5,6 +5,7 @@ model or LoRA adapter directory."""
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -83,6 +84,12 @@ def import_command(
         typer.echo(f"use it with: --set model.path={card['name']}  (or model.path: {card['name']} in agentrl.yaml)")
 
 
+class SftSplit(str, Enum):
+    train = "train"
+    eval = "eval"
+    all = "all"
+
+
 @app.command("sft")
 def sft_command(
     harness: Annotated[str, typer.Option("--harness", help="The harness whose scripted solutions are the demonstrations "
@@ -96,6 +103,8 @@ def sft_command(
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Demonstrations per step.")] = 8,
     seed: Annotated[int, typer.Option("--seed", help="Order of the demonstrations.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace an imported model of the same name.")] = False,
+    split: Annotated[SftSplit, typer.Option("--split", help="Which tasks to demonstrate: train (evaluation tasks stay "
+                                            "unseen), eval, or all.")] = SftSplit.train,
     config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
 ) -> None:
     """Supervised warm start: fine-tune a model on the scripted solutions of a harness's tasks
@@ -116,7 +125,7 @@ def sft_command(
     fields = {**(entry.model_dump() if entry is not None else {"name": harness}), **({"tasks": tasks} if tasks else {})}
     with WorkProgress(f"warm-starting {base or cfg.model.path} on {harness}'s scripted solutions ({steps} steps)") as progress:
         record = sft_model(cfg, HarnessConfig(**fields), name, base=base, steps=steps, lr=lr, batch_size=batch_size,
-                           seed=seed, force=force, progress=lambda message: progress.update(message, 0, 0))
+                           seed=seed, force=force, split=split.value, progress=lambda message: progress.update(message, 0, 0))
         progress.outcome = f"imported as {record['name']}"
     if json_out:
         print_json(record)

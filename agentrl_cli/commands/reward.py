@@ -22,7 +22,7 @@ def _fmt(value) -> str:
 def train_command(
     from_runs: Annotated[str, typer.Option("--from", help="Run ids (under observe.runs_dir) or run directories, comma-separated.")],
     base: Annotated[str, typer.Option("--base", help="Base model (model.path syntax); default: the first run's model.path.")] = "",
-    name: Annotated[str, typer.Option("--name", help="Saved as <model.cache_dir>/reward-models/NAME; default rm-<first run id>.")] = "",
+    name: Annotated[str, typer.Option("--name", help="Saved as <model.cache_dir>/reward-models/NAME; default rm-RUN, RUN the first run id.")] = "",
     steps: Annotated[int, typer.Option("--steps", min=1, max=100_000, help="Optimizer steps of the value head.")] = 300,
     held_out: Annotated[float, typer.Option("--held-out", min=0.05, max=0.8, help="Share of the tasks held out for the report.")] = 0.3,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the task split and the bootstrap.")] = 0,

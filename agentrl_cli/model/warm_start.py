@@ -1,7 +1,8 @@
 """`agentrl model sft`: a short supervised warm start of a model on the scripted solutions of a
 harness's tasks, imported as a new model.
 
-The demonstrations are played through the real harness by its scripted solutions
+The demonstrations are the tasks of the training split (`--split`; evaluation tasks stay unseen),
+played through the real harness by its scripted solutions
 (`scripted_action`, `harnesses/oracle.py`), the same kind the built-in model is warm-started on
 (`model/demos.py`); the loss is next-token on the assistant's tokens only (`model/sft.py`), all
 parameters, AdamW with warm-up and cosine decay. The result is imported into `model.cache_dir`
@@ -31,27 +32,25 @@ from typing import Callable
 from agentrl_cli.errors import ConfigError
 
 
-def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
-    """The scripted solution of every task of `harness_config` (a `harnesses[]` entry of `cfg`: its
-    `tasks` file or the class's own task set), played through the harness as a run builds it, as chat messages."""
+def demonstrations(cfg, harness_config, limit: int | None = None, split: str = "train") -> list[dict]:
+    """The scripted solution of every task of `split` ("all": every split) of `harness_config` (a
+    `harnesses[]` entry of `cfg`: its `tasks` file or the class's own task set), played through the
+    harness as a run builds it, as chat messages."""
     from harnesses.multi_agent import is_multi_agent
     from harnesses.oracle import ORACLES, oracle_action
     from harnesses.registry import create, resolve
-    from harnesses.task_sources import task_set
 
     from agentrl_cli.model.demos import episode_messages
 
     name = harness_config.name
     cls = resolve(name)  # an unknown name is refused here, listing the registered ones
     if is_multi_agent(cls):
-        return role_demonstrations(cfg, harness_config, limit)
+        return role_demonstrations(cfg, harness_config, limit, split)
     if name not in ORACLES:
         raise ConfigError(f"harness {name!r} has no scripted solutions (no scripted_action hook), so there is nothing "
                           "to demonstrate", "warm-start on a harness that has one (`agentrl harness list` shows them), "
                           "or give the harness class a scripted_action(task, turn) classmethod")
-    tasks = task_set(harness_config, cfg.data).tasks[:limit]
-    if not tasks:
-        raise ConfigError(f"harness {name!r} has no tasks to demonstrate", "point --tasks at a JSONL file of tasks")
+    tasks = split_tasks(cfg, harness_config, split, limit)
     harness = create(name, cfg)
     try:
         return [{"harness": name, "task_id": t.task_id, "messages": episode_messages(harness, t, oracle_action),
@@ -60,13 +59,12 @@ def demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
         harness.close()
 
 
-def role_demonstrations(cfg, harness_config, limit: int | None = None) -> list[dict]:
+def role_demonstrations(cfg, harness_config, limit: int | None = None, split: str = "train") -> list[dict]:
     """For a multi-agent harness: the conversation of every policy-seated role in the scripted play
     of every task (`multi_agent.scripted_conversations`), one demonstration per (task, role), with
     its `role`, and no tools (the rollout offers a role none)."""
     from harnesses.multi_agent import policy_roles, scripted_conversations, seats
     from harnesses.registry import create, resolve
-    from harnesses.task_sources import task_set
 
     name = harness_config.name
     cls = resolve(name)
@@ -74,9 +72,7 @@ def role_demonstrations(cfg, harness_config, limit: int | None = None) -> list[d
         raise ConfigError(f"harness {name!r} has roles but no scripted_move, so there is nothing to demonstrate",
                           "give the harness class a scripted_move(role) method (harnesses/multi_agent.py)")
     trained = policy_roles(seats(cls, getattr(harness_config, "roles", None), name))
-    tasks = task_set(harness_config, cfg.data).tasks[:limit]
-    if not tasks:
-        raise ConfigError(f"harness {name!r} has no tasks to demonstrate", "point --tasks at a JSONL file of tasks")
+    tasks = split_tasks(cfg, harness_config, split, limit)
     harness = create(name, cfg)
     try:
         out = []
@@ -87,6 +83,19 @@ def role_demonstrations(cfg, harness_config, limit: int | None = None) -> list[d
         return out
     finally:
         harness.close()
+
+
+def split_tasks(cfg, harness_config, split: str, limit: int | None) -> list:
+    """The tasks of `split` ("all": every split) of a configured harness; ConfigError when there are none."""
+    from harnesses.task_sources import task_set
+
+    every = task_set(harness_config, cfg.data).tasks
+    tasks = [t for t in every if split == "all" or t.split == split][:limit]
+    if not tasks:
+        held = f" of split {split!r} (it has {', '.join(sorted({t.split for t in every}))})" if every else ""
+        raise ConfigError(f"harness {harness_config.name!r} has no tasks{held} to demonstrate",
+                          "point --tasks at a JSONL file of tasks with split: train, or pass --split all")
+    return tasks
 
 
 def warm_start(base: Path, out: Path, demos: list[dict], *, steps: int, lr: float, batch_size: int, max_len: int,
@@ -113,9 +122,9 @@ def warm_start(base: Path, out: Path, demos: list[dict], *, steps: int, lr: floa
 
 
 def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps: int, lr: float, batch_size: int,
-              seed: int = 0, force: bool = False, progress: Callable[[str], None] = lambda message: None) -> dict:
-    """Warm-start `base` (default model.path) on `harness_config`'s scripted solutions and import the
-    result as `name`; returns the record also written to `warm_start.json` in the new model's directory."""
+              seed: int = 0, force: bool = False, split: str = "train", progress: Callable[[str], None] = lambda message: None) -> dict:
+    """Warm-start `base` (default model.path) on the scripted solutions of `harness_config`'s tasks of
+    `split` (the training split by default: evaluation tasks stay unseen) and import the result as `name`; returns the record also written to `warm_start.json` in the new model's directory."""
     from agentrl_cli.model.importer import import_model
     from agentrl_cli.model.resolve import resolve_model_path
 
@@ -123,7 +132,7 @@ def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps:
     base = base or cfg.model.path
     base_dir = Path(resolve_model_path(base, cfg.model.cache_dir, build=False))
     progress(f"playing the scripted solutions of {harness_config.name}'s tasks")
-    demos = demonstrations(cfg, harness_config)
+    demos = demonstrations(cfg, harness_config, split=split)
     with tempfile.TemporaryDirectory(prefix="agentrl-sft-") as tmp:
         stats = warm_start(base_dir, Path(tmp), demos, steps=steps, lr=lr, batch_size=batch_size,
                            max_len=cfg.model.context_length, seed=seed,
@@ -131,7 +140,8 @@ def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps:
         progress(f"importing as {name}")
         card = import_model(tmp, cfg.model.cache_dir, name, force=force, dtype=cfg.model.dtype)
     record = {"name": card["name"], "directory": card["directory"], "base": base, "base_directory": str(base_dir),
-              "harness": harness_config.name, "tasks": getattr(harness_config, "tasks", None), "demonstrations": len(demos),
+              "harness": harness_config.name, "tasks": getattr(harness_config, "tasks", None), "split": split,
+              "demonstrations": len(demos),
               **({"roles": dict(Counter(d["role"] for d in demos))} if any("role" in d for d in demos) else {}),
               "sft": stats, "seconds": round(time.perf_counter() - start, 1)}
     (Path(card["directory"]) / "warm_start.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -281,3 +281,34 @@ def test_simultaneous_moves_hide_a_rounds_moves_until_every_role_has_submitted()
     played = _play_seated(RockPaperScissors(), TASKS[0])
     assert played.termination == "done" and played.step_roles == ["a", "b", "a", "b"]
     assert {r: s.score for r, s in played.role_rewards.items()} == {"a": 0.0, "b": 1.0}
+
+
+class ScoredRockPaperScissors(RockPaperScissors):
+    def compute_reward(self, trajectory):
+        return sum(self.role_rewards(trajectory).values())  # one winner a round: the roles' total is 1 when every round is won
+
+
+def test_a_competitive_game_is_judged_by_its_own_episode_score_and_defaults_to_the_lowest_role_score():
+    task = TASKS[0]
+    ok, measured, detail = roles_check(WithDefaults(RockPaperScissors), [task])
+    assert not ok and measured["mean_reward"] == {"a": 0.0, "b": 1.0} and measured["episode_reward"] == 0.0
+    assert "the lowest role score" in detail and "compute_reward" in detail
+    ok, measured, detail = roles_check(WithDefaults(ScoredRockPaperScissors), [task])
+    assert ok and measured["episode_reward"] == 1.0, detail
+    h = WithDefaults(RockPaperScissors)  # no compute_reward of its own: the default is combined_reward
+    traj, _, _ = play_scripted(h.inner, task)
+    assert h.has_reward() and h.harness_reward(traj).score == 0.0 and "b 1" in h.harness_reward(traj).detail
+
+
+def test_a_multi_agent_harness_is_scored_by_its_roles_unless_told_otherwise():
+    from agentrl_cli.config.models import HarnessConfig
+    from harnesses.configured import check_configured
+    from harnesses.registry import reward_source
+
+    name = f"{__name__}:RockPaperScissors"
+    assert reward_source(HarnessConfig(name=name)) == "harness"  # no reward_source, no compute_reward
+    assert reward_source(HarnessConfig(name=f"{__name__}:GuessNumber")) == "harness"
+    for source in ("verifiers", "mix"):
+        config = type("Cfg", (), {"harnesses": [HarnessConfig(name=name, reward=source)]})()
+        with pytest.raises(ConfigError, match=f"reward source is {source}"):
+            check_configured(config)

@@ -62,10 +62,12 @@ def rollout_sequences(tokenizer, task) -> dict[str, tuple[list[int], list[int]]]
     return {role: (s.token_ids, s.loss_mask) for role, s in result.seats.items()}
 
 
-def test_demonstrations_cover_every_task_for_both_roles_with_each_roles_own_view():
+def test_demonstrations_cover_every_training_task_for_both_roles_with_each_roles_own_view():
     demos = demonstrations(cfg(), HarnessConfig(name="guess_number"))
-    tasks = GuessNumber.task_set().tasks
+    tasks = GuessNumber.task_set().select("train")
     assert sorted((d["task_id"], d["role"]) for d in demos) == sorted((t.task_id, r) for t in tasks for r in ("guesser", "holder"))
+    every = demonstrations(cfg(), HarnessConfig(name="guess_number"), split="all")
+    assert len(every) == 2 * len(GuessNumber.task_set().tasks) > len(demos)  # the evaluation tasks only on request
     for d in demos:
         roles = [m["role"] for m in d["messages"]]
         assert roles[:2] == ["system", "user"] and roles[-1] == "assistant" and d["tools"] == []
@@ -84,7 +86,8 @@ def test_a_scripted_seat_is_played_but_never_demonstrated():
 def test_each_roles_demonstration_is_token_for_token_the_rollouts_sequence(tok, task_index):
     task = GuessNumber.task_set().tasks[task_index]
     rolled = rollout_sequences(tok, task)
-    demos = {d["role"]: d for d in demonstrations(cfg(), HarnessConfig(name="guess_number")) if d["task_id"] == task.task_id}
+    demos = {d["role"]: d for d in demonstrations(cfg(), HarnessConfig(name="guess_number"), split="all")
+             if d["task_id"] == task.task_id}
     assert set(demos) == set(rolled) == {"guesser", "holder"}
     from agentrl_cli.model.chat import chat_format
 
@@ -110,7 +113,7 @@ def test_a_warm_start_on_guess_number_trains_both_roles_and_imports_the_model(cl
                               "--batch-size", "4", "--set", f"model.path={random_model_dir}",
                               "--set", f"model.cache_dir={isolated / 'models'}")
     assert result.exit_code == 0, result.stdout
-    assert record["roles"] == {"guesser": 40, "holder": 40} and record["demonstrations"] == 80
-    assert record["sft"]["steps"] == 2 and record["sft"]["examples"] == 80
+    assert record["roles"] == {"guesser": 28, "holder": 28} and record["demonstrations"] == 56  # the training split
+    assert record["split"] == "train" and record["sft"]["steps"] == 2 and record["sft"]["examples"] == 56
     saved = json.loads((Path(record["directory"]) / "warm_start.json").read_text())
     assert saved["roles"] == record["roles"] and Path(record["directory"]).is_relative_to(isolated / "models")
