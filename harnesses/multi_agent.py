@@ -52,10 +52,9 @@ from harnesses.base import MULTI_AGENT_MEMBERS, Action, HarnessReward, Observati
 POLICY, SCRIPTED = "policy", "scripted"
 MOVES = ("turns", "simultaneous")
 
-__all__ = ["MOVES", "MULTI_AGENT_MEMBERS", "MultiAgentHarness", "POLICY", "SCRIPTED", "ROLES_EXPECTED", "ROLES_HINT", "combined_reward",
-           "episode_reward", "is_multi_agent",
-           "play_scripted", "policy_roles", "require_harness_reward", "role_group", "role_prompt", "roles_check",
-           "scripted_conversations", "seats"]
+__all__ = ["MOVES", "MULTI_AGENT_MEMBERS", "MultiAgentHarness", "POLICY", "ROLES_EXPECTED", "ROLES_HINT", "SCRIPTED",
+           "combined_reward", "episode_reward", "is_multi_agent", "play_scripted", "policy_roles", "require_harness_reward",
+           "role_group", "role_prompt", "roles_check", "scripted_conversations", "seats"]
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from importlib import metadata
 from agentrl_cli.errors import ConfigError, NotFoundError
 from agentrl_cli.plugins import import_target
 from harnesses.base import CONTRACT_VERSION, MULTI_AGENT_MEMBERS, REQUIRED_MEMBERS, missing_members
+from harnesses.multi_agent import is_multi_agent
 
 ENTRY_POINT_GROUP = "agentrl.harnesses"
 
@@ -58,7 +59,7 @@ def reward_source(harness_config) -> str:
     `harness` and `mix` need the class's compute_reward (ConfigError), which a multi-agent harness
     has by default (`harnesses.multi_agent.episode_reward`)."""
     cls = resolve(harness_config.name)
-    multi_agent = bool(getattr(cls, "roles", None))
+    multi_agent = is_multi_agent(cls)
     source = (getattr(harness_config, "reward", None) or getattr(cls, "reward_source", None)
               or ("harness" if multi_agent else "verifiers"))
     if source not in ("verifiers", "harness", "mix"):

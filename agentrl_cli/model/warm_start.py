@@ -124,7 +124,8 @@ def warm_start(base: Path, out: Path, demos: list[dict], *, steps: int, lr: floa
 def sft_model(cfg, harness_config, name: str, *, base: str | None = None, steps: int, lr: float, batch_size: int,
               seed: int = 0, force: bool = False, split: str = "train", progress: Callable[[str], None] = lambda message: None) -> dict:
     """Warm-start `base` (default model.path) on the scripted solutions of `harness_config`'s tasks of
-    `split` (the training split by default: evaluation tasks stay unseen) and import the result as `name`; returns the record also written to `warm_start.json` in the new model's directory."""
+    `split` (the training split by default: evaluation tasks stay unseen) and import the result as
+    `name`; returns the record also written to `warm_start.json` in the new model's directory."""
     from agentrl_cli.model.importer import import_model
     from agentrl_cli.model.resolve import resolve_model_path
 
