@@ -1,3 +1,3 @@
-from agentrl_cli.app import main
+from agentrl_cli.cli.app import main
 
 main()

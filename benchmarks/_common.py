@@ -47,7 +47,7 @@ def report(figures: dict[str, dict], as_json: bool) -> int:
 def default_model() -> Path:
     """The built-in model when it is cached (config defaults), else a random tiny model made here."""
     from agentrl_cli.config import load_config
-    from agentrl_cli.errors import NotFoundError
+    from agentrl_cli.core.errors import NotFoundError
     from agentrl_cli.model.resolve import resolve_model_path
     from agentrl_cli.model.tiny import build_random
 

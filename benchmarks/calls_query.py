@@ -27,11 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.data.calls import calls_filter, read_calls  # noqa: E402
-from agentrl_cli.data.local_store import LocalStore  # noqa: E402
-from agentrl_cli.data.record_from_episode import clip_output  # noqa: E402
-from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord  # noqa: E402
-from agentrl_cli.data.writer import TrajectoryWriter  # noqa: E402
+from agentrl_cli.runtime.data.calls import calls_filter, read_calls  # noqa: E402
+from agentrl_cli.runtime.data.local_store import LocalStore  # noqa: E402
+from agentrl_cli.runtime.data.record_from_episode import clip_output  # noqa: E402
+from agentrl_cli.runtime.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord  # noqa: E402
+from agentrl_cli.runtime.data.writer import TrajectoryWriter  # noqa: E402
 from benchmarks._common import figure, parser, report  # noqa: E402
 
 HARNESSES = {"terminal_like": "run_shell", "code_sandbox_like": "run_python", "tool_api_like": "calculator"}

@@ -21,7 +21,7 @@ from benchmarks._common import figure, median, parser, report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "deepspeed", "transformers")
-PROBE = ("import sys; sys.argv = {argv!r}\nfrom agentrl_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+PROBE = ("import sys; sys.argv = {argv!r}\nfrom agentrl_cli.cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
          "print(','.join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
 
 

@@ -28,10 +28,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.data.redact import Redactor  # noqa: E402
-from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord, to_table  # noqa: E402
-from agentrl_cli.data.local_store import LocalStore  # noqa: E402
-from agentrl_cli.data.writer import TrajectoryWriter  # noqa: E402
+from agentrl_cli.core.redact import Redactor  # noqa: E402
+from agentrl_cli.runtime.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord, to_table  # noqa: E402
+from agentrl_cli.runtime.data.local_store import LocalStore  # noqa: E402
+from agentrl_cli.runtime.data.writer import TrajectoryWriter  # noqa: E402
 from benchmarks._common import figure, parser, report  # noqa: E402
 
 HARNESSES = ("terminal_like", "code_sandbox_like", "tool_api_like")
@@ -101,11 +101,11 @@ def arrow_payload(records: list[TrajectoryRecord]) -> bytes:
 
 def reward_rate(n: int) -> tuple[float, int]:
     """Scores/s of the reward service (HTTP, loopback) for one batch of `n` answer-checked trajectories."""
-    from agentrl_cli.reward.client import HttpRewardClient
-    from agentrl_cli.reward.models import ScoreRequest
-    from agentrl_cli.reward.scorer import Scorer
-    from agentrl_cli.reward.service import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.runtime.reward.client import HttpRewardClient
+    from agentrl_cli.runtime.reward.models import ScoreRequest
+    from agentrl_cli.runtime.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.service import create_app
+    from agentrl_cli.core.serving import ServerThread
     from harnesses.tasks import load_tasks
 
     tasks = load_tasks("terminal_like", "train", "arith") + load_tasks("tool_api_like", "train", "arith")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import time
 
-from agentrl_cli.episode import TaskSet
+from agentrl_cli.core.episode import TaskSet
 from harnesses.terminal_like import TerminalLike
 
 

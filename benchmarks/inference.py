@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from agentrl_cli.inference.client import InferenceClient, SamplingParams  # noqa: E402
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams  # noqa: E402
 from agentrl_cli.config import load_config  # noqa: E402
-from agentrl_cli.inference.launcher import launch  # noqa: E402
+from agentrl_cli.engines.inference.launcher import launch  # noqa: E402
 from benchmarks._common import figure, parser, percentile, report  # noqa: E402
 
 BATCHES = (1, 8, 32, 64)

@@ -96,7 +96,7 @@ def worker(spec: dict) -> int:
     import asyncio
 
     from agentrl_cli.config import load_config
-    from agentrl_cli.run import train
+    from agentrl_cli.run.training_run import train
 
     workdir = Path(spec["workdir"])
     with socket.socket() as s:
@@ -157,7 +157,7 @@ def _milli(value: float | None) -> float | None:
 def summarize(rows: list[dict], steps: int) -> dict:
     """One run's figures from its metrics.jsonl rows: evaluation rows carry `eval/<harness>/success_rate`,
     step rows `train/*`."""
-    from agentrl_cli.observe import keys
+    from agentrl_cli.runtime.observe import keys
 
     evals = [(r[keys.STEP], v) for r in rows for k, v in r.items() if keys.eval_harness(k) is not None]
     train = [r for r in rows if keys.TRAIN_LOSS in r]
@@ -267,7 +267,7 @@ def figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dic
 
 
 def main() -> int:
-    from agentrl_cli.training.corrections import MODES
+    from agentrl_cli.learner.corrections import MODES
 
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=16, help="trainer steps per run")

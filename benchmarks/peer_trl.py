@@ -185,7 +185,7 @@ def imported_model(name: str, package: str) -> Path:
     from importlib import metadata
 
     from agentrl_cli.config import load_config
-    from agentrl_cli.errors import NotFoundError
+    from agentrl_cli.core.errors import NotFoundError
     from agentrl_cli.model.importer import import_model, imported_dir, imported_root
 
     cache = load_config(None, [], env={}).config.model.cache_dir

@@ -55,7 +55,7 @@ class Shape:
 def prompt_plan(tasks_file: Path, steps: int, shape: Shape) -> list[dict]:
     """The prompts in the order agentrl's sampler draws them (seeded): TRL trains on this list."""
     from harnesses.task_sources import _from_file
-    from agentrl_cli.rollout.sampler import TaskSampler
+    from agentrl_cli.runtime.rollout.sampler import TaskSampler
 
     tasks = [t for t in _from_file("peer", str(tasks_file), None, None).tasks if t.split == "train"]
     sampler = TaskSampler({"peer": tasks}, group_size=shape.group_size, seed=SEED)
@@ -87,7 +87,7 @@ def agentrl_config(scenario: str, workdir: Path, tasks_file: Path, shape: Shape,
 
 
 def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape, extra: list[str] | None = None) -> dict:
-    from agentrl_cli.run import training
+    from agentrl_cli.run.training_run import training
 
     from benchmarks.peer_env import write_arith_tasks
 
@@ -154,8 +154,8 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape,
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
-    from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
-    from agentrl_cli.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.models import ScoreRequest, StepIn, TaskIn
+    from agentrl_cli.runtime.reward.scorer import Scorer
     from benchmarks.peer_env import PeerArith, trl_run_shell, write_arith_tasks
     from harnesses.parsing import parse_answer
 

@@ -93,11 +93,11 @@ async def _steady_window(ctl, url: str, total: int, concurrency: int, out: dict)
 
 async def _rollout(label: str, cfg, client, tokenizer, tool_url: str, episodes: int, concurrency: int) -> dict:
     """`episodes` (a multiple of the group size) through a RolloutController at `concurrency`."""
-    from agentrl_cli.reward.client import LocalRewardClient
-    from agentrl_cli.reward.scorer import Scorer
-    from agentrl_cli.rollout.buffer import TrajectoryBuffer
-    from agentrl_cli.rollout.controller import RolloutController
-    from agentrl_cli.rollout.sampler import TaskSampler
+    from agentrl_cli.runtime.reward.client import LocalRewardClient
+    from agentrl_cli.runtime.reward.scorer import Scorer
+    from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+    from agentrl_cli.runtime.rollout.controller import RolloutController
+    from agentrl_cli.runtime.rollout.sampler import TaskSampler
     from harnesses.tasks import load_tasks
     from harnesses.tool_api_like import ToolApiLike
 
@@ -140,7 +140,7 @@ async def _rollout(label: str, cfg, client, tokenizer, tool_url: str, episodes: 
 async def _rollouts(cfg, url: str, model: Path, tool_url: str, args) -> tuple[dict, dict]:
     from transformers import AutoTokenizer
 
-    from agentrl_cli.inference.client import InferenceClient
+    from agentrl_cli.engines.inference.client import InferenceClient
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     client = InferenceClient(url, timeout_s=600)
@@ -154,7 +154,7 @@ async def _rollouts(cfg, url: str, model: Path, tool_url: str, args) -> tuple[di
 
 def _train_samples(episodes: list, count: int) -> list:
     """`count` trajectories of the rollout, whole groups first, as the training loop makes them."""
-    from agentrl_cli.training.grpo import Sample, group_advantages
+    from agentrl_cli.learner.grpo import Sample, group_advantages
 
     eps = [e for e in episodes if e.reward is not None]
     while eps and len(eps) < count:
@@ -167,7 +167,7 @@ def _train_samples(episodes: list, count: int) -> list:
 
 async def _step_and_sync(backend, samples: list, url: str, rounds: int) -> dict:
     """Rounds of train step, disk sync, train step, distributed sync (the first opens the group)."""
-    from agentrl_cli.inference.client import InferenceClient
+    from agentrl_cli.engines.inference.client import InferenceClient
     from agentrl_cli.weightsync.disk import DiskTransport
     from agentrl_cli.weightsync.distributed import DistributedTransport
     from agentrl_cli.weightsync.publisher import WeightPublisher
@@ -196,8 +196,8 @@ async def _step_and_sync(backend, samples: list, url: str, rounds: int) -> dict:
 
 
 def _weight_sync(model: Path, cfg, url: str, episodes: list, rounds: int) -> dict:
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-    from agentrl_cli.run import samples_per_step
+    from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.run.training_run import samples_per_step
 
     say("weight sync: starting the DeepSpeed backend")
     backend = DeepSpeedBackend(str(model), cfg.training)
@@ -223,7 +223,7 @@ def main() -> int:
                    help="inference.cpu_threads of the server (default 0: auto, as a training run splits the cores)")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from agentrl_cli.inference.launcher import launch
+    from agentrl_cli.engines.inference.launcher import launch
     from benchmarks.inference import _free_port
     from harnesses.tool_api_like import all_tables
     from harnesses.tool_service import ToolService

@@ -30,11 +30,11 @@ def say(msg: str) -> None:
 
 
 async def _rollout(label: str, cfg, client, tokenizer, provider, episodes: int) -> list[float]:
-    from agentrl_cli.reward.client import LocalRewardClient
-    from agentrl_cli.reward.scorer import Scorer
-    from agentrl_cli.rollout.buffer import TrajectoryBuffer
-    from agentrl_cli.rollout.controller import RolloutController
-    from agentrl_cli.rollout.sampler import TaskSampler
+    from agentrl_cli.runtime.reward.client import LocalRewardClient
+    from agentrl_cli.runtime.reward.scorer import Scorer
+    from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+    from agentrl_cli.runtime.rollout.controller import RolloutController
+    from agentrl_cli.runtime.rollout.sampler import TaskSampler
     from harnesses.registry import create
     from harnesses.tasks import load_tasks
 
@@ -55,9 +55,9 @@ async def _rollout(label: str, cfg, client, tokenizer, provider, episodes: int) 
 async def _both(cfg, url: str, model: Path, episodes: int) -> tuple[list[float], list[float], dict]:
     from transformers import AutoTokenizer
 
-    from agentrl_cli.inference.client import InferenceClient
-    from agentrl_cli.sandbox import SandboxSettings
-    from agentrl_cli.sandbox.provider import DirectProvider, HarnessSandboxes, TimedProvider
+    from agentrl_cli.engines.inference.client import InferenceClient
+    from agentrl_cli.envs.sandbox import SandboxSettings
+    from agentrl_cli.envs.sandbox.provider import DirectProvider, HarnessSandboxes, TimedProvider
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     client = InferenceClient(url, timeout_s=600)
@@ -81,7 +81,7 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=8)
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    from agentrl_cli.inference.launcher import launch
+    from agentrl_cli.engines.inference.launcher import launch
     from benchmarks.inference import _free_port
 
     model = Path(args.model) if args.model else default_model()

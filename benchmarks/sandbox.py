@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings  # noqa: E402
+from agentrl_cli.envs.sandbox import Sandbox, SandboxPool, SandboxSettings  # noqa: E402
 from benchmarks._common import figure, median, parser, percentile, report  # noqa: E402
 
 PYTHON = "/usr/bin/python3"

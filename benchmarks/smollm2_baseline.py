@@ -1,5 +1,5 @@
 """Greedy success of a model before any training, per task family, through agentrl's own evaluation
-path: the run's rollout side (`agentrl_cli.run.training(..., trainer=False)`: the embedded inference
+path: the run's rollout side (`agentrl_cli.run.training_run.training(..., trainer=False)`: the embedded inference
 server, the harnesses, the reward path) and `TrainingRun.evaluate`, the greedy evaluation stage 8
 records its curve with. Used to pick the SmolLM2 recipe's task families (templates/smollm2/): a
 family worth training on has a greedy success above 0 and below 0.5.
@@ -118,8 +118,8 @@ def families(args, cfg) -> list[tuple[str, str, list]]:
 
 async def measure(args) -> dict[str, dict]:
     from agentrl_cli.model.resolve import resolve_model_path
-    from agentrl_cli.rollout.sampler import Draw
-    from agentrl_cli.run import training
+    from agentrl_cli.runtime.rollout.sampler import Draw
+    from agentrl_cli.run.training_run import training
 
     cfg = config(args)
     path = resolve_model_path(cfg.model.path, cfg.model.cache_dir, build=False)

@@ -36,7 +36,7 @@ def _perturb(backend, seed: int) -> None:
 
 
 async def _measure(backend, url: str, rounds: int) -> dict:
-    from agentrl_cli.inference.client import InferenceClient
+    from agentrl_cli.engines.inference.client import InferenceClient
     from agentrl_cli.weightsync.disk import DiskTransport
     from agentrl_cli.weightsync.distributed import DistributedTransport
     from agentrl_cli.weightsync.publisher import WeightPublisher
@@ -63,8 +63,8 @@ def main() -> int:
     p.add_argument("--model", default="", help="model directory (default: the built-in tiny model when cached, else a random one)")
     p.add_argument("--rounds", type=int, default=5, help="syncs per transport (the first distributed one opens the group)")
     args = p.parse_args()
-    from agentrl_cli.inference.launcher import launch
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.engines.inference.launcher import launch
+    from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
     from benchmarks.inference import _free_port
 
     model = Path(args.model) if args.model else default_model()

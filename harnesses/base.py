@@ -3,7 +3,7 @@ it is all a plugin author needs.
 
 A harness is a class, found by name through the `agentrl.harnesses` entry-point group or named by
 a `module:Class` path in the config; training code never changes for a new one. It speaks the
-episode vocabulary (`agentrl_cli.episode`, re-exported here): it is given a `TaskSpec`, answers
+episode vocabulary (`agentrl_cli.core.episode`, re-exported here): it is given a `TaskSpec`, answers
 `reset` and `step` with an `Observation`, receives each model turn as an `Action` (raw text plus the
 tool calls the model's chat renderer parsed from it) and reports the tool calls it made as
 `ToolCallResult`s on `Observation.calls`.
@@ -71,14 +71,14 @@ each role. A harness with `roles` that lacks one of MULTI_AGENT_MEMBERS is refus
 Tool calls: a step fills `Observation.calls` with one `ToolCallResult` per call it made (the tool's
 name, its parsed arguments, its own status). A harness written before `calls` existed may instead
 put dicts keyed `tool`, `status`, `latency_ms`, `retries` into `Observation.info["calls"]`; they
-are read as calls (`agentrl_cli.episode.calls_of`).
+are read as calls (`agentrl_cli.core.episode.calls_of`).
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from agentrl_cli.episode import (OBSERVATION_STATUSES, Action, Evidence, HarnessReward, Observation, TaskSet, TaskSpec,
+from agentrl_cli.core.episode import (OBSERVATION_STATUSES, Action, Evidence, HarnessReward, Observation, TaskSet, TaskSpec,
                                  ToolCall, ToolCallResult, Trajectory, calls_of)
 
 __all__ = ["CONTRACT_VERSION", "MULTI_AGENT_MEMBERS", "OPTIONAL_DEFAULTS", "OBSERVATION_STATUSES", "REQUIRED_MEMBERS", "missing_members", "Action", "Evidence", "HarnessAdapter", "HarnessReward", "Observation", "ScriptedSolutions",

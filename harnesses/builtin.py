@@ -5,7 +5,7 @@ Its scripted solutions stay in its own folder."""
 
 from __future__ import annotations
 
-from agentrl_cli.episode import TaskSet, TaskSpec
+from agentrl_cli.core.episode import TaskSet, TaskSpec
 from harnesses import taskgen
 from harnesses.canaries import canaries_of
 

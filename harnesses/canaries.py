@@ -43,7 +43,7 @@ def _from(base: TaskSpec, index: int, **meta) -> TaskSpec:
 
 def canary_tasks(harness: str) -> list[TaskSpec]:
     """The canaries of a harness by name (none for a harness that is not registered or offers none)."""
-    from agentrl_cli.errors import NotFoundError
+    from agentrl_cli.core.errors import NotFoundError
     from harnesses.registry import resolve
 
     try:

@@ -8,8 +8,8 @@ Belongs here: those checks as `Check`s. Not here: stage 5's sandbox and training
 
 from __future__ import annotations
 
-from agentrl_cli.errors import AgentrlError
-from agentrl_cli.report import Check
+from agentrl_cli.core.errors import AgentrlError
+from agentrl_cli.core.report import Check
 from harnesses.base import CONTRACT_VERSION, OPTIONAL_DEFAULTS, REQUIRED_MEMBERS, missing_members
 
 
@@ -17,7 +17,7 @@ def check_harness(target: str, platform_config) -> list[Check]:
     """The checks of harness `target` (a registered name or `module:Class`), configured from
     `platform_config`'s `harnesses[]` entry of that name when there is one."""
     from agentrl_cli.config.models import HarnessConfig
-    from agentrl_cli.plugins import import_target
+    from agentrl_cli.core.plugins import import_target
     from harnesses.registry import registered, resolve
 
     hc = next((h for h in platform_config.harnesses if h.name == target), None) or HarnessConfig(name=target)

@@ -4,14 +4,14 @@ default where it does not. The checks (stage 5, `agentrl harness check`, the con
 the rollout see one complete harness, whatever contract version it was written against.
 
 Belongs here: the defaults themselves. Not here: loading a harness (`registry`), playing episodes
-(`contract`, `agentrl_cli.rollout`).
+(`contract`, `agentrl_cli.runtime.rollout`).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from agentrl_cli.episode import Evidence, HarnessReward, Trajectory
+from agentrl_cli.core.episode import Evidence, HarnessReward, Trajectory
 from harnesses.multi_agent import episode_reward, is_multi_agent
 from harnesses.parsing import parse_answer
 

@@ -39,14 +39,14 @@ are never trained). Each policy role is trained on its own conversation, scored 
 and grouped for GRPO by (task draw, role) (`role_group`).
 
 Belongs here: the contract's multi-agent members, seats, and the scripted play of a whole episode.
-Not here: playing an episode with models (`agentrl_cli.rollout.multi_episode`).
+Not here: playing an episode with models (`agentrl_cli.runtime.rollout.multi_episode`).
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.base import MULTI_AGENT_MEMBERS, Action, HarnessReward, Observation, TaskSpec, Trajectory
 
 POLICY, SCRIPTED = "policy", "scripted"
@@ -183,7 +183,7 @@ def play_scripted(harness, task: TaskSpec, max_turns: int = 40) -> tuple[Traject
 
 def scripted_conversations(harness, task: TaskSpec, max_turns: int = 40) -> dict[str, list[dict]]:
     """Each role's conversation in one episode played by `scripted_move`, as the rollout shows it to
-    a role a model plays (`agentrl_cli.rollout.multi_episode`): the system prompt `role_prompt(role)`,
+    a role a model plays (`agentrl_cli.runtime.rollout.multi_episode`): the system prompt `role_prompt(role)`,
     its view when it first moves (`observe(role)`) as the user turn, then its move (assistant) and,
     before each later move of it, its view then (tool); it ends on its last move. A role that never
     moved has no conversation."""

@@ -58,7 +58,7 @@ class _Hooks(Mapping):
         return out
 
     def __getitem__(self, name: str):
-        from agentrl_cli.errors import NotFoundError
+        from agentrl_cli.core.errors import NotFoundError
 
         try:
             cls = _cls(name)

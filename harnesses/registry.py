@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.plugins import import_target
+from agentrl_cli.core.errors import ConfigError, NotFoundError
+from agentrl_cli.core.plugins import import_target
 from harnesses.base import CONTRACT_VERSION, MULTI_AGENT_MEMBERS, REQUIRED_MEMBERS, missing_members
 from harnesses.multi_agent import is_multi_agent
 
@@ -117,7 +117,7 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
 
 
 def _sandboxes_for(name: str, platform_config):
-    from agentrl_cli.sandbox.provider import DirectProvider, harness_settings, provider_from_config
+    from agentrl_cli.envs.sandbox.provider import DirectProvider, harness_settings, provider_from_config
 
     hc = next((h for h in platform_config.harnesses if h.name == name), None)
     if platform_config.sandbox.service_url or hc is None:

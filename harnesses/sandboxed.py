@@ -10,9 +10,9 @@ exit code.
 
 from __future__ import annotations
 
-from agentrl_cli.sandbox import ExecResult, Sandbox, SandboxSettings
-from agentrl_cli.sandbox.files import UnsafePath
-from agentrl_cli.sandbox.provider import DirectProvider, SandboxProvider
+from agentrl_cli.envs.sandbox import ExecResult, Sandbox, SandboxSettings
+from agentrl_cli.envs.sandbox.files import UnsafePath
+from agentrl_cli.envs.sandbox.provider import DirectProvider, SandboxProvider
 from harnesses.base import Action, Observation, TaskSpec, ToolCall, ToolCallResult
 
 MAX_OBSERVATION_CHARS = 2000

@@ -18,7 +18,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.base import TaskSet, TaskSpec
 
 REQUIRED = ("task_id", "prompt", "answer", "split")

@@ -20,7 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from agentrl_cli.episode import TaskSpec
+from agentrl_cli.core.episode import TaskSpec
 
 TASK_SET_VERSION = "2026.11.29"
 SPLITS = {"train": (1000, 90), "eval": (2000, 30)}  # split -> (seed offset, tasks per family)

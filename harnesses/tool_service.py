@@ -2,7 +2,7 @@
 
 Belongs here: the FastAPI app (`create_app`), its fault injection (`Faults`), the safe arithmetic
 evaluator, and `ToolService`, which runs the app on a loopback port in a background thread. Not
-here: retry policy (`agentrl_cli.tools.caller`). Faults apply to /tools/* only, never to /health or
+here: retry policy (`agentrl_cli.envs.tools.caller`). Faults apply to /tools/* only, never to /health or
 /admin/*; they are drawn from random.Random(seed), reseeded whenever the faults are replaced.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
 
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.core.serving import ServerThread
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 10_000

@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 import math
 
-from agentrl_cli.baseline import STEPS, measure
-from agentrl_cli.context import StageContext
-from agentrl_cli.observe import keys
-from agentrl_cli.report import Check, StageReport, atomic_write_text
+from agentrl_cli.acceptance.baseline import STEPS, measure
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.core.report import Check, StageReport, atomic_write_text
 
 MIN_TIMED_FRACTION = 0.8  # the timed phases must account for most of the loop's wall time
 

@@ -13,11 +13,11 @@ saying what would run, where this host has no GPU or the cluster one node.
 
 from __future__ import annotations
 
-from agentrl_cli.bench import allreduce, storage
-from agentrl_cli.bench.objectstore import probe_store
-from agentrl_cli.bench.sandbox_net import sandbox_network_checks
-from agentrl_cli.context import StageContext
-from agentrl_cli.report import Check, CheckStatus, StageReport
+from agentrl_cli.ops.bench import allreduce, storage
+from agentrl_cli.ops.bench.objectstore import probe_store
+from agentrl_cli.ops.bench.sandbox_net import sandbox_network_checks
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
 
 
 def run(ctx: StageContext) -> StageReport:
@@ -53,7 +53,7 @@ def _storage(ctx: StageContext) -> list[Check]:
     cfg = ctx.config
     need, detail = None, ""
     try:
-        from agentrl_cli.plan import model_shape
+        from agentrl_cli.ops.plan import model_shape
 
         shape = model_shape(cfg.model)
         one = storage.checkpoint_bytes(shape.params, cfg.training.precision)

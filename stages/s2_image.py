@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.image.build import build_checks
-from agentrl_cli.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
-from agentrl_cli.image.render import render, render_checks
-from agentrl_cli.image.verify import deepspeed_check, device_checks, packages_check, python_check, sglang_check
-from agentrl_cli.report import Check, CheckStatus, StageReport
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.ops.image.build import build_checks
+from agentrl_cli.ops.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
+from agentrl_cli.ops.image.render import render, render_checks
+from agentrl_cli.ops.image.verify import deepspeed_check, device_checks, packages_check, python_check, sglang_check
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
 
 
 def run(ctx: StageContext) -> StageReport:

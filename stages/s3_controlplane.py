@@ -20,17 +20,17 @@ import time
 
 import yaml
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.controlplane import jobcheck
-from agentrl_cli.controlplane.executor import ExecutorUnavailable
-from agentrl_cli.controlplane.executors import executor_from_config
-from agentrl_cli.controlplane.lease import LeaderLease, cluster_view
-from agentrl_cli.controlplane.manifests import render_all
-from agentrl_cli.controlplane.registry import Registry
-from agentrl_cli.controlplane.store import FencedOut, StateStore, StoreUnreachable
-from agentrl_cli.controlplane.validate import validate_documents
-from agentrl_cli.errors import AgentrlError
-from agentrl_cli.report import Check, CheckStatus, StageReport
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.ops.controlplane import jobcheck
+from agentrl_cli.ops.controlplane.executor import ExecutorUnavailable
+from agentrl_cli.ops.controlplane.executors import executor_from_config
+from agentrl_cli.ops.controlplane.lease import LeaderLease, cluster_view
+from agentrl_cli.ops.controlplane.manifests import render_all
+from agentrl_cli.ops.controlplane.registry import Registry
+from agentrl_cli.ops.controlplane.store import FencedOut, StateStore, StoreUnreachable
+from agentrl_cli.ops.controlplane.validate import validate_documents
+from agentrl_cli.core.errors import AgentrlError
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
 
 STARTUP_DEADLINE_S = 90.0  # two CLI processes importing agentrl on a loaded box
 

@@ -29,14 +29,14 @@ from pathlib import Path
 
 import torch
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.httpclient import async_http_client
-from agentrl_cli.inference.client import InferenceClient, SamplingParams
-from agentrl_cli.inference.launcher import InferenceUnavailable, check_sglang, launch
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.core.httpclient import async_http_client
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.engines.inference.launcher import InferenceUnavailable, check_sglang, launch
 from agentrl_cli.model.chat import ChatRenderer, chat_format, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
-from agentrl_cli.report import Check, CheckStatus, StageReport
-from agentrl_cli.security.keys import client_key
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.core.security.keys import client_key
 
 PROMPTS = ["Compute the value of 12 + 30.", "How many lines of notes.txt contain the word iris?",
            "Write solution.py defining solve() that returns the value of 7 * 6.", "What is the total stock of table inv-1?"]
@@ -264,7 +264,7 @@ async def _token_exact(client: InferenceClient, tok) -> Check:
 
 CALL_TEXT = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12 + 30"}}\n</tool_call>'
 CALL_ID = re.compile(r"call_[0-9a-f]{24}")
-OPENAI_HINT = "see the server log in the run's logs/ directory; agentrl_cli/openai_api/ serves /v1/chat/completions"
+OPENAI_HINT = "see the server log in the run's logs/ directory; agentrl_cli/engines/openai_api/ serves /v1/chat/completions"
 
 
 async def _openai_checks(ctx: StageContext, served: Served, tok, model) -> list[Check]:

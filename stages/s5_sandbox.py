@@ -8,7 +8,7 @@ host's loopback is unreachable, only `lo` exists). Then, for every configured ha
 contract's defaults applied, `harnesses.defaults`): its version and the contract it was checked
 against, clean reset (initial observations equal after destroy-and-rebuild), a scripted episode per
 task family earning full reward (where it ships scripted solutions), invalid actions answered
-without a crash; and one episode of each played through the training path (`agentrl_cli.harness_probe`:
+without a crash; and one episode of each played through the training path (`agentrl_cli.acceptance.harness_probe`:
 the inference server with the configured model, the rollout episode, the configured reward source,
 the stored record read back), so stage 5 cannot pass while training fails. A harness that plays
 itself through the run's gateway (the `agent` harness) is also checked token-exact: every call of
@@ -28,14 +28,14 @@ from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.outcomes import RewardStatus
-from agentrl_cli.report import Check, CheckStatus, StageReport
-from agentrl_cli.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
-from agentrl_cli.sandbox.bwrap import check_bwrap
-from agentrl_cli.sandbox.cgroups import cgroup_support
-from agentrl_cli.sandbox.provider import DirectProvider
-from agentrl_cli.sandbox.seccomp import bpf_program
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.core.outcomes import RewardStatus
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.envs.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
+from agentrl_cli.envs.sandbox.bwrap import check_bwrap
+from agentrl_cli.envs.sandbox.cgroups import cgroup_support
+from agentrl_cli.envs.sandbox.provider import DirectProvider
+from agentrl_cli.envs.sandbox.seccomp import bpf_program
 from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
@@ -266,7 +266,7 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
 
 def _training_path(ctx: StageContext) -> list[Check]:
     """One episode per configured harness through the training run's own parts (see the docstring)."""
-    from agentrl_cli.harness_probe import probe_harnesses
+    from agentrl_cli.acceptance.harness_probe import probe_harnesses
 
     names = [f"harness {h.name}: one episode through the training path" for h in ctx.config.harnesses]
     try:

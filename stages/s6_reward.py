@@ -16,21 +16,21 @@ import uuid
 
 import httpx
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.outcomes import Outcome, RewardStatus, Termination
-from agentrl_cli.report import Check, CheckStatus, StageReport
-from agentrl_cli.reward.client import HttpRewardClient
-from agentrl_cli.reward.request_from_episode import request_from_episode
-from agentrl_cli.reward.gold import check_task
-from agentrl_cli.reward.models import FileIn, ScoreRequest, StepIn, TaskIn
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.service import create_app
-from agentrl_cli.sandbox import SandboxSettings
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.core.outcomes import Outcome, RewardStatus, Termination
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.runtime.reward.client import HttpRewardClient
+from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
+from agentrl_cli.runtime.reward.gold import check_task
+from agentrl_cli.runtime.reward.models import FileIn, ScoreRequest, StepIn, TaskIn
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.service import create_app
+from agentrl_cli.envs.sandbox import SandboxSettings
+from agentrl_cli.core.serving import ServerThread
 from harnesses.base import Action, Trajectory
 from harnesses.contract import play
 from harnesses.registry import create
-from agentrl_cli.sandbox.provider import DirectProvider, provider_from_config
+from agentrl_cli.envs.sandbox.provider import DirectProvider, provider_from_config
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 
 THROUGHPUT_BATCH = 200

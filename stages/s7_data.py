@@ -22,25 +22,25 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.data.record_from_episode import record_from_episode
-from agentrl_cli.data.gc import collect_garbage
-from agentrl_cli.data.metrics import compute_metrics
-from agentrl_cli.data.query import filter_table
-from agentrl_cli.data.redact import Redactor, install_log_redaction
-from agentrl_cli.data.replay import replay
-from agentrl_cli.data.schema import TrajectoryRecord
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.store import AlreadyExists
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.outcomes import Outcome, Phase
-from agentrl_cli.report import Check, CheckStatus, StageReport
-from agentrl_cli.reward.request_from_episode import request_from_episode
-from agentrl_cli.reward.scorer import Scorer
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+from agentrl_cli.runtime.data.gc import collect_garbage
+from agentrl_cli.runtime.data.metrics import compute_metrics
+from agentrl_cli.runtime.data.query import filter_table
+from agentrl_cli.core.redact import Redactor, install_log_redaction
+from agentrl_cli.runtime.data.replay import replay
+from agentrl_cli.runtime.data.schema import TrajectoryRecord
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.store import AlreadyExists
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.core.outcomes import Outcome, Phase
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
+from agentrl_cli.runtime.reward.scorer import Scorer
 from harnesses.contract import play
 from harnesses.oracle import oracle_action
 from harnesses.registry import create
-from agentrl_cli.sandbox.provider import provider_from_config
+from agentrl_cli.envs.sandbox.provider import provider_from_config
 from harnesses.tasks import TASK_SET_VERSION, load_tasks
 
 EPISODES_PER_HARNESS = 8
@@ -94,7 +94,7 @@ def run(ctx: StageContext) -> StageReport:
 
 def _store(cfg, space: str, tmp: Path):
     if cfg.store == "s3":
-        from agentrl_cli.data.s3 import S3Store
+        from agentrl_cli.runtime.data.s3 import S3Store
 
         s3 = cfg.s3
         prefix = f"{s3.prefix.strip('/')}/{space}" if s3.prefix.strip("/") else space
@@ -219,7 +219,7 @@ def _compression(records: list[TrajectoryRecord], codec: str, minimum: float) ->
     """Judged on the played episodes alone (the copies would flatter the codec), in one file."""
     import pyarrow.parquet as pq
 
-    from agentrl_cli.data.schema import to_table
+    from agentrl_cli.runtime.data.schema import to_table
 
     rows = [r.to_row() for r in records]
     raw = sum(len(json.dumps(r, default=str).encode()) + 1 for r in rows)
@@ -249,7 +249,7 @@ def _redaction(store, planted_id: str, fields: list[str]) -> Check:
     return Check.judge("redaction", not leaked_parquet and not leaked_log and marked > 0,
                        {"leaked_in_parquet": leaked_parquet, "leaked_in_logs": leaked_log, "redactions": marked},
                        "planted AWS key, GitHub token and bearer token absent from Parquet and logs",
-                       "extend agentrl_cli/data/redact.py patterns or data.redact_fields")
+                       "extend agentrl_cli/core/redact.py patterns or data.redact_fields")
 
 
 def _create_only(store, tmp: Path) -> Check:
@@ -275,7 +275,7 @@ def _query(store, written: list[TrajectoryRecord]) -> Check:
     got = filter_table(store.read_table(), text).num_rows
     expected = sum(1 for r in written if r.tool_calls >= 1 and r.invalid_actions > 0)
     return Check.judge("query by filter", got == expected and expected > 0, {"filter": text, "matched": got, "expected": expected},
-                       "the filter selects exactly the rows counted independently", "see agentrl_cli/data/query.py")
+                       "the filter selects exactly the rows counted independently", "see agentrl_cli/runtime/data/query.py")
 
 
 def _metrics(store, written: list[TrajectoryRecord]) -> Check:
@@ -286,7 +286,7 @@ def _metrics(store, written: list[TrajectoryRecord]) -> Check:
     ok = overall["n"] == n and abs(overall["success_rate"] - success) < 1e-9
     return Check.judge("evaluation metrics", ok, {"n": overall["n"], "success_rate": round(overall["success_rate"], 3),
                                                   "invalid_action_ratio": overall["invalid_action_ratio"]},
-                       "metrics over the stored rows match the written ones", "see agentrl_cli/data/metrics.py")
+                       "metrics over the stored rows match the written ones", "see agentrl_cli/runtime/data/metrics.py")
 
 
 def _retention(store, tmp: Path, records: list[TrajectoryRecord], days: int) -> Check:
@@ -301,7 +301,7 @@ def _retention(store, tmp: Path, records: list[TrajectoryRecord], days: int) -> 
     gone = all(f"date={stale.date}" in k for k in report["deleted"]) and len(report["deleted"]) == 1
     return Check.judge("retention", gone and after == before - 1, {"deleted_files": len(report["deleted"]), "rows_before": before,
                                                                     "rows_after": after, "older_than_days": days},
-                       "only the partition older than data.retention_days is deleted", "see agentrl_cli/data/gc.py")
+                       "only the partition older than data.retention_days is deleted", "see agentrl_cli/runtime/data/gc.py")
 
 
 def _replay(store, records: list[TrajectoryRecord], platform_config) -> Check:

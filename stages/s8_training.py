@@ -24,12 +24,12 @@ import math
 import statistics
 from pathlib import Path
 
-from agentrl_cli.context import StageContext
-from agentrl_cli.observe import keys
-from agentrl_cli.outcomes import STAGE8_PHASES, Phase
-from agentrl_cli.report import Check, CheckStatus, StageReport
-from agentrl_cli.run import RunSummary
-from agentrl_cli.verify.judge import UNMEASURABLE, achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.core.outcomes import STAGE8_PHASES, Phase
+from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.run.training_run import RunSummary
+from agentrl_cli.acceptance.verify.judge import UNMEASURABLE, achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
 
 __all__ = ["run", "entropy_trend"]
 
@@ -58,7 +58,7 @@ def _model(ctx: StageContext) -> tuple[Check, Path]:
 
 
 def _train(ctx, cfg, path, steps: int, **kw):
-    from agentrl_cli.run import train
+    from agentrl_cli.run.training_run import train
 
     return asyncio.run(train(cfg, ctx.run.path / "stage8", path, steps, run_id=ctx.run.run_id, phase=ctx.options.phase,
                              progress=ctx.progress,
@@ -179,8 +179,8 @@ def _restarts(s: RunSummary) -> list[Check]:
 
 
 def _unique_ids(ctx) -> Check:
-    from agentrl_cli.data.query import filter_table
-    from agentrl_cli.data.stores import open_store
+    from agentrl_cli.runtime.data.query import filter_table
+    from agentrl_cli.runtime.data.stores import open_store
 
     table = filter_table(open_store(ctx.config.data).read_table(), f"run_id == {ctx.run.run_id!r}")
     ids = table.column("trajectory_id").to_pylist()

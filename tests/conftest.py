@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentrl_cli.app import app
+from agentrl_cli.cli.app import app
 
 
 def pytest_addoption(parser):
@@ -26,10 +26,10 @@ def isolated(tmp_path, monkeypatch):
             monkeypatch.delenv(key)
     monkeypatch.chdir(tmp_path)
     yield tmp_path
-    redaction = sys.modules.get("agentrl_cli.observe.redaction")
+    redaction = sys.modules.get("agentrl_cli.core.redaction")
     if redaction is not None:  # an in-process command protected this process with its own config's secrets
         redaction._State.redactor = None
-    logstreams = sys.modules.get("agentrl_cli.logstreams")
+    logstreams = sys.modules.get("agentrl_cli.core.logstreams")
     if logstreams is not None:  # an in-process command set agentrl's loggers up (observe.log_level): undo it
         import logging
 

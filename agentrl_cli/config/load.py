@@ -24,7 +24,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from agentrl_cli.config.explain import format_validation_error
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 
 DEFAULT_CONFIG_NAME = "agentrl.yaml"
 ENV_PREFIX = "AGENTRL_"

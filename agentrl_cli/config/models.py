@@ -13,13 +13,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from agentrl_cli.plugins import PLUGIN_PATH
+from agentrl_cli.core.plugins import PLUGIN_PATH
 
-# the registries' names (agentrl_cli/training/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
+# the registries' names (agentrl_cli/learner/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
 BACKEND_NAMES = ("deepspeed", "fsdp")
 WEIGHT_SYNC_NAMES = ("disk", "distributed")
-# the reward's built-in components and its registered scorers (agentrl_cli/reward/aggregate.py COMPONENTS,
-# agentrl_cli/reward/registry.py VERIFIERS; a test keeps them in step)
+# the reward's built-in components and its registered scorers (agentrl_cli/runtime/reward/aggregate.py COMPONENTS,
+# agentrl_cli/runtime/reward/registry.py VERIFIERS; a test keeps them in step)
 REWARD_COMPONENTS = ("outcome", "format", "tool_legality", "turns_in_range", "invalid_action_ratio", "harness")
 VERIFIER_NAMES = ("judge", "reward_model")
 
@@ -240,7 +240,7 @@ class LoraConfig(Section):
 
 
 class TrainingConfig(Section):
-    backend: str = Field("deepspeed", description="Training backend: deepspeed (ZeRO stage training.zero_stage), fsdp (PyTorch FSDP2, sharded over the ranks; reads no zero_stage), or the `module:Class` path of a TrainingBackend (agentrl_cli/training/backend.py)")
+    backend: str = Field("deepspeed", description="Training backend: deepspeed (ZeRO stage training.zero_stage), fsdp (PyTorch FSDP2, sharded over the ranks; reads no zero_stage), or the `module:Class` path of a TrainingBackend (agentrl_cli/learner/backend.py)")
     seq_len_limit: int = Field(2048, ge=64, description="Longest training sequence in tokens (typical on GPUs: 32768)")
     checkpoint_interval_steps: int = Field(10, ge=1, description="Trainer steps between checkpoints (typical on GPUs: 50)")
     resume_from_latest: bool = Field(True, description="Resume from the newest complete checkpoint when one exists")
@@ -335,7 +335,7 @@ class ObserveConfig(Section):
     audit_log: str = Field("", description="Where services append audit lines (JSON: time, key id, endpoint, outcome) for sandbox executions, control-plane writes, weight updates and refused requests: a file, - for stderr (a pod's log), empty for <observe.runs_dir>/audit.jsonl")
     health_interval_s: float = Field(2.0, ge=0, le=3600, description="Seconds between the run's health checks of its inference servers, gateway, reward and sandbox services (the supervisor: restarts what the run started, takes what is down out of rotation); 0 = no supervisor")
     # alert thresholds: `agentrl observe alerts` renders them as Prometheus rules and `agentrl troubleshoot --run`
-    # applies the same rules to metrics.jsonl (agentrl_cli/observe/alerts.py)
+    # applies the same rules to metrics.jsonl (agentrl_cli/acceptance/alerts.py)
     alert_window_minutes: float = Field(15.0, gt=0, le=10_080, description="The window every alert rule looks back over (Prometheus range [Nm]; the last N minutes of a run's rows in troubleshoot --run)")
     alert_create_failures: int = Field(5, ge=0, le=1_000_000, description="Alert when a harness's environment creations fail more than this many times within the window")
     alert_peak_memory_mb: float = Field(2048.0, gt=0, le=10_000_000, description="Alert when an episode's sandbox peaks above this much memory (MiB) within the window")

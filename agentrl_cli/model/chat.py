@@ -26,7 +26,7 @@ import json
 import weakref
 from dataclasses import dataclass
 
-from agentrl_cli.episode import ToolCall
+from agentrl_cli.core.episode import ToolCall
 from harnesses.parsing import parse_tool_calls
 
 PROBE_TOOL = {"type": "function", "function": {"name": "agentrl_probe_tool_7f3a", "description": "probe",

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-from agentrl_cli.errors import NotFoundError, UsageError
+from agentrl_cli.core.errors import NotFoundError, UsageError
 
 CARD = "agentrl-model.json"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

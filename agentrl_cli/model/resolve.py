@@ -12,7 +12,7 @@ import fcntl
 from pathlib import Path
 from typing import Callable
 
-from agentrl_cli.errors import ConfigError, NotFoundError
+from agentrl_cli.core.errors import ConfigError, NotFoundError
 from agentrl_cli.model.recipe import PRACTICE_PER_FAMILY, SFT_STEPS, WARM_START_HARNESSES
 
 BUILTINS = ("tiny-agent",)
@@ -36,7 +36,7 @@ def resolve_model_path(path: str, cache_dir: str, build: bool = True, progress: 
             raise ConfigError(f"unknown built-in model {path!r}", f"use one of: {', '.join('builtin:' + b for b in BUILTINS)}")
         if not build or progress is not None:
             return _builtin(name, cache_dir, build, builder or build_tiny, progress or (lambda phase, done, total: None))
-        from agentrl_cli.observe.progress import WorkProgress
+        from agentrl_cli.core.progress import WorkProgress
 
         with WorkProgress(f"model {path}", phase=f"looking in {cache_dir} (built there on first use: demonstrations, "
                                                   "then warm-start steps, about 10 minutes on 2 cores)") as shown:

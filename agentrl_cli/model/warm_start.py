@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 
 
 def demonstrations(cfg, harness_config, limit: int | None = None, split: str = "train") -> list[dict]:

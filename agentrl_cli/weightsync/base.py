@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentrl_cli.errors import AgentrlError
+from agentrl_cli.core.errors import AgentrlError
 
 if TYPE_CHECKING:
-    from agentrl_cli.training.backend import TrainingBackend
+    from agentrl_cli.learner.backend import TrainingBackend
 
 
 class WeightSyncError(AgentrlError):

@@ -14,7 +14,7 @@ from agentrl_cli.weightsync.base import Prepared, Published
 from agentrl_cli.weightsync.servers import load_from_disk
 
 if TYPE_CHECKING:
-    from agentrl_cli.training.backend import TrainingBackend
+    from agentrl_cli.learner.backend import TrainingBackend
 
 
 async def export_version(root: Path, version: int, export, rank: int) -> Prepared:

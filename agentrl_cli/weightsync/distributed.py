@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError
-from agentrl_cli.weightsync.group import (
+from agentrl_cli.engines.weight_group import (
     DEFAULT_GROUP,
     DEFAULT_TIMEOUT_S,
     default_backend,
@@ -32,7 +32,7 @@ from agentrl_cli.weightsync.group import (
 )
 
 if TYPE_CHECKING:
-    from agentrl_cli.training.backend import TrainingBackend
+    from agentrl_cli.learner.backend import TrainingBackend
 
 TIMEOUT_KEY = "training.weight_sync_timeout_s"
 

@@ -46,14 +46,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentrl_cli.inference.client import LoraRefused
-from agentrl_cli.inference.lora import delta_rows, merged_model, payload_files, read_adapter
+from agentrl_cli.engines.inference.client import LoraRefused
+from agentrl_cli.engines.inference.lora import delta_rows, merged_model, payload_files, read_adapter
 from agentrl_cli.weightsync.base import Prepared, Published, WeightSyncError
 from agentrl_cli.weightsync.disk import DiskTransport, export_version
 from agentrl_cli.weightsync.servers import flatten_rows
 
 if TYPE_CHECKING:
-    from agentrl_cli.training.backend import TrainingBackend
+    from agentrl_cli.learner.backend import TrainingBackend
 
 log = logging.getLogger(__name__)
 LAUNCH_VERSION = "0"  # the weight version the launcher starts servers with

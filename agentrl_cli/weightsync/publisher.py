@@ -37,8 +37,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from agentrl_cli.httpclient import async_http_client
-from agentrl_cli.inference.client import TRANSPORT_ERRORS, InferenceError
+from agentrl_cli.core.httpclient import async_http_client
+from agentrl_cli.engines.inference.client import TRANSPORT_ERRORS, InferenceError
 from agentrl_cli.weightsync.base import (
     Prepared,
     Published,
@@ -48,7 +48,7 @@ from agentrl_cli.weightsync.base import (
 from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, server_weight_version, stale_servers
 
 if TYPE_CHECKING:
-    from agentrl_cli.training.backend import TrainingBackend
+    from agentrl_cli.learner.backend import TrainingBackend
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentrl_cli.plugins import load_class
+from agentrl_cli.core.plugins import load_class
 from agentrl_cli.weightsync.base import WeightTransport
 
 TRANSPORTS: dict[str, str] = {

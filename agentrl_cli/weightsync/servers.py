@@ -11,8 +11,8 @@ import logging
 
 import httpx
 
-from agentrl_cli.httpclient import async_http_client
-from agentrl_cli.inference.client import InferenceError
+from agentrl_cli.core.httpclient import async_http_client
+from agentrl_cli.engines.inference.client import InferenceError
 
 log = logging.getLogger(__name__)
 

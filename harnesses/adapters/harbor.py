@@ -31,8 +31,8 @@ import re
 import shlex
 from pathlib import Path
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.sandbox.bwrap import WORK
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.envs.sandbox.bwrap import WORK
 from harnesses.adapters import harbor_format
 from harnesses.adapters.harbor_format import environment_files, map_paths, resolve_env
 from harnesses.adapters.harbor_verify import HARBOR_DIR, collect, grade, root_of

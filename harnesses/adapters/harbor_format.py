@@ -5,7 +5,7 @@ A Harbor task directory (https://harborframework.com/docs/task-format, harbor 0.
 `harbor.models.task`) holds `instruction.md` (what the agent is told; leading canary comment lines
 are stripped, as Harbor does), `task.toml` (`[metadata]` difficulty/category, `[verifier]`
 timeout_sec and env, `[agent]` timeout_sec, `[environment]` workdir, docker_image, limits ...),
-`environment/` (the container's build context: a Dockerfile and files), `tests/test.sh` (+ files;
+`core/environment/` (the container's build context: a Dockerfile and files), `tests/test.sh` (+ files;
 Harbor copies them to /tests after the agent finished and runs test.sh from the working directory;
 it writes the reward to /logs/verifier/reward.txt, a number, or reward.json, a JSON object of named
 numbers, which wins when both exist) and `solution/solve.sh` (the oracle).
@@ -29,7 +29,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.base import TaskSet, TaskSpec
 
 NAME = "harbor"

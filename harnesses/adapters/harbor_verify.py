@@ -34,9 +34,9 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl_cli.episode import HarnessReward, TaskSpec
-from agentrl_cli.sandbox.bwrap import WORK
-from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.core.episode import HarnessReward, TaskSpec
+from agentrl_cli.envs.sandbox.bwrap import WORK
+from agentrl_cli.envs.sandbox.files import UnsafePath
 from harnesses.adapters.harbor_format import map_paths, parse_reward, resolve_env, verifier_files
 
 HARBOR_DIR = ".harbor"

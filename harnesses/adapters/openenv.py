@@ -38,7 +38,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.adapters import openenv_actions as wire
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, ToolCall, ToolCallResult, Trajectory
 from harnesses.defaults import default_evidence

@@ -17,8 +17,8 @@ import typing
 
 import httpx
 
-from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.plugins import import_target
+from agentrl_cli.core.errors import ConfigError, NotFoundError
+from agentrl_cli.core.plugins import import_target
 
 
 def wait_healthy(url: str, deadline_s: float, server_thread: threading.Thread | None = None) -> None:

@@ -18,7 +18,7 @@ Protocol (what a client sees):
   penalty (`rollout.truncation`) is not applied.
 - Tasks are listed without their answers (`/{env}/tasks`, the package's TaskProvider routes).
 
-Belongs here: the wrapping and the app. Not here: the command (`agentrl_cli/commands/serve.py`).
+Belongs here: the wrapping and the app. Not here: the command (`agentrl_cli/cli/commands/serve.py`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 from pydantic import BaseModel, Field
 
-from agentrl_cli.episode import Action as TurnAction
-from agentrl_cli.episode import HarnessReward, TaskSet, TaskSpec, ToolCall, Trajectory, calls_of
+from agentrl_cli.core.episode import Action as TurnAction
+from agentrl_cli.core.episode import HarnessReward, TaskSet, TaskSpec, ToolCall, Trajectory, calls_of
 
 
 class CallIn(BaseModel):
@@ -64,7 +64,7 @@ class ServedHarness:
     config: Any  # agentrl_cli.config.models.PlatformConfig
     harness_config: Any  # its harnesses[] entry
     tasks: TaskSet
-    scorer: Any  # agentrl_cli.reward.scorer.Scorer
+    scorer: Any  # agentrl_cli.runtime.reward.scorer.Scorer
     reward_source: str
     max_steps: int
     version: str = ""
@@ -164,7 +164,7 @@ class HarnessEnvironment(Environment[HarnessAction, HarnessObservation, State]):
 
     def _score(self, termination: str) -> tuple[float, dict]:
         """Training's reward for the finished episode (see the module docstring); ends the episode."""
-        from agentrl_cli.reward.request_from_episode import request_from_episode
+        from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
 
         self.open = False
         try:
@@ -199,7 +199,7 @@ def _public(task: TaskSpec, index: int) -> dict:
 def served_harness(name: str, config) -> ServedHarness:
     """The shared part of a server for harness `name` under `config` (ConfigError/NotFoundError, exit 2)."""
     from agentrl_cli.config.models import HarnessConfig
-    from agentrl_cli.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.scorer import Scorer
     from harnesses.registry import resolve, reward_source
     from harnesses.task_sources import task_set
 

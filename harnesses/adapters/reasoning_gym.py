@@ -54,7 +54,7 @@ except ImportError as exc:  # the registry reports this as "cannot be loaded: ..
     raise ImportError(f"the reasoning-gym package is not installed ({exc}); install it with "
                       "`pip install -e '.[envs]'` in agentrl's checkout (reasoning-gym==0.1.25)") from exc
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, Trajectory
 from harnesses.parsing import parse_answer
 

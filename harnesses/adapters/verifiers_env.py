@@ -48,7 +48,7 @@ except ImportError as exc:  # the registry reports this as "cannot be loaded: ..
     raise ImportError(f"the verifiers package (v1 API, Python >= 3.11) is not importable ({exc}); install it with "
                       "`pip install verifiers==0.3.1`") from exc
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.adapters.verifiers_load import DEFAULTS, NAME, load
 from harnesses.base import Action, Evidence, HarnessReward, Observation, TaskSet, TaskSpec, Trajectory
 from harnesses.parsing import parse_answer

@@ -44,8 +44,8 @@ import verifiers.v1 as vf
 from pydantic import ValidationError
 from verifiers.v1.utils.generic import concrete_type
 
-from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.plugins import import_target
+from agentrl_cli.core.errors import ConfigError, NotFoundError
+from agentrl_cli.core.plugins import import_target
 from harnesses.base import TaskSet, TaskSpec
 
 NAME = "verifiers"

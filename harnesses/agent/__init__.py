@@ -2,7 +2,7 @@
 chat API (the openai SDK, LangGraph, the OpenAI Agents SDK, a CLI agent), unchanged. Each episode
 the run opens a session on its recording gateway and hands the agent that session as an OpenAI base
 URL and key; every chat call the agent makes is recorded token-exact and becomes the episode's
-training data (`agentrl_cli.rollout.agent_episode`).
+training data (`agentrl_cli.runtime.rollout.agent_episode`).
 
     harnesses:
       - name: agent
@@ -33,8 +33,8 @@ The harness plays its own episodes (`plays_itself`) and needs the run's gateway 
 
 from __future__ import annotations
 
-from agentrl_cli.episode import Evidence, HarnessReward, Observation, TaskSet, Trajectory
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.episode import Evidence, HarnessReward, Observation, TaskSet, Trajectory
+from agentrl_cli.core.errors import ConfigError
 from harnesses.agent import tasks as shipped
 from harnesses.agent.runners import AgentFailed, AgentOutcome, CommandRunner, EntryRunner, task_dict
 

@@ -17,7 +17,7 @@ What an agent returns: its final answer as a string, or {"answer": str | None, "
 An exception it raises (an entry) or a non-zero exit (a command) is `AgentFailed`; running past the
 deadline is `AgentTimeout`.
 
-Belongs here: calling the agent. Not here: sessions and the trajectory (`agentrl_cli.rollout.agent_episode`).
+Belongs here: calling the agent. Not here: sessions and the trajectory (`agentrl_cli.runtime.rollout.agent_episode`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.plugins import PLUGIN_PATH, import_target
-from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.core.plugins import PLUGIN_PATH, import_target
+from agentrl_cli.envs.sandbox.files import UnsafePath
 from harnesses.parsing import parse_answer
 
 MAX_UPLOAD_BYTES = 16 << 20  # options.files in all: the sandbox's work directory is small (sandbox.workdir_size_mb)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 
-from agentrl_cli.episode import TaskSet, TaskSpec
+from agentrl_cli.core.episode import TaskSet, TaskSpec
 
 VERSION = "1"
 SETS = ("basic", "brief")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shlex
 
-from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.envs.sandbox.files import UnsafePath
 from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCall, Trajectory
 from harnesses.builtin import CommittedTasks
 from harnesses.parsing import action_calls, answers_match, parse_answer

@@ -16,8 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 
-from agentrl_cli.httpclient import http_client
-from agentrl_cli.tools import CallLog, ToolCaller, ToolSpec, http_tool
+from agentrl_cli.core.httpclient import http_client
+from agentrl_cli.envs.tools import CallLog, ToolCaller, ToolSpec, http_tool
 from harnesses.base import Action, Evidence, Observation, TaskSpec, ToolCallResult, Trajectory
 from harnesses.builtin import CommittedTasks
 from harnesses.parsing import action_calls, answers_match, tool_call

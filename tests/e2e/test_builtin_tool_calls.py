@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.writer import open_writer, read_records
+from agentrl_cli.runtime.data.writer import open_writer, read_records
 from agentrl_cli.model.resolve import builtin_dir
 from agentrl_cli.model.tiny import is_complete
 from tests.conftest import free_port

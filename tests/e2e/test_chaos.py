@@ -12,8 +12,8 @@ import socket
 
 import pytest
 
-from agentrl_cli.chaos.schedule import FAULTS
-from agentrl_cli.chaos.services import moto_available
+from agentrl_cli.acceptance.chaos.schedule import FAULTS
+from agentrl_cli.acceptance.chaos.services import moto_available
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.timeout(600),

@@ -7,9 +7,9 @@ import datetime as dt
 
 import pytest
 
-from agentrl_cli.data.record_from_episode import record_from_episode
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter
+from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter
 from harnesses.contract import play
 from harnesses.registry import resolve
 from harnesses.tasks import TASK_SET_VERSION, load_tasks

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.observe.run_report import PLOTS
+from agentrl_cli.acceptance.run_report import PLOTS
 from tests.conftest import free_port
 from tests.integration.test_report_html import CHROMIUM, render_in_chromium
 

@@ -101,8 +101,8 @@ def test_the_smollm2_recipe_learns_in_stage_8_short(cli, smollm2):
     """README "A real model learns here": the warm start on worked demonstrations, then stage 8 short
     with templates/smollm2/platform.yaml as it is (its own 12 minutes of training), then verify's rule
     on the evaluation curve. About 17 minutes on 2 cores."""
-    from agentrl_cli.observe.run_record import load_record
-    from agentrl_cli.verify.convergence import learning_progress
+    from agentrl_cli.acceptance.run_record import load_record
+    from agentrl_cli.acceptance.verify.convergence import learning_progress
 
     cache, _ = smollm2
     repo = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from agentrl_cli.bench.allreduce import bus_factor
+from agentrl_cli.ops.bench.allreduce import bus_factor
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration,

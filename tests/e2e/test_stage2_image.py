@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentrl_cli.image.lock import lock_digest
+from agentrl_cli.ops.image.lock import lock_digest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

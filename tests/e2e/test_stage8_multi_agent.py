@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from agentrl_cli.observe import keys
+from agentrl_cli.runtime.observe import keys
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from agentrl_cli.training.ranks_backend import _is_rank
+from agentrl_cli.learner.ranks_backend import _is_rank
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration,
               pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]

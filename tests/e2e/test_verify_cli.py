@@ -99,7 +99,7 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
     run = Path(data["run_dir"])
     assert (run / "reports" / "verify.json").exists() and "## cross-harness" in (run / "reports" / "verify.md").read_text()
     rows = [json.loads(line) for line in (run / "verify" / "metrics.jsonl").read_text().splitlines()]
-    from agentrl_cli.troubleshoot import signals
+    from agentrl_cli.acceptance.troubleshoot import signals
 
     emitted = {k for r in rows for k in r}
     # every signal the knowledge base may cite is in the run's rows; kl_ref needs training.kl_coef > 0 and

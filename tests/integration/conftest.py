@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config.models import DataConfig, S3Config
-from agentrl_cli.sandbox import Limits, Sandbox, SandboxSettings
+from agentrl_cli.envs.sandbox import Limits, Sandbox, SandboxSettings
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)")
 
@@ -41,9 +41,9 @@ def make_sandbox(sandbox_root):
 def server(random_model_dir):
     """The embedded inference server on a random tiny model, in a thread (a module's own `server`
     fixture overrides this one)."""
-    from agentrl_cli.inference.engine import HFEngine
-    from agentrl_cli.inference.hf_server import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.engines.inference.engine import HFEngine
+    from agentrl_cli.engines.inference.hf_server import create_app
+    from agentrl_cli.core.serving import ServerThread
 
     engine = HFEngine(random_model_dir, batch_window_ms=5, weight_version="3")
     srv = ServerThread(create_app(engine), name="hf").start()

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from agentrl_cli.config.models import TrainingConfig
-from agentrl_cli.training.grpo import Sample, group_advantages
+from agentrl_cli.learner.grpo import Sample, group_advantages
 
 
 def synthetic_samples(rank: int, step: int, count: int, vocab: int, seed: int = 0, length: int | None = None) -> list[Sample]:
@@ -61,7 +61,7 @@ def parameter_digest(backend) -> str:
 def run(model: Path, steps: int, out: Path, config: TrainingConfig, samples_per_rank: int, length: int | None = None) -> dict:
     import torch
 
-    from agentrl_cli.training.backend import backend_class
+    from agentrl_cli.learner.backend import backend_class
 
     backend = backend_class(config)(model, config)
     try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.sandbox import SandboxSettings
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.envs.sandbox import SandboxSettings
 from harnesses.adapters.harbor import HarborHarness
 from harnesses.adapters.harbor_format import DEFAULT_TASKS_DIR
 from harnesses.adapters.harbor_verify import VerifierFailed

@@ -22,8 +22,8 @@ import sys
 import pytest
 from openenv.core import GenericEnvClient
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.reward.scorer import DEFAULT_WEIGHTS
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.runtime.reward.scorer import DEFAULT_WEIGHTS
 from harnesses.adapters.openenv import OpenEnvHarness
 from harnesses.adapters.openenv_local import wait_healthy
 from harnesses.base import Action, Observation, Trajectory

@@ -22,7 +22,7 @@ import reasoning_gym
 from reasoning_gym.utils import extract_answer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.run.training_run import TrainingRun
 from harnesses.adapters.reasoning_gym import ReasoningGymHarness, score_record
 from tests.conftest import free_port
 

@@ -29,10 +29,10 @@ vf = pytest.importorskip("verifiers.v1", reason="verifiers (v1 API) is not impor
 import pyarrow.dataset as pads  # noqa: E402
 
 from agentrl_cli.config import load_config  # noqa: E402
-from agentrl_cli.errors import ConfigError  # noqa: E402
-from agentrl_cli.reward.request_from_episode import request_from_episode  # noqa: E402
-from agentrl_cli.reward.scorer import Scorer  # noqa: E402
-from agentrl_cli.run import TrainingRun  # noqa: E402
+from agentrl_cli.core.errors import ConfigError  # noqa: E402
+from agentrl_cli.runtime.reward.request_from_episode import request_from_episode  # noqa: E402
+from agentrl_cli.runtime.reward.scorer import Scorer  # noqa: E402
+from agentrl_cli.run.training_run import TrainingRun  # noqa: E402
 from harnesses.adapters.verifiers_env import VerifiersHarness  # noqa: E402
 from harnesses.adapters.verifiers_example import ArithmeticConfig, ArithmeticTaskset  # noqa: E402
 from harnesses.base import Action, HarnessReward, Observation, Trajectory  # noqa: E402

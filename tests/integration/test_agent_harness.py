@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.writer import find_trajectory, read_records
-from agentrl_cli.observe.step_metrics import read_rows
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.runtime.data.writer import find_trajectory, read_records
+from agentrl_cli.runtime.observe.step_metrics import read_rows
+from agentrl_cli.run.training_run import TrainingRun
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 
@@ -67,7 +67,7 @@ def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick
 
 def _store():
     from agentrl_cli.config.models import DataConfig
-    from agentrl_cli.data.stores import open_store
+    from agentrl_cli.runtime.data.stores import open_store
 
     return open_store(DataConfig())  # data.root's default, under the test's working directory
 
@@ -135,7 +135,7 @@ def test_a_history_rewriting_agent_trains_one_sample_per_segment(tmp_path, rando
     assert len(again.segment_starts) == 2 and again.segment_starts[0] == 0
     first, second = again.segment_starts[1], len(again.token_ids)
     assert 0 < first < second and sum(again.loss_mask[:first]) > 0 and sum(again.loss_mask[first:]) > 0
-    from agentrl_cli.loop.samples import episode_samples
+    from agentrl_cli.run.loop.samples import episode_samples
 
     samples = episode_samples(again, 0.5)
     assert [len(s.token_ids) for s in samples] == [first, second - first]
@@ -156,7 +156,7 @@ def test_an_agent_that_raises_or_makes_no_call_is_masked_and_counted(tmp_path, r
                                                  "options": {"entry": f"{HERE}:silent_agent", "tasks": "brief"}}])
 
     async def go():
-        from agentrl_cli.rollout.sampler import Draw
+        from agentrl_cli.runtime.rollout.sampler import Draw
         from harnesses.task_sources import task_set
 
         with_run = TrainingRun(cfg, tmp_path / "run", random_model_dir, run_id="fail", trainer=False)
@@ -181,11 +181,11 @@ def test_an_agent_that_raises_or_makes_no_call_is_masked_and_counted(tmp_path, r
 def test_the_gateway_admits_no_more_sessions_than_the_staleness_limit_allows(tmp_path, random_model_dir):
     from transformers import AutoTokenizer
 
-    from agentrl_cli.gateway.backend import ClientBackend
-    from agentrl_cli.gateway.service import Backpressure, Gateway
-    from agentrl_cli.inference.client import InferenceClient
-    from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
-    from agentrl_cli.rollout.controller import RolloutController
+    from agentrl_cli.engines.gateway.backend import ClientBackend
+    from agentrl_cli.engines.gateway.service import Backpressure, Gateway
+    from agentrl_cli.engines.inference.client import InferenceClient
+    from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
+    from agentrl_cli.runtime.rollout.controller import RolloutController
 
     cfg = _config(tmp_path, random_model_dir, [{"name": "agent"}], **{"rollout.buffer_size": 8})
     buffer = TrajectoryBuffer(cfg.rollout.buffer_size, cfg.rollout.max_staleness, cfg.rollout.group_size)

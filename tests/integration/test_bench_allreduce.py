@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from agentrl_cli.bench.allreduce import AllreduceSpec, checks, run_allreduce
+from agentrl_cli.ops.bench.allreduce import AllreduceSpec, checks, run_allreduce
 
 pytestmark = pytest.mark.integration
 SIZE, ITERS, ROUNDS, PAIRS = 4 << 20, 5, 2, 24
@@ -23,8 +23,8 @@ SIZE, ITERS, ROUNDS, PAIRS = 4 << 20, 5, 2, 24
 PAIRED = textwrap.dedent("""
     import json, os, statistics, sys, time
     import torch, torch.distributed as dist
-    from agentrl_cli.bench.allreduce import figures
-    from agentrl_cli.bench.allreduce_worker import time_allreduce
+    from agentrl_cli.ops.bench.allreduce import figures
+    from agentrl_cli.ops.bench.allreduce_worker import time_allreduce
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo")
     size, iters, pairs = (int(a) for a in sys.argv[1:4])
@@ -95,5 +95,5 @@ def test_a_rank_that_never_joins_is_killed_at_the_deadline_and_named(tmp_path):
     assert result.elapsed_s < 15 + 30  # ended at the deadline, not at the process group's own timeout
     (check,) = checks(result, 0.05)
     assert check.status == "fail" and "rank 1" in check.detail and check.hint
-    leftover = subprocess.run(["pgrep", "-f", "agentrl_cli.bench.allreduce_worker"], capture_output=True, text=True).stdout
+    leftover = subprocess.run(["pgrep", "-f", "agentrl_cli.ops.bench.allreduce_worker"], capture_output=True, text=True).stdout
     assert leftover.strip() == "", "ranks left running after the deadline"

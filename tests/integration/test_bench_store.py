@@ -8,7 +8,7 @@ import uuid
 import boto3
 import pytest
 
-from agentrl_cli.bench.objectstore import probe_store
+from agentrl_cli.ops.bench.objectstore import probe_store
 from agentrl_cli.config import load_config
 from tests.conftest import free_port
 

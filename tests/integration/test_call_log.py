@@ -17,15 +17,15 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.calls import read_calls
-from agentrl_cli.data.writer import open_writer, read_records
-from agentrl_cli.reward.client import LocalRewardClient
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.rollout.buffer import TrajectoryBuffer
-from agentrl_cli.rollout.controller import RolloutController
-from agentrl_cli.rollout.sampler import TaskSampler
-from agentrl_cli.sandbox import SandboxSettings
-from agentrl_cli.sandbox.provider import DirectProvider
+from agentrl_cli.runtime.data.calls import read_calls
+from agentrl_cli.runtime.data.writer import open_writer, read_records
+from agentrl_cli.runtime.reward.client import LocalRewardClient
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+from agentrl_cli.runtime.rollout.controller import RolloutController
+from agentrl_cli.runtime.rollout.sampler import TaskSampler
+from agentrl_cli.envs.sandbox import SandboxSettings
+from agentrl_cli.envs.sandbox.provider import DirectProvider
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 from tests.integration.conftest import needs_bwrap
 from tests.integration.test_stored_tool_calls import BUILTINS, ScriptedClient, expected_calls

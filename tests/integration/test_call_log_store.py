@@ -10,9 +10,9 @@ import datetime as dt
 import pytest
 
 from agentrl_cli.config.models import DataConfig, S3Config
-from agentrl_cli.data.calls import calls_filter, read_calls
-from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.writer import open_writer, read_records
+from agentrl_cli.runtime.data.calls import calls_filter, read_calls
+from agentrl_cli.runtime.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.writer import open_writer, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]
 T0 = dt.datetime(2026, 12, 2, 8, tzinfo=dt.timezone.utc)
@@ -61,7 +61,7 @@ def test_version_1_files_read_from_either_store(data_config):
     """The golden store the version 1 writer wrote, published file by file into the store."""
     from pathlib import Path
 
-    from agentrl_cli.data.stores import open_store
+    from agentrl_cli.runtime.data.stores import open_store
 
     golden = Path(__file__).resolve().parents[1] / "golden" / "trajectory_store_v1"
     store = open_store(data_config)

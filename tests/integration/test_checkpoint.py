@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentrl_cli.training.checkpoint import CheckpointManager, rng_state, set_rng_state
+from agentrl_cli.learner.checkpoint import CheckpointManager, rng_state, set_rng_state
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -180,7 +180,7 @@ def test_a_pointer_naming_a_missing_or_foreign_dir_falls_back_to_the_newest_that
 CHILD = r'''
 import signal, sys, time
 from pathlib import Path
-from agentrl_cli.training.checkpoint import CheckpointManager
+from agentrl_cli.learner.checkpoint import CheckpointManager
 
 root, markers, pause_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 SHARDS, SHARD_BYTES, CHUNK = 4, 2 << 20, 64 << 10

@@ -16,10 +16,10 @@ import torch
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.models import TrainingConfig
-from agentrl_cli.observe import keys
-from agentrl_cli.run import TrainingRun
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-from agentrl_cli.training.grpo import Sample, collate, token_logprobs
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.run.training_run import TrainingRun
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
+from agentrl_cli.learner.grpo import Sample, collate, token_logprobs
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 
@@ -71,7 +71,7 @@ def test_noisy_server_logprobs_give_rejections_and_a_finite_loss(random_model_di
 
 def test_two_ranks_report_the_diagnostics_of_all_their_tokens(random_model_dir, tmp_path):
     from agentrl_cli.config.models import PlatformConfig
-    from agentrl_cli.training.ranks_backend import RanksBackend
+    from agentrl_cli.learner.ranks_backend import RanksBackend
 
     training = {"micro_batch_size": 2, "learning_rate": 1e-3, "zero_stage": 2, "correction": "mis", "mis_low": 0.5,
                 "mis_high": 2.0, "clip_ratio_high": 0.28}

@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 from moto.server import ThreadedMotoServer
 
-from agentrl_cli.data.gc import remove_stale_temp_files
-from agentrl_cli.data.s3 import S3Store
-from agentrl_cli.data.schema import TrajectoryRecord
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, WriteError, check_parquet, read_records
+from agentrl_cli.runtime.data.gc import remove_stale_temp_files
+from agentrl_cli.runtime.data.s3 import S3Store
+from agentrl_cli.runtime.data.schema import TrajectoryRecord
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, WriteError, check_parquet, read_records
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -66,9 +66,9 @@ def _assert_every_published_file_is_complete(store: LocalStore, rows_per_file: i
 
 _KILLED_WRITER = textwrap.dedent("""
     import datetime as dt, os, sys
-    from agentrl_cli.data.schema import TrajectoryRecord
-    from agentrl_cli.data.local_store import LocalStore
-    from agentrl_cli.data.writer import TrajectoryWriter
+    from agentrl_cli.runtime.data.schema import TrajectoryRecord
+    from agentrl_cli.runtime.data.local_store import LocalStore
+    from agentrl_cli.runtime.data.writer import TrajectoryWriter
 
     root, rows = sys.argv[1], int(sys.argv[2])
     writer = TrajectoryWriter(LocalStore(root), rows_per_file=rows)

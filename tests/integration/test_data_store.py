@@ -16,14 +16,14 @@ import pyarrow.compute as pc
 import pytest
 
 from agentrl_cli.config.models import DataConfig, S3Config
-from agentrl_cli.data.gc import collect_garbage, parse_age
-from agentrl_cli.data.redact import Redactor, install_log_redaction
-from agentrl_cli.data.s3 import S3Store
-from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.stores import open_store
-from agentrl_cli.data.store import AlreadyExists, ObjectNotFound
-from agentrl_cli.data.writer import TrajectoryWriter, find_trajectory, read_records
+from agentrl_cli.runtime.data.gc import collect_garbage, parse_age
+from agentrl_cli.core.redact import Redactor, install_log_redaction
+from agentrl_cli.runtime.data.s3 import S3Store
+from agentrl_cli.runtime.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.stores import open_store
+from agentrl_cli.runtime.data.store import AlreadyExists, ObjectNotFound
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, find_trajectory, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("aws_env")]
 
@@ -182,8 +182,8 @@ def test_segment_starts_round_trip_and_files_written_before_them_read_as_one_seg
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from agentrl_cli.data.schema import FILE_SCHEMA
-    from agentrl_cli.data.columnar import records_table
+    from agentrl_cli.runtime.data.schema import FILE_SCHEMA
+    from agentrl_cli.runtime.data.columnar import records_table
 
     split = dataclasses.replace(_record(0), token_ids=[1, 2, 3, 4, 5], loss_mask=[0, 1, 0, 1, 1],
                                 logprobs=[0.0, -1.0, 0.0, -0.5, -0.25], segment_starts=[0, 2])

@@ -23,13 +23,13 @@ from types import SimpleNamespace
 import boto3
 import pytest
 
-from agentrl_cli.chaos.gate import Gate
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.s3 import S3Store
-from agentrl_cli.data.schema import TrajectoryRecord
-from agentrl_cli.data.writer import StoreTimeout, TrajectoryWriter, read_records
-from agentrl_cli.loop.checkpoints import reuse_stored
-from agentrl_cli.rollout.buffer import TrajectoryBuffer
+from agentrl_cli.acceptance.chaos.gate import Gate
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.s3 import S3Store
+from agentrl_cli.runtime.data.schema import TrajectoryRecord
+from agentrl_cli.runtime.data.writer import StoreTimeout, TrajectoryWriter, read_records
+from agentrl_cli.run.loop.checkpoints import reuse_stored
+from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
 from tests.integration.test_deadlines import SilentPeer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

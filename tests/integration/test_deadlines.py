@@ -22,12 +22,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.loop.checkpoints import CheckpointSchedule, CheckpointTimeout
-from agentrl_cli.loop.restarts import crash_cause
-from agentrl_cli.reward.client import HttpRewardClient
-from agentrl_cli.training.checkpoint import CheckpointManager
-from agentrl_cli.training.ranks_backend import RanksBackend, TrainerRanksFailed
+from agentrl_cli.engines.inference.client import InferenceClient
+from agentrl_cli.run.loop.checkpoints import CheckpointSchedule, CheckpointTimeout
+from agentrl_cli.run.loop.restarts import crash_cause
+from agentrl_cli.runtime.reward.client import HttpRewardClient
+from agentrl_cli.learner.checkpoint import CheckpointManager
+from agentrl_cli.learner.ranks_backend import RanksBackend, TrainerRanksFailed
 from agentrl_cli.weightsync.base import Prepared, WeightSyncError
 from agentrl_cli.weightsync.distributed import DistributedTransport
 from tests.integration.test_reward import _answer_request

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from agentrl_cli.config.models import TrainingConfig
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.training.backend import STEP_METRICS, TrainingBackend
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend, build_deepspeed_config
-from agentrl_cli.training.grpo import Sample, collate, token_logprobs
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.learner.backend import STEP_METRICS, TrainingBackend
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend, build_deepspeed_config
+from agentrl_cli.learner.grpo import Sample, collate, token_logprobs
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -270,7 +270,7 @@ def test_two_ranks_lose_the_same_as_one_rank_on_the_same_data(model_dir, tmp_pat
 def test_samples_sharing_a_prompt_train_as_the_whole_sequences_do(make_backend, monkeypatch, stage):
     """A micro-batch whose samples share prompts computes each prompt once (`shared_prompts`); the
     step's loss, metrics and updated parameters are those of the whole-sequence computation."""
-    from agentrl_cli.training import shared_prompts
+    from agentrl_cli.learner import shared_prompts
 
     other = [50, 51, 52, 53]
     samples = [episode(1.0), episode(-0.5, tool=[95]), Sample(other + COMPLETION[:3], [0] * 4 + [1] * 3, [-4.0] * 7, 0.8),

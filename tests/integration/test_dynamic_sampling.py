@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from agentrl_cli.observe import keys
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.run.training_run import TrainingRun
 from tests.integration.conftest import needs_bwrap
 from tests.integration.test_training_loop import config
 

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.inference.client import InferenceClient, SamplingParams
-from agentrl_cli.inference.launcher import hf_command, launch, start_process, thread_env, wait_healthy
-from agentrl_cli.rollout.resume import ResumePolicy, generate_resumable
-from agentrl_cli.run import training
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.engines.inference.launcher import hf_command, launch, start_process, thread_env, wait_healthy
+from agentrl_cli.engines.resume import ResumePolicy, generate_resumable
+from agentrl_cli.run.training_run import training
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 from tests.integration.test_supervisor import config, events, free_ports, until
@@ -132,7 +132,7 @@ def test_a_server_given_sigterm_hands_back_its_generation_which_finishes_on_anot
 
 
 def test_a_draining_server_refuses_new_generations_and_reports_unhealthy(server):
-    from agentrl_cli.inference.hf_server import DRAINING
+    from agentrl_cli.engines.inference.hf_server import DRAINING
 
     app = server.app
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 2}}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from agentrl_cli.inference.engine import HFEngine
+from agentrl_cli.engines.inference.engine import HFEngine
 from agentrl_cli.model.tiny import build_random
 
 pytestmark = pytest.mark.integration

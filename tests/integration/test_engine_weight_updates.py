@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl_cli.inference.engine import HFEngine
+from agentrl_cli.engines.inference.engine import HFEngine
 from agentrl_cli.model.tiny import build_random
 
 pytestmark = pytest.mark.integration

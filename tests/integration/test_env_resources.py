@@ -14,14 +14,15 @@ import pytest
 import yaml
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.stores import open_store
-from agentrl_cli.data.writer import read_records
-from agentrl_cli.observe import alerts, keys
-from agentrl_cli.rundir import create_run
-from agentrl_cli.run import TrainingRun
-from agentrl_cli.sandbox.cgroups import cgroup_support
-from agentrl_cli.troubleshoot.diagnose import diagnose
-from agentrl_cli.verify.judge import achievable_max_reward
+from agentrl_cli.runtime.data.stores import open_store
+from agentrl_cli.runtime.data.writer import read_records
+from agentrl_cli.acceptance import alerts
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.acceptance.run_meta import create_run
+from agentrl_cli.run.training_run import TrainingRun
+from agentrl_cli.envs.sandbox.cgroups import cgroup_support
+from agentrl_cli.acceptance.troubleshoot.diagnose import diagnose
+from agentrl_cli.acceptance.verify.judge import achievable_max_reward
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, Trajectory
 from harnesses.sandboxed import SandboxHarness
 from tests.conftest import free_port
@@ -126,7 +127,7 @@ def test_a_planted_memory_hog_is_stored_aggregated_diagnosed_and_alerted(tmp_pat
 @pytest.mark.skipif(shutil.which("bwrap") is None or not cgroup_support().startswith("v"),
                     reason="needs bubblewrap and writable cgroups (the figures are read from the sandbox's cgroup)")
 def test_a_sandbox_reports_what_it_used_until_it_is_closed():
-    from agentrl_cli.sandbox import Sandbox
+    from agentrl_cli.envs.sandbox import Sandbox
 
     with Sandbox() as sb:
         before = sb.resources()
@@ -142,10 +143,10 @@ def test_a_sandbox_reports_what_it_used_until_it_is_closed():
 @pytest.mark.skipif(shutil.which("bwrap") is None or not cgroup_support().startswith("v"),
                     reason="needs bubblewrap and writable cgroups (the figures are read from the sandbox's cgroup)")
 def test_the_sandbox_service_reports_an_episodes_use_before_destroying_it(sandbox_root):
-    from agentrl_cli.sandbox import SandboxPool, SandboxSettings
-    from agentrl_cli.sandbox.remote import RemoteProvider
-    from agentrl_cli.sandbox.service import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.envs.sandbox import SandboxPool, SandboxSettings
+    from agentrl_cli.envs.sandbox.remote import RemoteProvider
+    from agentrl_cli.envs.sandbox.service import create_app
+    from agentrl_cli.core.serving import ServerThread
 
     pool = SandboxPool(SandboxSettings(root_dir=sandbox_root), size=1, max_concurrency=2)
     server = ServerThread(create_app(pool), name="sandbox service").start()

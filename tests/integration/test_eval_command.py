@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import read_records
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import read_records
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -177,8 +177,8 @@ def test_bad_input_exits_2_with_the_fix(cli, random_model_dir):
 
 def test_a_run_is_evaluated_at_its_newest_checkpoint_exported_for_the_evaluation(cli, random_model_dir):
     from agentrl_cli.config.models import TrainingConfig
-    from agentrl_cli.training.checkpoint import CheckpointManager
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.learner.checkpoint import CheckpointManager
+    from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
 
     backend = DeepSpeedBackend(random_model_dir, TrainingConfig(micro_batch_size=2))
     try:

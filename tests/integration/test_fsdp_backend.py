@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from agentrl_cli.config.models import LoraConfig, TrainingConfig
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.training.backend import TrainingBackend, backend_class
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.learner.backend import TrainingBackend, backend_class
 from tests.conftest import free_port
 from tests.integration.ds_worker import synthetic_samples
 

@@ -20,12 +20,12 @@ import httpx
 import openai
 import pytest
 
-from agentrl_cli.gateway.app import create_app
-from agentrl_cli.gateway.backend import ClientBackend
-from agentrl_cli.gateway.record import SessionRecord
-from agentrl_cli.gateway.service import Gateway
-from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.engines.gateway.app import create_app
+from agentrl_cli.engines.gateway.backend import ClientBackend
+from agentrl_cli.engines.gateway.record import SessionRecord
+from agentrl_cli.engines.gateway.service import Gateway
+from agentrl_cli.engines.inference.client import InferenceClient
+from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration]
@@ -344,12 +344,12 @@ def test_an_echoed_tool_call_continues_its_turn_however_the_sdk_serializes_it(to
     not when the agent changed it."""
     from openai.types.chat import ChatCompletionMessage
 
-    from agentrl_cli.gateway.record import Recorder
-    from agentrl_cli.gateway.splice import Plan, plan_call
+    from agentrl_cli.engines.gateway.record import Recorder
+    from agentrl_cli.engines.gateway.splice import Plan, plan_call
     from agentrl_cli.model.chat import chat_format
-    from agentrl_cli.openai_api import ChatCall, Completion
-    from agentrl_cli.openai_api.protocol import parse_chat
-    from agentrl_cli.openai_api.render import render_chat
+    from agentrl_cli.engines.openai_api import ChatCall, Completion
+    from agentrl_cli.engines.openai_api.protocol import parse_chat
+    from agentrl_cli.engines.openai_api.render import render_chat
 
     fmt = chat_format(tokenizer)
     render = lambda body: render_chat(tokenizer, parse_chat({"model": "m", **body})).prompt_ids  # noqa: E731

@@ -18,8 +18,8 @@ import torch
 
 from agentrl_cli.config import load_config
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-from agentrl_cli.training.grpo import Sample, group_advantages
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
+from agentrl_cli.learner.grpo import Sample, group_advantages
 
 pytestmark = pytest.mark.integration
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "grpo_5_steps.json"

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.rollout.harness_errors import HarnessFailed
-from agentrl_cli.run import train
+from agentrl_cli.runtime.rollout.harness_errors import HarnessFailed
+from agentrl_cli.run.training_run import train
 from harnesses.base import CONTRACT_VERSION, Observation
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
@@ -148,8 +148,8 @@ def test_a_seed_contract_harness_scoring_itself_trains_through_stage_8_smoke(cli
     report = data["reports"][-1]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
     assert result.exit_code == 0 and report["status"] == "pass", failing
-    from agentrl_cli.data.stores import open_store
-    from agentrl_cli.data.writer import read_records
+    from agentrl_cli.runtime.data.stores import open_store
+    from agentrl_cli.runtime.data.writer import read_records
 
     records = [r for r in read_records(open_store(load_config(None, [f"data.root={tmp_path / 'store'}"], env={}).config.data))
                if r.reward_status != "infra_error"]

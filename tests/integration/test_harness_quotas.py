@@ -8,9 +8,9 @@ import json
 import pytest
 
 from agentrl_cli.config.models import HarnessConfig, SandboxConfig
-from agentrl_cli.sandbox import Sandbox
-from agentrl_cli.sandbox.cgroups import CgroupSet
-from agentrl_cli.sandbox.provider import harness_settings
+from agentrl_cli.envs.sandbox import Sandbox
+from agentrl_cli.envs.sandbox.cgroups import CgroupSet
+from agentrl_cli.envs.sandbox.provider import harness_settings
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]

@@ -13,9 +13,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl_cli.inference import HFEngine, create_app
+from agentrl_cli.engines.inference import HFEngine, create_app
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.core.serving import ServerThread
 
 pytestmark = pytest.mark.integration
 
@@ -438,11 +438,11 @@ def test_get_weights_by_name_reports_the_live_weights_and_follows_an_update(tmp_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agentrl_cli.inference.client import InferenceClient
-    from agentrl_cli.inference.engine import HFEngine
-    from agentrl_cli.inference.hf_server import create_app
+    from agentrl_cli.engines.inference.client import InferenceClient
+    from agentrl_cli.engines.inference.engine import HFEngine
+    from agentrl_cli.engines.inference.hf_server import create_app
     from agentrl_cli.model.tiny import build_random
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.core.serving import ServerThread
 
     a, b = build_random(tmp_path / "a", seed=1), build_random(tmp_path / "b", seed=2)
     engine = HFEngine(a, batch_window_ms=1)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.inference.client import InferenceClient, InferenceError, SamplingParams
-from agentrl_cli.inference.engine import HFEngine
-from agentrl_cli.inference.hf_server import create_app
-from agentrl_cli.inference.launcher import InferenceUnavailable, launch
+from agentrl_cli.engines.inference.client import InferenceClient, InferenceError, SamplingParams
+from agentrl_cli.engines.inference.engine import HFEngine
+from agentrl_cli.engines.inference.hf_server import create_app
+from agentrl_cli.engines.inference.launcher import InferenceUnavailable, launch
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.core.serving import ServerThread
 
 pytestmark = pytest.mark.integration
 

@@ -19,12 +19,12 @@ from fastapi.responses import JSONResponse
 
 from agentrl_cli.config.load import load_config
 from agentrl_cli.config.models import JudgeConfig, PlatformConfig, RewardConfig, RolloutConfig
-from agentrl_cli.reward.judge import JudgeVerifier
-from agentrl_cli.reward.judge_prompt import injection_hits, candidate_of
-from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.verifiers import VerifierError
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.runtime.reward.judge import JudgeVerifier
+from agentrl_cli.runtime.reward.judge_prompt import injection_hits, candidate_of
+from agentrl_cli.runtime.reward.models import ScoreRequest, StepIn, TaskIn
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.verifiers import VerifierError
+from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration]

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from agentrl_cli.config.models import InferenceConfig, JudgeConfig, PlatformConfig, RewardConfig, RolloutConfig
-from agentrl_cli.reward.judge import JudgeVerifier
-from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.verifiers import VerifierError
+from agentrl_cli.runtime.reward.judge import JudgeVerifier
+from agentrl_cli.runtime.reward.models import ScoreRequest, StepIn, TaskIn
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.verifiers import VerifierError
 
 pytestmark = [pytest.mark.integration]
 KEY = "judge-key-0123456789"
@@ -33,9 +33,9 @@ def _builtin_model() -> str:
 
 @pytest.fixture(scope="module", params=["random", pytest.param("builtin", marks=pytest.mark.builtin)])
 def served(request, random_model_dir):
-    from agentrl_cli.inference.engine import HFEngine
-    from agentrl_cli.inference.hf_server import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.engines.inference.engine import HFEngine
+    from agentrl_cli.engines.inference.hf_server import create_app
+    from agentrl_cli.core.serving import ServerThread
 
     model = random_model_dir if request.param == "random" else _builtin_model()
     engine = HFEngine(model, batch_window_ms=5, prefix_cache_tokens=8192)
@@ -88,8 +88,8 @@ def test_a_shuffled_group_is_the_same_prompt(served):
 
 
 def test_unset_url_is_the_runs_own_server_and_a_stopped_server_is_an_outage(served):
-    from agentrl_cli.inference.hf_server import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.engines.inference.hf_server import create_app
+    from agentrl_cli.core.serving import ServerThread
 
     engine, _ = served
     srv = ServerThread(create_app(engine, api_key=KEY), name="hf-run").start()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.inference.engine import HFEngine
-from agentrl_cli.inference.hf_server import create_app
-from agentrl_cli.inference.launcher import InferenceUnavailable, launch
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.engines.inference.engine import HFEngine
+from agentrl_cli.engines.inference.hf_server import create_app
+from agentrl_cli.engines.inference.launcher import InferenceUnavailable, launch
+from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration

@@ -25,10 +25,10 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForCausalLM
 
 from agentrl_cli.config.models import LORA_TARGETS_DEFAULT
-from agentrl_cli.inference import HFEngine, create_app
-from agentrl_cli.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.engines.inference import HFEngine, create_app
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.core.serving import ServerThread
 from agentrl_cli.weightsync.base import WeightSyncError
 from agentrl_cli.weightsync.lora import LoraTransport
 from agentrl_cli.weightsync.publisher import WeightPublisher
@@ -314,7 +314,7 @@ def test_the_deepspeed_trainers_adapter_publishes_and_verifies(files, tmp_path):
     """The seam with the real trainer: DeepSpeed (one rank, gloo) training through peft."""
     from agentrl_cli.config.models import LoraConfig as LoraSettings
     from agentrl_cli.config.models import TrainingConfig
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
 
     backend = DeepSpeedBackend(files["model"], TrainingConfig(micro_batch_size=2, lora=LoraSettings()))
     s = Served(files["model"])

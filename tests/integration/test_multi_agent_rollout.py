@@ -13,15 +13,15 @@ from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.load import with_overrides
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.replay import replay
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.reward.client import LocalRewardClient
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.rollout.buffer import TrajectoryBuffer
-from agentrl_cli.rollout.controller import RolloutController
-from agentrl_cli.rollout.sampler import TaskSampler
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.replay import replay
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.engines.inference.client import InferenceClient
+from agentrl_cli.runtime.reward.client import LocalRewardClient
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+from agentrl_cli.runtime.rollout.controller import RolloutController
+from agentrl_cli.runtime.rollout.sampler import TaskSampler
 from harnesses.guess_number import GuessNumber
 
 pytestmark = [pytest.mark.integration]
@@ -86,9 +86,9 @@ def test_self_play_stores_and_buffers_one_trajectory_per_role_that_replays(serve
 @pytest.fixture(scope="module")
 def opponent(random_model_dir):
     """A second embedded server: the fixed opponent, a model the run never trains."""
-    from agentrl_cli.inference.engine import HFEngine
-    from agentrl_cli.inference.hf_server import create_app
-    from agentrl_cli.serving import ServerThread
+    from agentrl_cli.engines.inference.engine import HFEngine
+    from agentrl_cli.engines.inference.hf_server import create_app
+    from agentrl_cli.core.serving import ServerThread
 
     engine = HFEngine(random_model_dir, batch_window_ms=5, weight_version="opponent")
     srv = ServerThread(create_app(engine), name="opponent").start()

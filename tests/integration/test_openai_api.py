@@ -18,11 +18,11 @@ import torch
 from fastapi import FastAPI
 from transformers import AutoTokenizer
 
-from agentrl_cli.inference import HFEngine, create_app
+from agentrl_cli.engines.inference import HFEngine, create_app
 from agentrl_cli.model.chat import chat_format, render
 from agentrl_cli.model.tiny import init_model, save_model_dir
-from agentrl_cli.openai_api import EngineBackend, add_openai_routes
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.engines.openai_api import EngineBackend, add_openai_routes
+from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install openai")

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from agentrl_cli.config import load_config
-from agentrl_cli.run import train
-from agentrl_cli.training.grpo import collate, ppo_clip_loss, token_logprobs
+from agentrl_cli.run.training_run import train
+from agentrl_cli.learner.grpo import collate, ppo_clip_loss, token_logprobs
 from agentrl_cli.weightsync.base import Prepared, Published
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap

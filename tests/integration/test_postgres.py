@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from agentrl_cli.controlplane.lease import cluster_view
-from agentrl_cli.controlplane.registry import Registry
-from agentrl_cli.controlplane.service import wait_for
-from agentrl_cli.controlplane.store import FencedOut, StateStore
+from agentrl_cli.ops.controlplane.lease import cluster_view
+from agentrl_cli.ops.controlplane.registry import Registry
+from agentrl_cli.ops.controlplane.service import wait_for
+from agentrl_cli.ops.controlplane.store import FencedOut, StateStore
 from tests.controlplane_services import postgres_missing, start_postgres
 from tests.unit.test_controlplane_store import lease_contract
 

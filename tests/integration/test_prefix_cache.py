@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from agentrl_cli.inference.engine import HFEngine
-from agentrl_cli.inference.prefix_cache import PrefixCache
+from agentrl_cli.engines.inference.engine import HFEngine
+from agentrl_cli.engines.inference.prefix_cache import PrefixCache
 from agentrl_cli.model.tiny import build_random
 
 pytestmark = pytest.mark.integration
@@ -112,7 +112,7 @@ def test_a_weight_change_and_flush_cache_empty_the_cache(engines, model_dir):
 
 
 def test_the_in_place_kv_cache_holds_what_concatenating_would():
-    from agentrl_cli.inference.kv_cache import GrowingLayer, append_rows, swap_remove_order, trim_front
+    from agentrl_cli.engines.inference.kv_cache import GrowingLayer, append_rows, swap_remove_order, trim_front
 
     class Cache:  # the two calls the batch makes on a transformers cache
         def __init__(self, layer):

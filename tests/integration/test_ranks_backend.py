@@ -14,12 +14,12 @@ import pytest
 import torch
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.errors import AgentrlError, ConfigError, NotFoundError
-from agentrl_cli.training.backend import STEP_METRICS, TrainingBackend
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-from agentrl_cli.training.grpo import Sample, collate, group_advantages, token_logprobs
-from agentrl_cli.training.rank_worker import combine_metrics, shard
-from agentrl_cli.training.ranks_backend import (RanksBackend, TrainerRanksFailed, _is_rank, failed_ranks,
+from agentrl_cli.core.errors import AgentrlError, ConfigError, NotFoundError
+from agentrl_cli.learner.backend import STEP_METRICS, TrainingBackend
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
+from agentrl_cli.learner.grpo import Sample, collate, group_advantages, token_logprobs
+from agentrl_cli.learner.rank_worker import combine_metrics, shard
+from agentrl_cli.learner.ranks_backend import (RanksBackend, TrainerRanksFailed, _is_rank, failed_ranks,
                                                 launcher_command)
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,7 @@ def test_several_nodes_launch_through_the_deepspeed_launcher_and_its_hostfile(tm
     assert cmd[1:3] == ["-m", "deepspeed.launcher.runner"]
     joined = " ".join(cmd)
     assert "--num_nodes 2 --num_gpus 2 --master_addr node-a --master_port 29555" in joined
-    assert "--module agentrl_cli.training.rank_worker" in joined
+    assert "--module agentrl_cli.learner.rank_worker" in joined
     with pytest.raises(ConfigError, match="not a multiple of cluster.nodes"):
         launcher_command(ranks_config(world_size=3).model_copy(update={"cluster": cfg.cluster}), tmp_path, tmp_path,
                          hostfile=hostfile)

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from agentrl_cli.data.record_from_episode import record_from_episode
-from agentrl_cli.data.replay import replay
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, find_trajectory, read_records
+from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+from agentrl_cli.runtime.data.replay import replay
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, find_trajectory, read_records
 from harnesses.contract import play
 from harnesses.oracle import oracle_action
 from harnesses.registry import resolve
@@ -122,7 +122,7 @@ def test_a_harness_with_its_own_task_file_replays_through_the_config_and_an_agen
     import json
 
     from agentrl_cli.config import load_config
-    from agentrl_cli.errors import NotFoundError, UsageError
+    from agentrl_cli.core.errors import NotFoundError, UsageError
     from harnesses.task_sources import task_set
 
     tasks = tmp_path / "tasks.jsonl"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.observe.harness_stats import HarnessStats
-from agentrl_cli.observe.run_report import PLOTS, write_report
-from agentrl_cli.observe.step_metrics import MetricsLog, read_rows, step_row
-from agentrl_cli.observe.watchdog import Watchdog
-from agentrl_cli.report import Check, StageReport
+from agentrl_cli.runtime.observe.harness_stats import HarnessStats
+from agentrl_cli.acceptance.run_report import PLOTS, write_report
+from agentrl_cli.runtime.observe.step_metrics import MetricsLog, read_rows, step_row
+from agentrl_cli.runtime.observe.watchdog import Watchdog
+from agentrl_cli.core.report import Check, StageReport
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (bash .ci/setup --dev installs it)")

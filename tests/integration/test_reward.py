@@ -9,19 +9,19 @@ import threading
 import httpx
 import pytest
 
-from agentrl_cli.reward.client import HttpRewardClient, LocalRewardClient, RewardRequestError
-from agentrl_cli.reward.request_from_episode import request_from_episode
-from agentrl_cli.reward.gold import check_task, quarantine_failing
-from agentrl_cli.reward.models import ScoreRequest
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.service import create_app
-from agentrl_cli.reward.verifiers import Verdict, VerifierError, default_verifiers
-from agentrl_cli.sandbox import SandboxSettings
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.runtime.reward.client import HttpRewardClient, LocalRewardClient, RewardRequestError
+from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
+from agentrl_cli.runtime.reward.gold import check_task, quarantine_failing
+from agentrl_cli.runtime.reward.models import ScoreRequest
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.service import create_app
+from agentrl_cli.runtime.reward.verifiers import Verdict, VerifierError, default_verifiers
+from agentrl_cli.envs.sandbox import SandboxSettings
+from agentrl_cli.core.serving import ServerThread
 from harnesses.base import Action, Trajectory
 from harnesses.contract import play
 from harnesses.registry import resolve
-from agentrl_cli.sandbox.provider import DirectProvider
+from agentrl_cli.envs.sandbox.provider import DirectProvider
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap

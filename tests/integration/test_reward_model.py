@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.schema import StepRecord, TrajectoryRecord
-from agentrl_cli.data.writer import open_writer
-from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
+from agentrl_cli.runtime.data.schema import StepRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.writer import open_writer
+from agentrl_cli.runtime.reward.models import ScoreRequest, StepIn, TaskIn
 
 pytestmark = pytest.mark.integration
 
@@ -73,8 +73,8 @@ def test_train_reports_held_out_metrics_and_the_scorer_serves_the_saved_model(cl
     assert json.loads((saved / "reward_model.json").read_text())["version"] == record["version"]
 
     # served: a Scorer with reward_model beside the rules, by name and by path
-    from agentrl_cli.reward.reward_model import RewardModelVerifier
-    from agentrl_cli.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.reward_model import RewardModelVerifier
+    from agentrl_cli.runtime.reward.scorer import Scorer
 
     cfg = load_config(None, ["reward.verifiers=[reward_model]", "reward.reward_model=rm-test",
                              f"model.cache_dir={isolated / 'cache'}",
@@ -104,7 +104,7 @@ def test_train_reports_held_out_metrics_and_the_scorer_serves_the_saved_model(cl
     assert by_path.verify(req).score == pytest.approx(p)
 
     # a base whose weights are not the ones it was trained on is refused at load, with the fix
-    from agentrl_cli.errors import ConfigError
+    from agentrl_cli.core.errors import ConfigError
 
     meta = json.loads((saved / "reward_model.json").read_text())
     meta["base"]["weights_sha256"] = "0" * 64

@@ -11,12 +11,12 @@ import hashlib
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.reward.client import HttpRewardClient
-from agentrl_cli.reward.request_from_episode import request_from_episode
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.service import create_app
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.runtime.reward.client import HttpRewardClient
+from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.service import create_app
+from agentrl_cli.core.serving import ServerThread
 from harnesses.base import Action, Evidence, HarnessReward, Observation, TaskSpec, Trajectory
 from harnesses.registry import reward_source
 from tests.conftest import free_port

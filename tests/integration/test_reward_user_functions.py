@@ -1,4 +1,4 @@
-"""User reward functions (`module:function`, agentrl_cli/reward/registry.py) scored in-process and by
+"""User reward functions (`module:function`, agentrl_cli/runtime/reward/registry.py) scored in-process and by
 `agentrl serve reward` started for real on 127.0.0.1 from the same config: as a task's outcome
 (`meta.verify`) and as a `reward.verifiers` component, they give identical results in both places,
 and both apply the same rules: version in the cache key, the scorer's deadline, an exception or a
@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.reward.client import HttpRewardClient, LocalRewardClient
-from agentrl_cli.reward.models import ScoreRequest
-from agentrl_cli.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.client import HttpRewardClient, LocalRewardClient
+from agentrl_cli.runtime.reward.models import ScoreRequest
+from agentrl_cli.runtime.reward.scorer import Scorer
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.integration]

@@ -12,14 +12,14 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.reward.client import LocalRewardClient
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
-from agentrl_cli.rollout.controller import RolloutController
-from agentrl_cli.rollout.sampler import TaskSampler
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.engines.inference.client import InferenceClient
+from agentrl_cli.runtime.reward.client import LocalRewardClient
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.runtime.rollout.controller import RolloutController
+from agentrl_cli.runtime.rollout.sampler import TaskSampler
 from harnesses.tasks import load_tasks
 from tests.integration.conftest import needs_bwrap
 
@@ -210,7 +210,7 @@ def test_sampler_resumes_at_the_same_position():
 
 def test_reward_service_down_masks_episodes_and_the_rollout_continues(server, random_model_dir, tmp_path):
     """docs/security.md row 24: bounded retries with backoff, then infra_error; episodes are masked, not zeroed."""
-    from agentrl_cli.reward.client import HttpRewardClient
+    from agentrl_cli.runtime.reward.client import HttpRewardClient
     from tests.conftest import free_port
 
     ctl, writer = make_controller(server, random_model_dir, tmp_path, harnesses=("tool_api_like",))

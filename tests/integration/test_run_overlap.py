@@ -10,7 +10,7 @@ import json
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.run.training_run import TrainingRun
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.sandbox import Limits, Sandbox, SandboxSettings, SandboxUnavailable
-from agentrl_cli.sandbox.network import parse_allowlist
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.envs.sandbox import Limits, Sandbox, SandboxSettings, SandboxUnavailable
+from agentrl_cli.envs.sandbox.network import parse_allowlist
 from tests.integration.conftest import needs_bwrap
 
 PROBE = """

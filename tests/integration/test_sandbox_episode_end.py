@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agentrl_cli.sandbox.pool import SandboxPool
-from agentrl_cli.sandbox.sandbox import SandboxSettings
+from agentrl_cli.envs.sandbox.pool import SandboxPool
+from agentrl_cli.envs.sandbox.sandbox import SandboxSettings
 from harnesses.base import Action, TaskSpec
 from harnesses.terminal_like import TerminalLike
 from tests.integration.conftest import needs_bwrap

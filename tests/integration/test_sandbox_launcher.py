@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox.bwrap import SANDBOX_UID
-from agentrl_cli.sandbox.limits import Limits
-from agentrl_cli.sandbox.sandbox import Sandbox, SandboxSettings, _launcher
+from agentrl_cli.envs.sandbox.bwrap import SANDBOX_UID
+from agentrl_cli.envs.sandbox.limits import Limits
+from agentrl_cli.envs.sandbox.sandbox import Sandbox, SandboxSettings, _launcher
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap,

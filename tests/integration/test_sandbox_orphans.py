@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox.orphans import orphaned, reclaim_orphans
-from agentrl_cli.sandbox.sandbox import Sandbox, SandboxSettings
+from agentrl_cli.envs.sandbox.orphans import orphaned, reclaim_orphans
+from agentrl_cli.envs.sandbox.sandbox import Sandbox, SandboxSettings
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
@@ -30,7 +30,7 @@ def _start_and_get_killed(root: Path) -> dict:
     code = textwrap.dedent(f"""
         import json, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from agentrl_cli.sandbox.sandbox import Sandbox, SandboxSettings
+        from agentrl_cli.envs.sandbox.sandbox import Sandbox, SandboxSettings
         sb = Sandbox(SandboxSettings(root_dir=__import__("pathlib").Path({str(root)!r})))
         sb.exec("nohup sleep 300 >/dev/null 2>&1 &")
         print(json.dumps({{"id": sb.id, "workdir": str(sb.workdir), "mounted": sb.workdir_mounted,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox import PoolExhausted, Sandbox, SandboxPool, SandboxSettings
+from agentrl_cli.envs.sandbox import PoolExhausted, Sandbox, SandboxPool, SandboxSettings
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]

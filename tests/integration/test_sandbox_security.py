@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox import Sandbox, SandboxSettings, SandboxUnavailable
-from agentrl_cli.sandbox.files import UnsafePath
+from agentrl_cli.envs.sandbox import Sandbox, SandboxSettings, SandboxUnavailable
+from agentrl_cli.envs.sandbox.files import UnsafePath
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from agentrl_cli.sandbox import SandboxPool, SandboxSettings
-from agentrl_cli.sandbox.files import UnsafePath
-from agentrl_cli.sandbox.remote import RemoteProvider
-from agentrl_cli.sandbox.service import create_app
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.envs.sandbox import SandboxPool, SandboxSettings
+from agentrl_cli.envs.sandbox.files import UnsafePath
+from agentrl_cli.envs.sandbox.remote import RemoteProvider
+from agentrl_cli.envs.sandbox.service import create_app
+from agentrl_cli.core.serving import ServerThread
 from harnesses.contract import play
 from harnesses.tasks import load_tasks
 from harnesses.terminal_like import TerminalLike

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox import Sandbox, SandboxSettings
-from agentrl_cli.sandbox.bwrap import SANDBOX_UID, WORK
-from agentrl_cli.sandbox.limits import Limits
-from agentrl_cli.sandbox.supervisors import bytecode, compiled, support_dir
+from agentrl_cli.envs.sandbox import Sandbox, SandboxSettings
+from agentrl_cli.envs.sandbox.bwrap import SANDBOX_UID, WORK
+from agentrl_cli.envs.sandbox.limits import Limits
+from agentrl_cli.envs.sandbox.supervisors import bytecode, compiled, support_dir
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.sandbox import Sandbox, SandboxSettings
-from agentrl_cli.sandbox.bwrap import SANDBOX_UID
+from agentrl_cli.envs.sandbox import Sandbox, SandboxSettings
+from agentrl_cli.envs.sandbox.bwrap import SANDBOX_UID
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap,

@@ -47,7 +47,7 @@ def test_select_writes_a_complete_scorecard_with_the_stress_table(cli, random_mo
 
 
 def test_checkpoint_probe_resumes_its_own_and_loads_the_kept_fixture(random_model_dir, tmp_path):
-    from agentrl_cli.select.checkpoint_probe import RESUME_RTOL, probe_all
+    from agentrl_cli.acceptance.select.checkpoint_probe import RESUME_RTOL, probe_all
 
     result = probe_all(["deepspeed"], random_model_dir, tmp_path)["deepspeed"]
     own = result["own_resume"]

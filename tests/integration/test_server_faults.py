@@ -21,21 +21,21 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.inference.client import InferenceClient, SamplingParams
-from agentrl_cli.inference.engine import HFEngine
-from agentrl_cli.inference.hf_server import create_app
-from agentrl_cli.inference.launcher import launch
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
+from agentrl_cli.engines.inference.engine import HFEngine
+from agentrl_cli.engines.inference.hf_server import create_app
+from agentrl_cli.engines.inference.launcher import launch
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.reward.client import LocalRewardClient
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.rollout.buffer import TrajectoryBuffer
-from agentrl_cli.rollout.controller import RolloutController
-from agentrl_cli.rollout.resume import ResumePolicy, generate_resumable
-from agentrl_cli.rollout.sampler import TaskSampler
-from agentrl_cli.serving import ServerThread
-from agentrl_cli.observe.watchdog import Watchdog
+from agentrl_cli.runtime.reward.client import LocalRewardClient
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+from agentrl_cli.runtime.rollout.controller import RolloutController
+from agentrl_cli.engines.resume import ResumePolicy, generate_resumable
+from agentrl_cli.runtime.rollout.sampler import TaskSampler
+from agentrl_cli.core.serving import ServerThread
+from agentrl_cli.runtime.observe.watchdog import Watchdog
 from agentrl_cli.weightsync.base import Published
 from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.publisher import WeightPublisher
@@ -229,7 +229,7 @@ def test_a_hung_server_ends_episodes_as_masked_infra_error_within_the_deadline(t
         finally:
             await client.close()
     try:
-        with caplog.at_level(logging.ERROR, logger="agentrl_cli.observe.watchdog"):
+        with caplog.at_level(logging.ERROR, logger="agentrl_cli.runtime.observe.watchdog"):
             elapsed, groups = asyncio.run(go())
     finally:
         watchdog.stop()
@@ -263,7 +263,7 @@ def test_watchdog_flags_components_without_progress_once_and_clears_them_on_prog
     now[0] = 9.0
     assert wd.stuck() == {}
     now[0] = 12.0
-    with caplog.at_level(logging.ERROR, logger="agentrl_cli.observe.watchdog"):
+    with caplog.at_level(logging.ERROR, logger="agentrl_cli.runtime.observe.watchdog"):
         assert sorted(wd.check()) == ["inference a", "rollout"]  # the trainer has its own 20 s deadline
     assert wd.stuck() == {"inference a": 12.0, "rollout": 12.0}
     assert any("inference a made no progress for 12.0 s" in m for m in caplog.messages)

@@ -21,10 +21,10 @@ import httpx
 import pytest
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.openai_api import OpenAIError
-from agentrl_cli.security import AuditLog, KeyRing, key_id
-from agentrl_cli.security.keys import read_key_file, retire_old, rotate
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.engines.openai_api import OpenAIError
+from agentrl_cli.core.security import AuditLog, KeyRing, key_id
+from agentrl_cli.core.security.keys import read_key_file, retire_old, rotate
+from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
@@ -57,16 +57,16 @@ class _StubGateway:
 
 
 def _reward(keys: KeyRing, audit: AuditLog, tmp_path: Path):
-    from agentrl_cli.reward.scorer import Scorer
-    from agentrl_cli.reward.service import create_app
+    from agentrl_cli.runtime.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.service import create_app
 
     scorer = Scorer()
     return create_app(scorer, keys=keys, audit=audit), ("POST", "/score", score_request(), 200, False), scorer.close
 
 
 def _sandbox(keys: KeyRing, audit: AuditLog, tmp_path: Path):
-    from agentrl_cli.sandbox import SandboxPool, SandboxSettings
-    from agentrl_cli.sandbox.service import create_app
+    from agentrl_cli.envs.sandbox import SandboxPool, SandboxSettings
+    from agentrl_cli.envs.sandbox.service import create_app
 
     pool = SandboxPool(SandboxSettings(backend="process", root_dir=tmp_path / "sandboxes"), size=0, max_concurrency=16)
     # a reset of a sandbox that is not there: a write, admitted and audited, that starts nothing
@@ -74,8 +74,8 @@ def _sandbox(keys: KeyRing, audit: AuditLog, tmp_path: Path):
 
 
 def _controlplane(keys: KeyRing, audit: AuditLog, tmp_path: Path):
-    from agentrl_cli.controlplane.health import create_app
-    from agentrl_cli.controlplane.service import ControlPlane, open_store
+    from agentrl_cli.ops.controlplane.health import create_app
+    from agentrl_cli.ops.controlplane.service import ControlPlane, open_store
 
     cfg = PlatformConfig.model_validate({"controlplane": {"state_store": f"sqlite:///{tmp_path}/state.db",
                                                           "jobs_dir": str(tmp_path / "jobs")}})
@@ -86,7 +86,7 @@ def _controlplane(keys: KeyRing, audit: AuditLog, tmp_path: Path):
 
 
 def _gateway(keys: KeyRing, audit: AuditLog, tmp_path: Path):
-    from agentrl_cli.gateway.app import create_app
+    from agentrl_cli.engines.gateway.app import create_app
 
     return create_app(_StubGateway(), admin_key=keys, audit=audit), ("DELETE", "/sessions/gone", None, 404, True), lambda: None
 
@@ -134,10 +134,10 @@ def test_a_keyed_service_refuses_without_the_key_and_takes_both_keys_during_a_ro
 
 
 def test_sandbox_executions_are_audited_with_the_key_id_and_the_client_sends_its_key(tmp_path):
-    from agentrl_cli.sandbox import SandboxPool, SandboxSettings
-    from agentrl_cli.sandbox.remote import RemoteProvider
-    from agentrl_cli.sandbox.service import create_app
-    from agentrl_cli.errors import ConfigError
+    from agentrl_cli.envs.sandbox import SandboxPool, SandboxSettings
+    from agentrl_cli.envs.sandbox.remote import RemoteProvider
+    from agentrl_cli.envs.sandbox.service import create_app
+    from agentrl_cli.core.errors import ConfigError
 
     key = "sandbox-key-0123456789abcdef"
     pool = SandboxPool(SandboxSettings(backend="process", root_dir=tmp_path / "sandboxes"), size=0, max_concurrency=4)
@@ -161,10 +161,10 @@ def test_sandbox_executions_are_audited_with_the_key_id_and_the_client_sends_its
 
 
 def test_the_reward_client_sends_its_key_and_names_the_fix_when_refused(tmp_path):
-    from agentrl_cli.reward.client import HttpRewardClient, RewardRequestError
-    from agentrl_cli.reward.models import ScoreRequest
-    from agentrl_cli.reward.scorer import Scorer
-    from agentrl_cli.reward.service import create_app
+    from agentrl_cli.runtime.reward.client import HttpRewardClient, RewardRequestError
+    from agentrl_cli.runtime.reward.models import ScoreRequest
+    from agentrl_cli.runtime.reward.scorer import Scorer
+    from agentrl_cli.runtime.reward.service import create_app
 
     scorer = Scorer()
     server = ServerThread(create_app(scorer, keys="reward-key-0123456789"), name="reward service").start()

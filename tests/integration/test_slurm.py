@@ -9,7 +9,7 @@ import json
 import pytest
 
 from agentrl_cli.config.models import ControlPlaneConfig
-from agentrl_cli.controlplane.slurm_conf import single_node_conf
+from agentrl_cli.ops.controlplane.slurm_conf import single_node_conf
 from tests.controlplane_services import slurm_missing, start_slurm
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]

@@ -15,17 +15,17 @@ import pytest
 from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.inference.client import Generation
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.engines.inference.client import Generation
 from agentrl_cli.model.chat import chat_format
-from agentrl_cli.reward.client import LocalRewardClient
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.rollout.buffer import TrajectoryBuffer
-from agentrl_cli.rollout.controller import RolloutController
-from agentrl_cli.rollout.sampler import TaskSampler
-from agentrl_cli.sandbox import SandboxSettings
-from agentrl_cli.sandbox.provider import DirectProvider
+from agentrl_cli.runtime.reward.client import LocalRewardClient
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
+from agentrl_cli.runtime.rollout.controller import RolloutController
+from agentrl_cli.runtime.rollout.sampler import TaskSampler
+from agentrl_cli.envs.sandbox import SandboxSettings
+from agentrl_cli.envs.sandbox.provider import DirectProvider
 from harnesses.oracle import oracle_action
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 from tests.integration.conftest import needs_bwrap

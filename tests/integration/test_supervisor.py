@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.observe import keys
-from agentrl_cli.run import training
-from agentrl_cli.supervise import ComponentFailed, ProcessComponent
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.run.training_run import training
+from agentrl_cli.run.supervise import ComponentFailed, ProcessComponent
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 

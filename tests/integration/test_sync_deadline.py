@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from agentrl_cli.inference.client import InferenceClient, InferenceError
+from agentrl_cli.engines.inference.client import InferenceClient, InferenceError
 from agentrl_cli.weightsync.base import Prepared
 from agentrl_cli.weightsync.disk import DiskTransport
 

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.run.training_run import TrainingRun
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, Trajectory
 from tests.conftest import free_port
 

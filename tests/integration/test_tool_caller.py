@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 
-from agentrl_cli.tools import CallLog, ToolCaller, ToolSpec, http_tool
+from agentrl_cli.envs.tools import CallLog, ToolCaller, ToolSpec, http_tool
 from harnesses.tool_service import Faults, ToolService
 
 pytestmark = pytest.mark.integration

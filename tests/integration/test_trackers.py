@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import read_records
-from agentrl_cli.observe.step_metrics import read_rows
-from agentrl_cli.observe.trackers import scalars
-from agentrl_cli.rundir import create_run
-from agentrl_cli.run import train
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import read_records
+from agentrl_cli.runtime.observe.step_metrics import read_rows
+from agentrl_cli.runtime.observe.trackers import scalars
+from agentrl_cli.acceptance.run_meta import create_run
+from agentrl_cli.run.training_run import train
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 

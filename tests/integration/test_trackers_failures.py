@@ -14,10 +14,10 @@ import time
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.observe import keys
-from agentrl_cli.observe.step_metrics import MetricsLog, read_rows
-from agentrl_cli.observe.trackers import INSTALL, QUEUE_ROWS, TrackerFanout, enabled, tracker_key
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.runtime.observe.step_metrics import MetricsLog, read_rows
+from agentrl_cli.runtime.observe.trackers import INSTALL, QUEUE_ROWS, TrackerFanout, enabled, tracker_key
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_a_store_failing_mid_run_is_counted_in_the_next_rows_and_logged(tmp_path
         metrics.append({"step": 1, "train/loss": 1.0})
         wait_for(lambda: mlflow.client.get_metric_history(mlflow.run_id, "train/loss"), "the first row in MLflow")
         mlflow.client.delete_run(mlflow.run_id)  # MLflow refuses metrics for a deleted run
-        with caplog.at_level("ERROR", logger="agentrl_cli.observe.trackers"):
+        with caplog.at_level("ERROR", logger="agentrl_cli.runtime.observe.trackers"):
             metrics.append({"step": 2, "train/loss": 0.5})
             wait_for(lambda: metrics.trackers.errors["mlflow"] == 1, "the failed row to be counted")
         metrics.append({"step": 3, "train/loss": 0.25})

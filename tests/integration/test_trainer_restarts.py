@@ -21,10 +21,10 @@ import pytest
 import torch
 
 from agentrl_cli.config import load_config
-from agentrl_cli.loop.ledger import compare, read_ledger
-from agentrl_cli.loop.restarts import TrainerRestartsExhausted
-from agentrl_cli.observe import keys
-from agentrl_cli.run import train
+from agentrl_cli.run.loop.ledger import compare, read_ledger
+from agentrl_cli.run.loop.restarts import TrainerRestartsExhausted
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.run.training_run import train
 from harnesses.tool_api_like import ToolApiLike
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap

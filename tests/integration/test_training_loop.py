@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import read_records
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import read_records
+from agentrl_cli.run.training_run import TrainingRun
 from tests.conftest import free_port
 from tests.integration.conftest import needs_bwrap
 
@@ -65,7 +65,7 @@ RUNNER = """
 import asyncio, json, sys
 from pathlib import Path
 from agentrl_cli.config import load_config
-from agentrl_cli.run import TrainingRun
+from agentrl_cli.run.training_run import TrainingRun
 cfg = load_config(Path(sys.argv[1]), [], env={}).config
 async def go():
     run = TrainingRun(cfg, Path(sys.argv[2]), Path(cfg.model.path), run_id="killme")

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from agentrl_cli.verify.old_checkpoint import fixtures, load_and_step
+from agentrl_cli.acceptance.verify.old_checkpoint import fixtures, load_and_step
 
 pytestmark = pytest.mark.integration
 

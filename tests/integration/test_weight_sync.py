@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from agentrl_cli.config.models import TrainingConfig
-from agentrl_cli.inference import HFEngine, create_app
-from agentrl_cli.inference.client import InferenceClient
-from agentrl_cli.weightsync.group import listen, open_group
+from agentrl_cli.engines.inference import HFEngine, create_app
+from agentrl_cli.engines.inference.client import InferenceClient
+from agentrl_cli.engines.weight_group import listen, open_group
 from agentrl_cli.model.tiny import build_random
-from agentrl_cli.serving import ServerThread
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+from agentrl_cli.core.serving import ServerThread
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
 from agentrl_cli.weightsync.base import WeightSyncError
 from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.distributed import DistributedTransport
@@ -245,7 +245,7 @@ def test_disk_and_distributed_transports_leave_identical_weights(server, backend
 def test_an_fsdp_trainer_syncs_by_both_transports(server, model_dir, tmp_path):
     """`training.backend: fsdp` exports the same views: the server ends with the FSDP trainer's values
     by disk and by the distributed transport."""
-    from agentrl_cli.training.fsdp_backend import FSDPBackend
+    from agentrl_cli.learner.fsdp_backend import FSDPBackend
     from tests.integration.ds_worker import synthetic_samples
 
     url, engine, _ = server

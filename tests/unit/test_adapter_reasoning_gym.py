@@ -14,7 +14,7 @@ from importlib import metadata
 import pytest
 import reasoning_gym
 
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 from harnesses.adapters.reasoning_gym import EVAL_OFFSET, ReasoningGymHarness, final_answer, score_record
 from harnesses.base import Action, TaskSpec, Trajectory
 

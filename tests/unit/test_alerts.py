@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from agentrl_cli.config.models import ObserveConfig
-from agentrl_cli.observe import alerts, keys
-from agentrl_cli.observe.prometheus import _RowCollector
+from agentrl_cli.acceptance import alerts
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.runtime.observe.prometheus import _RowCollector
 
 
 def _rows(series: dict[str, list], step_s: float = 60.0) -> list[dict]:
@@ -103,7 +104,7 @@ def test_observe_alerts_writes_the_rules_with_the_configs_thresholds(cli, tmp_pa
 
 
 def test_troubleshoot_applies_the_same_rules_with_the_runs_own_thresholds(tmp_path):
-    from agentrl_cli.troubleshoot.diagnose import diagnose
+    from agentrl_cli.acceptance.troubleshoot.diagnose import diagnose
     from tests.unit.test_verify_faults import loaded_config, make_run, rows
 
     def metrics():

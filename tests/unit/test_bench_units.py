@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_cli.bench import allreduce as ar
-from agentrl_cli.bench import storage
+from agentrl_cli.ops.bench import allreduce as ar
+from agentrl_cli.ops.bench import storage
 
 
 def test_sizes_parse_with_binary_suffixes_and_bad_ones_are_named():

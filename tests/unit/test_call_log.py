@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.data.calls import CALL_SCHEMA, calls_filter, read_calls
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.record_from_episode import clip_output, record_from_episode
-from agentrl_cli.data.schema import SCHEMA_VERSION, StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.episode import Action, Observation, TaskSpec, ToolCallResult, Trajectory
+from agentrl_cli.runtime.data.calls import CALL_SCHEMA, calls_filter, read_calls
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.record_from_episode import clip_output, record_from_episode
+from agentrl_cli.runtime.data.schema import SCHEMA_VERSION, StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.core.episode import Action, Observation, TaskSpec, ToolCallResult, Trajectory
 from agentrl_cli.model.chat import ChatRenderer
 from harnesses.sandboxed import function_tool
 
@@ -163,7 +163,7 @@ def test_data_calls_prints_a_table(cli, store):
 
 
 def test_a_call_log_file_that_fails_is_retried_and_not_lost(tmp_path, monkeypatch):
-    import agentrl_cli.data.writer as writer_mod
+    import agentrl_cli.runtime.data.writer as writer_mod
 
     store = LocalStore(tmp_path / "store")
     real = writer_mod.publish_calls

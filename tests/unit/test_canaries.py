@@ -8,9 +8,9 @@ import shutil
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.reward.models import ScoreRequest
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.verifiers import Verdict, default_verifiers
+from agentrl_cli.runtime.reward.models import ScoreRequest
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.verifiers import Verdict, default_verifiers
 from harnesses.canaries import attempts, canary_tasks, is_canary, original_of
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
 
@@ -54,7 +54,7 @@ def test_the_real_scorer_gives_no_canary_attempt_a_positive_outcome_without_sand
 @pytest.mark.integration
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 def test_contradicting_hidden_tests_fail_in_a_real_sandbox():
-    from agentrl_cli.sandbox.provider import provider_from_config
+    from agentrl_cli.envs.sandbox.provider import provider_from_config
 
     cfg = load_config(None, []).config
     scorer = Scorer.from_config(cfg, provider_from_config(cfg.sandbox))

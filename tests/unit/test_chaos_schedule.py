@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_cli.chaos.schedule import FAULTS, bounds, parse_faults, plan
+from agentrl_cli.acceptance.chaos.schedule import FAULTS, bounds, parse_faults, plan
 from agentrl_cli.config import load_config
 
 

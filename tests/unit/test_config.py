@@ -7,7 +7,7 @@ import pytest
 from agentrl_cli.config import PlatformConfig, load_config
 from agentrl_cli.config.explain import describe_keys
 from agentrl_cli.config.template import render_template
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 
 from importlib import resources
 

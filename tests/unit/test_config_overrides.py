@@ -7,7 +7,7 @@ import pytest
 
 from agentrl_cli.config.load import load_config, with_overrides
 from agentrl_cli.config.models import SHORT_RECIPE
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError
 
 
 def test_dotted_and_nested_keys_set_single_values_and_leave_the_rest():

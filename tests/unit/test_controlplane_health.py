@@ -9,9 +9,9 @@ import time
 import httpx
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.health import create_app
-from agentrl_cli.controlplane.service import ControlPlane, open_store
-from agentrl_cli.serving import ServerThread
+from agentrl_cli.ops.controlplane.health import create_app
+from agentrl_cli.ops.controlplane.service import ControlPlane, open_store
+from agentrl_cli.core.serving import ServerThread
 
 
 class _NoExecutor:

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from agentrl_cli.controlplane.lease import LeaderLease, cluster_view
-from agentrl_cli.controlplane.registry import Registry
-from agentrl_cli.controlplane.store import SCHEMA_VERSION, FencedOut, StateStore, StoreUnreachable
-from agentrl_cli.errors import ConfigError
+from agentrl_cli.ops.controlplane.lease import LeaderLease, cluster_view
+from agentrl_cli.ops.controlplane.registry import Registry
+from agentrl_cli.ops.controlplane.store import SCHEMA_VERSION, FencedOut, StateStore, StoreUnreachable
+from agentrl_cli.core.errors import ConfigError
 
 
 def lease_contract(url: str) -> None:

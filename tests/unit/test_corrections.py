@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from agentrl_cli.config.models import TrainingConfig
-from agentrl_cli.observe import keys
-from agentrl_cli.training import corrections
-from agentrl_cli.training.corrections import Correction, behaviour_weights, diagnostics, policy_loss
-from agentrl_cli.training.grpo import ppo_clip_loss
-from agentrl_cli.training.rank_worker import combine_metrics
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.learner import corrections
+from agentrl_cli.learner.corrections import Correction, behaviour_weights, diagnostics, policy_loss
+from agentrl_cli.learner.grpo import ppo_clip_loss
+from agentrl_cli.learner.rank_worker import combine_metrics
 
 # Two sequences, five trained tokens: row 0 has three (advantage 2), row 1 two (advantage -1).
 MASK = torch.tensor([[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 1.0, 0.0]])

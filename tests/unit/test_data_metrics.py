@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from agentrl_cli.data import schema
-from agentrl_cli.data.metrics import (ALL, METRICS, MetricsError, compute_metrics,
+from agentrl_cli.runtime.data import schema
+from agentrl_cli.runtime.data.metrics import (ALL, METRICS, MetricsError, compute_metrics,
                                       metrics_from_records)
-from agentrl_cli.data.schema import StepRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.schema import StepRecord, TrajectoryRecord
 
 T, A = "terminal_like", "tool_api_like"
 

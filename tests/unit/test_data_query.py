@@ -8,10 +8,10 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from agentrl_cli.data import schema
-from agentrl_cli.data.query import (COLUMNS, SUMMARY_COLUMNS, QueryError, filter_table, parse_filter,
+from agentrl_cli.runtime.data import schema
+from agentrl_cli.runtime.data.query import (COLUMNS, SUMMARY_COLUMNS, QueryError, filter_table, parse_filter,
                                     summary_rows)
-from agentrl_cli.errors import UsageError
+from agentrl_cli.core.errors import UsageError
 
 UTC = dt.timezone.utc
 #       id   harness           outcome     reward turns calls fails started

@@ -7,7 +7,7 @@ import datetime as dt
 
 import numpy as np
 
-from agentrl_cli.data.schema import (SCHEMA_VERSION, Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, to_table,
+from agentrl_cli.runtime.data.schema import (SCHEMA_VERSION, Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, to_table,
                                      validate_row)
 
 
@@ -56,7 +56,7 @@ def test_numpy_numeric_columns_are_checked_by_dtype():
 
 
 def test_training_arrays_are_stored_as_bytes_of_the_declared_dtype():
-    from agentrl_cli.data.schema import FILE_SCHEMA, decode_arrays
+    from agentrl_cli.runtime.data.schema import FILE_SCHEMA, decode_arrays
 
     table = to_table([record(token_ids=[7, 8, 9], logprobs=np.array([-0.5], np.float64)).to_row()])
     assert FILE_SCHEMA.field("token_ids").metadata[b"dtype"] == b"<i4"

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 
-from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.runtime.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
 
 
 def rec(i: int, **kw) -> TrajectoryRecord:
@@ -54,7 +54,7 @@ def _staged(store) -> list:
 def test_full_chunks_are_encoded_ahead_and_published_only_at_the_flush(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    from agentrl_cli.data import writer as writer_module
+    from agentrl_cli.runtime.data import writer as writer_module
 
     monkeypatch.setattr(writer_module, "CHUNK_ROWS", 4)
     store = LocalStore(tmp_path / "s")
@@ -80,8 +80,8 @@ def test_a_failed_write_ahead_keeps_the_rows_and_the_flush_starts_afresh(tmp_pat
 
     import pyarrow as pa
 
-    from agentrl_cli.data import parquet_file
-    from agentrl_cli.data import writer as writer_module
+    from agentrl_cli.runtime.data import parquet_file
+    from agentrl_cli.runtime.data import writer as writer_module
 
     monkeypatch.setattr(writer_module, "CHUNK_ROWS", 4)
     real_encode, failures = parquet_file.RowGroupFile._encode, []

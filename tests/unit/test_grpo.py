@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from agentrl_cli.training.grpo import (Sample, collate, group_advantages, mismatch_kl, ppo_clip_loss,
+from agentrl_cli.learner.grpo import (Sample, collate, group_advantages, mismatch_kl, ppo_clip_loss,
                                        sequence_weights, token_logprobs)
 
 # ---- advantages ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from types import SimpleNamespace
 
-from agentrl_cli.rollout.harness_errors import HarnessErrors
+from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
 
 
 def episode(failed: bool, termination: str = "done"):

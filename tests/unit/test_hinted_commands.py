@@ -1,13 +1,13 @@
 """Every command a hint, the knowledge base, a template or the README names exists: each
 `agentrl <command> [<subcommand>]` written in those files resolves in the command table
-(`agentrl_cli.app.COMMANDS` and each group's own subcommands)."""
+(`agentrl_cli.cli.app.COMMANDS` and each group's own subcommands)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from agentrl_cli.app import COMMANDS, load_command
+from agentrl_cli.cli.app import COMMANDS, load_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("agentrl_cli", "stages", "harnesses", "templates", "docs", "benchmarks")

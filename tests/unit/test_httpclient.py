@@ -11,7 +11,7 @@ import threading
 import httpx
 import pytest
 
-from agentrl_cli.httpclient import http_client, tls_context
+from agentrl_cli.core.httpclient import http_client, tls_context
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.image.lock import (LockError, build_lock, closure, installed, licence_allowed, lock_checks, lock_digest,
+from agentrl_cli.ops.image.lock import (LockError, build_lock, closure, installed, licence_allowed, lock_checks, lock_digest,
                                     read_lock, write_lock)
-from agentrl_cli.image.render import render, render_checks
+from agentrl_cli.ops.image.render import render, render_checks
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import math
 import pytest
 import torch
 
-from agentrl_cli.inference.protocol import (ProtocolError, WorkItem, build_output, dumps, output_text,
+from agentrl_cli.engines.inference.protocol import (ProtocolError, WorkItem, build_output, dumps, output_text,
                                             parse_generate)
-from agentrl_cli.inference.sampling import BatchSampler, GenParams, check_finished, context_error
+from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, check_finished, context_error
 from agentrl_cli.model.tokenizer import build_tokenizer
 
 VOCAB, CONTEXT = 264, 64

@@ -11,9 +11,9 @@ import typing
 import pytest
 
 from agentrl_cli.config.models import InferenceConfig, JudgeConfig, PlatformConfig, RewardConfig
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.reward.judge import JudgeVerifier, cache_key, judge_base_url
-from agentrl_cli.reward.judge_prompt import (CONTROL, PROMPTS, Candidate, ReplyError, injection_hits, mentions_judging,
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.runtime.reward.judge import JudgeVerifier, cache_key, judge_base_url
+from agentrl_cli.runtime.reward.judge_prompt import (CONTROL, PROMPTS, Candidate, ReplyError, injection_hits, mentions_judging,
                                              ordered, parse_reply, render)
 
 NONCE = "c0ffee"
@@ -120,7 +120,7 @@ def test_judge_timeouts_must_fit_the_scorers_deadline():
 
 def test_the_judge_key_comes_from_a_file_never_argv(tmp_path):
     from agentrl_cli.config.load import load_config
-    from agentrl_cli.observe.redaction import known_secrets
+    from agentrl_cli.core.redaction import known_secrets
 
     (tmp_path / "key").write_text("judge-secret-0123456789\n")
     env = {"AGENTRL_REWARD__JUDGE_API_KEY_FILE": str(tmp_path / "key")}

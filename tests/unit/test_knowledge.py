@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.troubleshoot.knowledge import MATCH_CUTOFF, load_knowledge_base, lookup, search
+from agentrl_cli.acceptance.troubleshoot.knowledge import MATCH_CUTOFF, load_knowledge_base, lookup, search
 
 SEEDS = Path(__file__).resolve().parents[2].parent / "shared" / "seeds"
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentrl_cli.observe import keys
-from agentrl_cli.troubleshoot import signals
-from agentrl_cli.troubleshoot.detectors import DETECTORS
-from agentrl_cli.troubleshoot.knowledge import load_knowledge_base
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.acceptance.troubleshoot import signals
+from agentrl_cli.acceptance.troubleshoot.detectors import DETECTORS
+from agentrl_cli.acceptance.troubleshoot.knowledge import load_knowledge_base
 
 ROOT = Path(__file__).resolve().parents[2]
 SIGNAL_IN_TEXT = re.compile(r"\b(?:train|reward|rollout|perf|tool|env|data|sync|inference|eval|ckpt|comm|sandbox|storage|"
@@ -58,11 +58,11 @@ def _written(name: str, writers: str) -> bool:
 
 
 def test_the_signal_registry_matches_the_code_that_writes_each_signal():
-    writers = _source("agentrl_cli", "run.py") + _source("agentrl_cli", "rollout", "harness_errors.py") + "".join(p.read_text(encoding="utf-8")
-                                                         for d in ("observe", "loop", "weightsync")
+    writers = _source("agentrl_cli", "run", "training_run.py") + _source("agentrl_cli", "runtime", "rollout", "harness_errors.py") + "".join(p.read_text(encoding="utf-8")
+                                                         for d in ("runtime/observe", "run/loop", "weightsync")
                                                          for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py"))
                                                          if p.name != "keys.py")
-    learner = _source("agentrl_cli", "training", "policy_rank.py")  # the step every trainer backend runs
+    learner = _source("agentrl_cli", "learner", "policy_rank.py")  # the step every trainer backend runs
     assert not any(_written(name, "") for name in signals.METRICS)  # naming a key in keys.py writes nothing
     for name in signals.METRICS:
         group, key = name.split("/", 1)
@@ -70,10 +70,10 @@ def test_the_signal_registry_matches_the_code_that_writes_each_signal():
             assert f'"{key}"' in learner or f"{key}=" in learner, name
         else:
             assert _written(name, writers), name
-    stage0 = _source("agentrl_cli", "baseline.py") + _source("agentrl_cli", "verify", "server_load.py")
+    stage0 = _source("agentrl_cli", "acceptance", "baseline.py") + _source("agentrl_cli", "acceptance", "verify", "server_load.py")
     for name, path in signals.BASELINE.items():
         assert f'"{path[0]}"' in stage0, name
-    detectors = _source("agentrl_cli", "troubleshoot", "detectors.py")
+    detectors = _source("agentrl_cli", "acceptance", "troubleshoot", "detectors.py")
     for name in signals.DERIVED:
         assert f'"{name}"' in detectors, name
 
@@ -103,7 +103,7 @@ def test_troubleshoot_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; import agentrl_cli.commands.troubleshoot, agentrl_cli.troubleshoot.diagnose; "
+    code = ("import sys; import agentrl_cli.cli.commands.troubleshoot, agentrl_cli.acceptance.troubleshoot.diagnose; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr[-2000:]

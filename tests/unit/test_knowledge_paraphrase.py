@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from agentrl_cli.troubleshoot.knowledge import load_knowledge_base, lookup
+from agentrl_cli.acceptance.troubleshoot.knowledge import load_knowledge_base, lookup
 
 PARAPHRASES = [
     # English

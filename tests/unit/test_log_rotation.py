@@ -13,10 +13,10 @@ import sys
 import time
 
 from agentrl_cli.config import load_config
-from agentrl_cli.inference.launcher import start_process
-from agentrl_cli.logstreams import AGENTRL_LOGGERS, LEVEL_ENV, MB, RUN_LOG, RunLogs, configure_logging, level_env
-from agentrl_cli.observe.redaction import protect_process
-from agentrl_cli.observe.step_metrics import MetricsLog
+from agentrl_cli.engines.inference.launcher import start_process
+from agentrl_cli.core.logstreams import AGENTRL_LOGGERS, LEVEL_ENV, MB, RUN_LOG, RunLogs, configure_logging, level_env
+from agentrl_cli.core.redaction import protect_process
+from agentrl_cli.runtime.observe.step_metrics import MetricsLog
 
 CHUNK = 40_000
 CHILD = r"""
@@ -105,7 +105,7 @@ def test_metrics_log_keeps_the_run_logs_in_bounds_while_open(tmp_path):
 
 
 def test_log_level_reaches_a_child_agentrl_process_through_the_environment(tmp_path):
-    probe = ("import logging; from agentrl_cli.commands.common import load; cfg = load(None, []).config; "
+    probe = ("import logging; from agentrl_cli.cli.commands.common import load; cfg = load(None, []).config; "
              "print(cfg.observe.log_level, logging.getLogger('agentrl_cli').level, logging.getLogger('harnesses').level)")
     env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("AGENTRL_")}
     out = subprocess.run([sys.executable, "-c", probe], env={**env, **level_env("debug")}, capture_output=True, text=True,

@@ -10,10 +10,10 @@ import pytest
 from aiohttp import web
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.inference.client import InferenceClient, SamplingParams, client_from_config
-from agentrl_cli.inference.launcher import sglang_command
-from agentrl_cli.inference.protocol import ProtocolError, parse_generate
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams, client_from_config
+from agentrl_cli.engines.inference.launcher import sglang_command
+from agentrl_cli.engines.inference.protocol import ProtocolError, parse_generate
 from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.distributed import DistributedTransport
 from agentrl_cli.weightsync.lora import LoraTransport
@@ -118,7 +118,7 @@ def test_a_server_without_the_adapter_is_skipped_like_an_unreachable_one():
     """A restarted server has not been given the policy's adapter yet: SGLang's 400 for it sends the
     request to another server, and with none left the client reports the servers unreachable (the
     rollout then waits for them and re-syncs weights) instead of failing the episode."""
-    from agentrl_cli.inference.client import InferenceUnreachable
+    from agentrl_cli.engines.inference.client import InferenceUnreachable
 
     async def main():
         async def restarted(request):

@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl_cli.config.models import LoraConfig, PlatformConfig, TrainingConfig
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.training import grpo, lora, shared_prompts
-from agentrl_cli.training.checkpoint import CheckpointManager
-from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
-from agentrl_cli.training.grpo import Sample, collate, token_logprobs
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.learner import grpo, lora, shared_prompts
+from agentrl_cli.learner.checkpoint import CheckpointManager
+from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
+from agentrl_cli.learner.grpo import Sample, collate, token_logprobs
 from agentrl_cli.weightsync.publisher import VERIFY_NAMES
 
 PROMPT = [60, 61, 62, 63, 64, 65]
@@ -309,7 +309,7 @@ class _NoAdapterBackend:
 
 def test_a_backend_without_export_adapter_is_refused_when_training_lora_is_set(tmp_path):
     from agentrl_cli.config.models import PlatformConfig
-    from agentrl_cli.training.backends import make_backend
+    from agentrl_cli.learner.backends import make_backend
 
     cfg = PlatformConfig.model_validate({"training": {"backend": f"{__name__}:_NoAdapterBackend", "lora": {}}})
     with pytest.raises(ConfigError) as err:

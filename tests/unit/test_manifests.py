@@ -12,13 +12,13 @@ from pydantic import SecretStr
 
 from agentrl_cli.config.load import load_config
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.executor import ExecutorUnavailable
-from agentrl_cli.controlplane.kubernetes import KubernetesExecutor
-from agentrl_cli.controlplane.manifests import render_all
-from agentrl_cli.controlplane.slurm_conf import pool_lines, single_node_conf
-from agentrl_cli.controlplane.validate import validate_documents
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.image.names import RUN_GID, RUN_UID
+from agentrl_cli.ops.controlplane.executor import ExecutorUnavailable
+from agentrl_cli.ops.controlplane.kubernetes import KubernetesExecutor
+from agentrl_cli.ops.controlplane.manifests import render_all
+from agentrl_cli.ops.controlplane.slurm_conf import pool_lines, single_node_conf
+from agentrl_cli.ops.controlplane.validate import validate_documents
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.ops.image.names import RUN_GID, RUN_UID
 
 
 @pytest.fixture

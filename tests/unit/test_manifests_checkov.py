@@ -1,6 +1,6 @@
 """The rendered manifests as a third party reads them: checkov's Kubernetes checks pass on the manifests
 for two pools and two priorities (once plain, once with every secret and an egress allowlist), except
-the checks agentrl_cli/controlplane/checkov_skips.yaml lists with their reasons; a manifest broken on
+the checks agentrl_cli/ops/controlplane/checkov_skips.yaml lists with their reasons; a manifest broken on
 purpose fails them; they still validate against the schemas; every image they name is one that
 `agentrl image build` tags from the same lock.
 
@@ -22,14 +22,14 @@ import pytest
 import yaml
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.manifests import render_all
-from agentrl_cli.controlplane.validate import validate_documents
-from agentrl_cli.image.lock import build_lock
-from agentrl_cli.image.names import workload_images
-from agentrl_cli.image.render import render
+from agentrl_cli.ops.controlplane.manifests import render_all
+from agentrl_cli.ops.controlplane.validate import validate_documents
+from agentrl_cli.ops.image.lock import build_lock
+from agentrl_cli.ops.image.names import workload_images
+from agentrl_cli.ops.image.render import render
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIPS_FILE = ROOT / "agentrl_cli" / "controlplane" / "checkov_skips.yaml"
+SKIPS_FILE = ROOT / "agentrl_cli" / "ops" / "controlplane" / "checkov_skips.yaml"
 CHECKOV_VERSION = "3.3.30"
 CHECKOV_VENV = Path.home() / ".cache" / "agentrl" / f"checkov-{CHECKOV_VERSION}"
 POOLS = {"pools": [{"name": "rollout", "capacity": 8, "quota": 4, "priority": 1, "preemptible": True,

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.manifests import plan_values, render_all
-from agentrl_cli.controlplane.validate import validate_documents
-from agentrl_cli.image.names import RUN_GID
+from agentrl_cli.ops.controlplane.manifests import plan_values, render_all
+from agentrl_cli.ops.controlplane.validate import validate_documents
+from agentrl_cli.ops.image.names import RUN_GID
 from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.lora import LoraTransport
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl_cli.errors import NotFoundError, UsageError
+from agentrl_cli.core.errors import NotFoundError, UsageError
 from agentrl_cli.model.importer import CARD, find_source, import_model, sha256_file
 from agentrl_cli.model.resolve import resolve_model_path
 from tests.unit.test_model_chat import NO_TOOLS

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from agentrl_cli.errors import ConfigError, NotFoundError
+from agentrl_cli.core.errors import ConfigError, NotFoundError
 from agentrl_cli.model.resolve import builtin_dir, resolve_model_path
 from agentrl_cli.model.tokenizer import build_tokenizer
 

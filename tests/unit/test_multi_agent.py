@@ -9,16 +9,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrl_cli.data.local_store import LocalStore
-from agentrl_cli.data.record_from_episode import record_from_episode
-from agentrl_cli.data.replay import replay
-from agentrl_cli.data.writer import TrajectoryWriter, read_records
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.loop.samples import role_stats
-from agentrl_cli.observe import keys
-from agentrl_cli.outcomes import Outcome
-from agentrl_cli.rollout.buffer import Episode
-from agentrl_cli.training.grpo import group_advantages
+from agentrl_cli.runtime.data.local_store import LocalStore
+from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+from agentrl_cli.runtime.data.replay import replay
+from agentrl_cli.runtime.data.writer import TrajectoryWriter, read_records
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.run.loop.samples import role_stats
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.core.outcomes import Outcome
+from agentrl_cli.runtime.rollout.buffer import Episode
+from agentrl_cli.learner.grpo import group_advantages
 from harnesses.base import Action, Observation, Trajectory, missing_members
 from harnesses.contract import play, scripted_policy
 from harnesses.defaults import WithDefaults
@@ -198,7 +198,7 @@ def _play_seated(harness, task, max_steps: int = 40):
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from agentrl_cli.rollout.multi_episode import Seat, run_multi_episode
+    from agentrl_cli.runtime.rollout.multi_episode import Seat, run_multi_episode
 
     with ThreadPoolExecutor(2) as pool:
         return asyncio.run(run_multi_episode(harness, task, {r: Seat(r, "scripted") for r in harness.roles}, None, pool,

@@ -17,10 +17,10 @@ from transformers import AutoTokenizer
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.models import HarnessConfig
-from agentrl_cli.inference.client import Generation
+from agentrl_cli.engines.inference.client import Generation
 from agentrl_cli.model.demos import tokenize
 from agentrl_cli.model.warm_start import demonstrations
-from agentrl_cli.rollout.multi_episode import Seat, run_multi_episode
+from agentrl_cli.runtime.rollout.multi_episode import Seat, run_multi_episode
 from harnesses.guess_number import GuessNumber
 from harnesses.multi_agent import play_scripted
 

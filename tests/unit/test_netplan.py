@@ -1,4 +1,4 @@
-"""The cross-node plan (`agentrl_cli/netplan.py`): its ports follow the config, and the NetworkPolicies,
+"""The cross-node plan (`agentrl_cli/ops/netplan.py`): its ports follow the config, and the NetworkPolicies,
 the Slurm notes and `agentrl plan --json` render the same list; training.master_port reaches the
 launcher's argv on several nodes."""
 
@@ -10,11 +10,11 @@ import socket
 import pytest
 
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.controlplane.manifests import render_all
-from agentrl_cli.controlplane.slurm_conf import network_notes
-from agentrl_cli.netplan import (CLUSTER, COLLECTIVES, EPHEMERAL, HOSTS, HTTP, KUBERNETES, LOOPBACK, OBJECT_STORE, OUTSIDE,
+from agentrl_cli.ops.controlplane.manifests import render_all
+from agentrl_cli.ops.controlplane.slurm_conf import network_notes
+from agentrl_cli.ops.netplan import (CLUSTER, COLLECTIVES, EPHEMERAL, HOSTS, HTTP, KUBERNETES, LOOPBACK, OBJECT_STORE, OUTSIDE,
                                  RENDEZVOUS, STORE, between_roles, openings, shared_paths)
-from agentrl_cli.controlplane.k8s_names import ROLES
+from agentrl_cli.ops.controlplane.k8s_names import ROLES
 
 
 def config(**sections) -> PlatformConfig:
@@ -139,7 +139,7 @@ def test_slurm_notes_list_the_same_ports(name):
 
 
 def test_master_port_reaches_the_launcher_on_several_nodes_only(tmp_path):
-    from agentrl_cli.training.ranks_backend import launcher_command
+    from agentrl_cli.learner.ranks_backend import launcher_command
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node-a slots=2\nnode-b slots=2\n")

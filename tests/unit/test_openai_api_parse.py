@@ -11,10 +11,10 @@ import re
 import pytest
 
 from agentrl_cli.model.tokenizer import build_tokenizer
-from agentrl_cli.openai_api.base import Completion
-from agentrl_cli.openai_api.parse import parse_turn
-from agentrl_cli.openai_api.responses import chat_choice, chat_logprobs, token_pieces
-from agentrl_cli.openai_api.service import content_deltas
+from agentrl_cli.engines.openai_api.base import Completion
+from agentrl_cli.engines.openai_api.parse import parse_turn
+from agentrl_cli.engines.openai_api.responses import chat_choice, chat_logprobs, token_pieces
+from agentrl_cli.engines.openai_api.service import content_deltas
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>'
 NAMES = {"calculator", "clock"}

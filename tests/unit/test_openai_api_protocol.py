@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_cli.openai_api.base import OpenAIError
-from agentrl_cli.openai_api.protocol import parse_chat, parse_completion, sampling_params
+from agentrl_cli.engines.openai_api.base import OpenAIError
+from agentrl_cli.engines.openai_api.protocol import parse_chat, parse_completion, sampling_params
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOL = {"type": "function", "function": {"name": "calculator", "parameters": {"type": "object", "properties": {}}}}

@@ -13,9 +13,9 @@ import pytest
 
 from agentrl_cli.model.chat import render
 from agentrl_cli.model.tokenizer import build_tokenizer
-from agentrl_cli.openai_api.base import OpenAIError
-from agentrl_cli.openai_api.protocol import parse_chat
-from agentrl_cli.openai_api.render import hermes_block, render_chat
+from agentrl_cli.engines.openai_api.base import OpenAIError
+from agentrl_cli.engines.openai_api.protocol import parse_chat
+from agentrl_cli.engines.openai_api.render import hermes_block, render_chat
 
 # SmolLM2-style: no tools, no tool role, no tool_calls
 NO_TOOLS = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' "

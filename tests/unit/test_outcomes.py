@@ -1,12 +1,12 @@
-"""The status vocabularies are defined once (`agentrl_cli.outcomes`); every typed boundary agrees."""
+"""The status vocabularies are defined once (`agentrl_cli.core.outcomes`); every typed boundary agrees."""
 
 from __future__ import annotations
 
 from typing import get_args
 
-from agentrl_cli.data.schema import OUTCOMES, REWARD_STATUSES
-from agentrl_cli.outcomes import Outcome, RewardStatus, Termination, values
-from agentrl_cli.reward.models import STATUSES, TERMINATIONS, RewardResult, ScoreRequest
+from agentrl_cli.runtime.data.schema import OUTCOMES, REWARD_STATUSES
+from agentrl_cli.core.outcomes import Outcome, RewardStatus, Termination, values
+from agentrl_cli.runtime.reward.models import STATUSES, TERMINATIONS, RewardResult, ScoreRequest
 
 
 def test_the_reward_models_accept_exactly_the_defined_statuses():

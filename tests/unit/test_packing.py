@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.training import corrections, packing
-from agentrl_cli.training.grpo import LOSS_AGGREGATIONS, Sample, aggregation_weights, collate, token_logprobs
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.learner import corrections, packing
+from agentrl_cli.learner.grpo import LOSS_AGGREGATIONS, Sample, aggregation_weights, collate, token_logprobs
 
 VOCAB = 96
 PAD = 0
@@ -185,7 +185,7 @@ def test_a_packed_train_step_trains_as_the_padded_one(model_dir):
     """The DeepSpeed backend on the built-in model: with packing the step's loss, metrics and updated
     weights are those of right-padded micro-batches (seq_mean, seq_tis with pi_old, a KL reference)."""
     from agentrl_cli.config.models import TrainingConfig
-    from agentrl_cli.training.deepspeed_backend import DeepSpeedBackend
+    from agentrl_cli.learner.deepspeed_backend import DeepSpeedBackend
 
     samples = make_samples([30, 12, 21, 9, 17, 5])
     for i, s in enumerate(samples):

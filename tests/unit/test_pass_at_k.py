@@ -7,10 +7,10 @@ from math import comb
 
 import pytest
 
-from agentrl_cli.errors import UsageError
-from agentrl_cli.evaluation.evaldir import EvalDir, latest
-from agentrl_cli.evaluation.passk import pass_at_k, summarize
-from agentrl_cli.evaluation.plan import parse_ks, pending, sample_seed, spread_by_family
+from agentrl_cli.core.errors import UsageError
+from agentrl_cli.acceptance.evaluation.evaldir import EvalDir, latest
+from agentrl_cli.acceptance.evaluation.passk import pass_at_k, summarize
+from agentrl_cli.acceptance.evaluation.plan import parse_ks, pending, sample_seed, spread_by_family
 
 
 def closed_form(n: int, c: int, k: int) -> float:

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.plan import PlanInputs, build_plan, model_shape, zero_state_bytes
+from agentrl_cli.ops.plan import PlanInputs, build_plan, model_shape, zero_state_bytes
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.models import BACKEND_NAMES, WEIGHT_SYNC_NAMES
-from agentrl_cli.errors import ConfigError, NotFoundError
-from agentrl_cli.training.backend import BACKENDS, backend_class
+from agentrl_cli.core.errors import ConfigError, NotFoundError
+from agentrl_cli.learner.backend import BACKENDS, backend_class
 from agentrl_cli.weightsync.distributed import DistributedTransport
 from agentrl_cli.weightsync.registry import TRANSPORTS, make_transport
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 from agentrl_cli.config import load_config
-from agentrl_cli.observe.redaction import SecretRedactor
-from agentrl_cli.observe.step_metrics import MetricsLog
-from agentrl_cli.report import Check, CheckStatus, StageReport, write_report
+from agentrl_cli.core.redaction import SecretRedactor
+from agentrl_cli.runtime.observe.step_metrics import MetricsLog
+from agentrl_cli.core.report import Check, CheckStatus, StageReport, write_report
 
 PLANTED = "plant-0123456789abcdef"  # no pattern catches it: only knowing the value does
 
@@ -57,7 +57,7 @@ PROBE = r"""
 import json, logging, sys, warnings
 early = logging.getLogger("early")
 early.addHandler(logging.StreamHandler(sys.stderr))  # holds the raw stream: only the record factory protects it
-from agentrl_cli.observe.redaction import protect_process
+from agentrl_cli.core.redaction import protect_process
 protect_process()
 secret = "{secret}"
 early.error("early handler: %s", secret)
@@ -125,7 +125,7 @@ def test_log_arguments_stay_arguments_and_lose_their_secrets(monkeypatch):
 
     from uvicorn.logging import AccessFormatter
 
-    from agentrl_cli.observe import redaction
+    from agentrl_cli.core import redaction
 
     monkeypatch.setattr(redaction._State, "factory", logging.LogRecord)
     monkeypatch.setattr(redaction._State, "redactor", SecretRedactor.build(None, {"AGENTRL_REWARD__API_KEY": PLANTED}))

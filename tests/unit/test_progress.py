@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from agentrl_cli.observe.progress import INTERVAL_S, WorkProgress
+from agentrl_cli.core.progress import INTERVAL_S, WorkProgress
 
 # A builder whose demonstrations report as they go, then a silent stretch (initialising the model)
 # longer than two progress intervals, then warm-start steps.

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
-from agentrl_cli.errors import AgentrlError
-from agentrl_cli.observe.prometheus import PrometheusExporter, series
+from agentrl_cli.core.errors import AgentrlError
+from agentrl_cli.runtime.observe.prometheus import PrometheusExporter, series
 
 
 def test_keys_map_to_metric_names_and_labels():

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import pytest
 
 from agentrl_cli.config.models import DataConfig
-from agentrl_cli.data.redact import Redactor, install_log_redaction, shannon_entropy
-from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.core.redact import Redactor, install_log_redaction, shannon_entropy
+from agentrl_cli.runtime.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord
 
 # Fake credentials, built so that the file itself does not look like it leaks any.
 AWS_KEY_ID = "AKIA" + "IOSFODNN7EXAMPLE"
@@ -236,7 +236,7 @@ def test_installed_filter_also_covers_records_propagated_from_child_loggers(capt
 
 
 def test_the_arrow_table_path_redacts_exactly_like_the_row_path():
-    from agentrl_cli.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, to_table
+    from agentrl_cli.runtime.data.schema import Artifact, StepRecord, ToolCallRecord, TrajectoryRecord, to_table
 
     secret_text = "key " + "AKIA" + "Q7XK2M4PZ8RT5WBN" + " and " + "ghp_" + "x7Kq2Lm9Pz4Rt6Wb8Nc1Vd3Fg5Hj0Ks2Qe4Ty"
     rec = TrajectoryRecord(

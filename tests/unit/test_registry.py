@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import NotFoundError
+from agentrl_cli.core.errors import NotFoundError
 from harnesses.registry import create, harness_version, registered, resolve
 from harnesses.terminal_like import TerminalLike
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentrl_cli.report import (SCHEMA_VERSION, Check, StageReport, apply_strict, guarded, read_report,
+from agentrl_cli.core.report import (SCHEMA_VERSION, Check, StageReport, apply_strict, guarded, read_report,
                                 stage_status, write_report)
 
 
@@ -95,7 +95,7 @@ def test_a_version_1_report_still_reads_and_an_unknown_version_is_refused(tmp_pa
 def test_rich_view_shows_info_without_a_failure_line():
     from rich.console import Console
 
-    from agentrl_cli.render import render_report
+    from agentrl_cli.cli.render import render_report
 
     console = Console(record=True, width=200)
     render_report(console, _report([Check.info("share", 0.4, "sampling share"), Check.judge("b", False, 0, ">= 1", "fix b")]))

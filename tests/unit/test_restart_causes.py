@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.loop.ledger import compare, draw_index, read_ledger, write_ledger
-from agentrl_cli.loop.restarts import TrainerCrashed, crash_cause, exhausted, restart_row
-from agentrl_cli.observe import keys
-from agentrl_cli.training.ranks_backend import TrainerRanksFailed
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.run.loop.ledger import compare, draw_index, read_ledger, write_ledger
+from agentrl_cli.run.loop.restarts import TrainerCrashed, crash_cause, exhausted, restart_row
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.learner.ranks_backend import TrainerRanksFailed
 
 
 def crashed_from(cause: BaseException) -> TrainerCrashed:

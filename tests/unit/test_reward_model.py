@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.schema import StepRecord, TrajectoryRecord
-from agentrl_cli.errors import AgentrlError, UsageError
-from agentrl_cli.reward import rm_metrics
-from agentrl_cli.reward.models import ScoreRequest, StepIn, TaskIn
-from agentrl_cli.reward.reward_model import render_request
-from agentrl_cli.reward.rm_train import Example, examples_of, fit_platt, split_by_task
+from agentrl_cli.runtime.data.schema import StepRecord, TrajectoryRecord
+from agentrl_cli.core.errors import AgentrlError, UsageError
+from agentrl_cli.runtime.reward import rm_metrics
+from agentrl_cli.runtime.reward.models import ScoreRequest, StepIn, TaskIn
+from agentrl_cli.runtime.reward.reward_model import render_request
+from agentrl_cli.runtime.reward.rm_train import Example, examples_of, fit_platt, split_by_task
 
 
 def test_auc_is_the_mann_whitney_statistic_with_ties_counting_half():
@@ -121,8 +121,8 @@ def test_reward_model_in_verifiers_needs_reward_reward_model():
 
 
 def test_a_missing_reward_model_directory_is_refused_at_load_with_the_fix(tmp_path):
-    from agentrl_cli.errors import ConfigError
-    from agentrl_cli.reward.reward_model import RewardModelVerifier
+    from agentrl_cli.core.errors import ConfigError
+    from agentrl_cli.runtime.reward.reward_model import RewardModelVerifier
 
     cfg = load_config(None, [f"reward.reward_model={tmp_path / 'nope'}", f"model.cache_dir={tmp_path}"], env={}).config
     with pytest.raises(ConfigError, match="no reward-model directory") as info:
@@ -132,9 +132,9 @@ def test_a_missing_reward_model_directory_is_refused_at_load_with_the_fix(tmp_pa
 
 def test_one_episode_renders_the_same_from_its_stored_record_and_from_its_scoring_request():
     """The rollout builds both from the same episode (record_from_episode, request_from_episode)."""
-    from agentrl_cli.data.record_from_episode import record_from_episode
-    from agentrl_cli.episode import Action, Evidence, Observation, TaskSpec, Trajectory
-    from agentrl_cli.reward.request_from_episode import request_from_episode
+    from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+    from agentrl_cli.core.episode import Action, Evidence, Observation, TaskSpec, Trajectory
+    from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
 
     task = TaskSpec("t7", "terminal_like", "Write 42 to out.txt.", "42", 1, "train", {"files": {"a.txt": "x"}})
     traj = Trajectory(task, [Action("echo 42 > out.txt"), Action("bad {")],

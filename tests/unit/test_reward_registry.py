@@ -1,4 +1,4 @@
-"""The reward's scorers by name (agentrl_cli/reward/registry.py): the table the config accepts, built
+"""The reward's scorers by name (agentrl_cli/runtime/reward/registry.py): the table the config accepts, built
 lazily as `Class(config)`; user reward functions named `module:function` and their contract (a
 number in [0, 1] or a Verdict; anything else, an exception or a score outside [0, 1] is infra_error,
 retried and counted; a tampered trajectory scores 0 without the function being called); their
@@ -17,11 +17,11 @@ import pytest
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.models import VERIFIER_NAMES
-from agentrl_cli.errors import EXIT_USAGE, ConfigError, NotFoundError
-from agentrl_cli.reward.models import ScoreRequest
-from agentrl_cli.reward.registry import VERIFIERS, FunctionVerifier, build_verifier
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.verifiers import Verdict, VerifierError
+from agentrl_cli.core.errors import EXIT_USAGE, ConfigError, NotFoundError
+from agentrl_cli.runtime.reward.models import ScoreRequest
+from agentrl_cli.runtime.reward.registry import VERIFIERS, FunctionVerifier, build_verifier
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.verifiers import Verdict, VerifierError
 
 
 def config(*sets: str):
@@ -56,14 +56,14 @@ class Built:
 
 
 def test_the_table_holds_the_judge_and_the_reward_model_and_the_config_accepts_exactly_it():
-    assert VERIFIERS["judge"] == "agentrl_cli.reward.judge:JudgeVerifier"
-    assert VERIFIERS["reward_model"] == "agentrl_cli.reward.reward_model:RewardModelVerifier"
+    assert VERIFIERS["judge"] == "agentrl_cli.runtime.reward.judge:JudgeVerifier"
+    assert VERIFIERS["reward_model"] == "agentrl_cli.runtime.reward.reward_model:RewardModelVerifier"
     assert set(VERIFIER_NAMES) == set(VERIFIERS)
 
 
 def test_importing_the_scorer_loads_no_registered_scorer():
-    code = ("import sys, agentrl_cli.reward.scorer, agentrl_cli.reward.service; "
-            "print([m for m in sys.modules if m in ('agentrl_cli.reward.judge', 'agentrl_cli.reward.reward_model')])")
+    code = ("import sys, agentrl_cli.runtime.reward.scorer, agentrl_cli.runtime.reward.service; "
+            "print([m for m in sys.modules if m in ('agentrl_cli.runtime.reward.judge', 'agentrl_cli.runtime.reward.reward_model')])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -10,12 +10,12 @@ import pytest
 
 from agentrl_cli.config import load_config
 from agentrl_cli.config.models import REWARD_COMPONENTS
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.reward.aggregate import COMPONENTS
-from agentrl_cli.reward.models import ScoreRequest
-from agentrl_cli.reward.registry import FunctionVerifier
-from agentrl_cli.reward.scorer import Scorer
-from agentrl_cli.reward.verifiers import HarnessScoreVerifier, Verdict
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.runtime.reward.aggregate import COMPONENTS
+from agentrl_cli.runtime.reward.models import ScoreRequest
+from agentrl_cli.runtime.reward.registry import FunctionVerifier
+from agentrl_cli.runtime.reward.scorer import Scorer
+from agentrl_cli.runtime.reward.verifiers import HarnessScoreVerifier, Verdict
 
 EXTRA = "my_rewards:brevity"  # a reward.verifiers component, here a function in the test
 

@@ -8,11 +8,11 @@ import json
 from rich.console import Console
 
 from agentrl_cli.config import load_config
-from agentrl_cli.observe.run_record import load_record
-from agentrl_cli.outcomes import Phase
-from agentrl_cli.render import render_checks
-from agentrl_cli.report import Check, atomic_write_text
-from agentrl_cli.rundir import create_run
+from agentrl_cli.acceptance.run_record import load_record
+from agentrl_cli.core.outcomes import Phase
+from agentrl_cli.cli.render import render_checks
+from agentrl_cli.core.report import Check, atomic_write_text
+from agentrl_cli.acceptance.run_meta import create_run
 
 
 def _run(tmp_path, *dirs: str):

@@ -8,13 +8,13 @@ import types
 
 import pytest
 
-from agentrl_cli import runbook
+from agentrl_cli.acceptance import runbook
 from agentrl_cli.config import load_config
-from agentrl_cli.context import StageOptions
-from agentrl_cli.errors import UsageError
-from agentrl_cli.report import Check
-from agentrl_cli.rundir import create_run
-from agentrl_cli.runbook import STAGES, StageSpec, exit_code, parse_selection, run_stages
+from agentrl_cli.acceptance.context import StageOptions
+from agentrl_cli.core.errors import UsageError
+from agentrl_cli.core.report import Check
+from agentrl_cli.acceptance.run_meta import create_run
+from agentrl_cli.acceptance.runbook import STAGES, StageSpec, exit_code, parse_selection, run_stages
 
 
 def test_nine_stages_in_order_with_modules():

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.loop.samples import SampleBuilder
-from agentrl_cli.loop.shaping import has_signal, overlong_penalty
-from agentrl_cli.loop.steps import RunSummary, StepLoop
-from agentrl_cli.observe import keys
-from agentrl_cli.outcomes import Outcome
-from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
-from agentrl_cli.training.grpo import aggregation_weights, ppo_clip_loss
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.run.loop.samples import SampleBuilder
+from agentrl_cli.run.loop.shaping import has_signal, overlong_penalty
+from agentrl_cli.run.loop.steps import RunSummary, StepLoop
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.core.outcomes import Outcome
+from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.learner.grpo import aggregation_weights, ppo_clip_loss
 
 
 def cfg_with(**sets):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from agentrl_cli.rollout.sampler import CURRICULUM_FLOOR, TaskSampler
+from agentrl_cli.runtime.rollout.sampler import CURRICULUM_FLOOR, TaskSampler
 from harnesses.tasks import load_tasks
 
 

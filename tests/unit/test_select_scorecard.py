@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_cli.report import Check, CheckStatus
-from agentrl_cli.select import probes, stress
-from agentrl_cli.select.scorecard import CRITERIA, Scorecard, cell_name
+from agentrl_cli.core.report import Check, CheckStatus
+from agentrl_cli.acceptance.select import probes, stress
+from agentrl_cli.acceptance.select.scorecard import CRITERIA, Scorecard, cell_name
 
 LOOP = {"steps": 3, "mode": "async", "max_staleness": 1, "timed_fraction": 0.95, "phases_every_step": True,
         "seconds": {"sampling": 1.0, "training": 0.5, "sync": 0.05}, "tokens_per_s": 100.0, "policy_lag_per_step": [0.0, 1.0, 0.0],

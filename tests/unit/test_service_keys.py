@@ -11,11 +11,11 @@ import stat
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.errors import UsageError
-from agentrl_cli.sandbox.service import check_exposure
-from agentrl_cli.security import AuditLog, KeyRing, client_key, key_id, service_keys
-from agentrl_cli.security.http import bearer_token
-from agentrl_cli.security.keys import read_key_file, retire_old, rotate
+from agentrl_cli.core.errors import UsageError
+from agentrl_cli.envs.sandbox.service import check_exposure
+from agentrl_cli.core.security import AuditLog, KeyRing, client_key, key_id, service_keys
+from agentrl_cli.core.security.http import bearer_token
+from agentrl_cli.core.security.keys import read_key_file, retire_old, rotate
 
 
 def test_a_ring_accepts_each_of_its_keys_and_names_them_by_an_id_that_hides_them():

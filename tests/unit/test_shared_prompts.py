@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agentrl_cli.training import shared_prompts
-from agentrl_cli.training.grpo import Sample, collate, ppo_clip_loss, token_logprobs
+from agentrl_cli.learner import shared_prompts
+from agentrl_cli.learner.grpo import Sample, collate, ppo_clip_loss, token_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.context import StageContext
-from agentrl_cli.errors import ConfigError
-from agentrl_cli.report import Check, CheckStatus
-from agentrl_cli.rundir import create_run
+from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.core.report import Check, CheckStatus
+from agentrl_cli.acceptance.run_meta import create_run
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 HEAVY = ("torch", "deepspeed", "transformers")
 PROBE = """import sys
 sys.argv = {argv!r}
-from agentrl_cli.app import main
+from agentrl_cli.cli.app import main
 try:
     main()
 except SystemExit:
@@ -28,7 +28,7 @@ def heavy_after(argv: list[str]) -> list[str]:
 
 
 def test_importing_the_cli_imports_no_torch():
-    done = subprocess.run([sys.executable, "-c", "import sys, agentrl_cli.app; print(','.join(m for m in "
+    done = subprocess.run([sys.executable, "-c", "import sys, agentrl_cli.cli.app; print(','.join(m for m in "
                            f"{HEAVY!r} if m in sys.modules))"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
@@ -41,7 +41,7 @@ def test_help_and_troubleshoot_import_no_heavy_library(argv):
 
 
 def test_listed_help_matches_each_commands_own_help():
-    from agentrl_cli.app import COMMANDS, load_command
+    from agentrl_cli.cli.app import COMMANDS, load_command
 
     for name, (_, _, _, listed) in COMMANDS.items():
         own = " ".join((load_command(name).help or "").split())

@@ -14,13 +14,13 @@ from collections import Counter
 import pytest
 from aiohttp import web
 
-from agentrl_cli.inference.client import InferenceClient, InferenceUnreachable, SamplingParams
-from agentrl_cli.loop.restarts import crash_cause
-from agentrl_cli.observe import keys
-from agentrl_cli.supervise import Component, ComponentFailed, RemoteComponent, Supervisor
-from agentrl_cli.supervise.control import REQUESTS, STATUS, ServerControl, read_requests, request, server_url
-from agentrl_cli.supervise.supervisor import unless_failed
-from agentrl_cli.errors import UsageError
+from agentrl_cli.engines.inference.client import InferenceClient, InferenceUnreachable, SamplingParams
+from agentrl_cli.run.loop.restarts import crash_cause
+from agentrl_cli.runtime.observe import keys
+from agentrl_cli.run.supervise import Component, ComponentFailed, RemoteComponent, Supervisor
+from agentrl_cli.run.supervise.control import REQUESTS, STATUS, ServerControl, read_requests, request, server_url
+from agentrl_cli.run.supervise.supervisor import unless_failed
+from agentrl_cli.core.errors import UsageError
 
 
 class Health:
@@ -207,8 +207,8 @@ def test_the_gateway_served_in_a_thread_is_served_again_on_its_port_when_its_thr
 
     from fastapi import FastAPI
 
-    from agentrl_cli.serving import ServerThread
-    from agentrl_cli.supervise import GatewayComponent
+    from agentrl_cli.core.serving import ServerThread
+    from agentrl_cli.run.supervise import GatewayComponent
 
     app = FastAPI()
     app.get("/health")(lambda: {"ok": True})

@@ -7,7 +7,7 @@ import io
 import json
 import marshal
 
-from agentrl_cli.sandbox.supervisor import read_request, to_json
+from agentrl_cli.envs.sandbox.supervisor import read_request, to_json
 
 
 def test_answers_round_trip_through_json_whatever_the_command_printed():

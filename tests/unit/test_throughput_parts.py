@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 
 from agentrl_cli.config import load_config
-from agentrl_cli.inference import launcher
-from agentrl_cli.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.engines.inference import launcher
+from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
 
 
 def _cfg(*sets: str):

@@ -9,7 +9,7 @@ import threading
 import httpx
 import pytest
 
-from agentrl_cli.tools import (CallLog, CircuitBreaker, InvalidToolCall, PermanentToolError, RateLimited,
+from agentrl_cli.envs.tools import (CallLog, CircuitBreaker, InvalidToolCall, PermanentToolError, RateLimited,
                                ToolCaller, ToolSpec, ToolTimeout, TransientToolError, backoff_delay, http_tool,
                                is_empty)
 from harnesses.tool_service import CalculatorError, ToolService, evaluate

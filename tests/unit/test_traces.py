@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agentrl_cli.observe import traces
-from agentrl_cli.observe.redaction import protect_process
+from agentrl_cli.runtime.observe import traces
+from agentrl_cli.core.redaction import protect_process
 
 STATUS_ERROR = 2  # OTLP's Status.code
 

@@ -4,7 +4,7 @@ weight sync's mismatch, each ranked first on a run that shows it."""
 
 from __future__ import annotations
 
-from agentrl_cli.troubleshoot.diagnose import diagnose
+from agentrl_cli.acceptance.troubleshoot.diagnose import diagnose
 from tests.unit.test_verify_faults import evals, loaded_config, make_run, rows, trajectory
 
 
@@ -65,7 +65,7 @@ def test_evaluation_far_below_training_and_a_high_mismatch_kl_are_found(tmp_path
 
 
 def test_a_run_stopped_by_a_harness_ranks_that_harness_first_naming_the_method(tmp_path):
-    from agentrl_cli.report import Check, StageReport, write_report
+    from agentrl_cli.core.report import Check, StageReport, write_report
 
     loaded = loaded_config(tmp_path)
     metrics = rows()

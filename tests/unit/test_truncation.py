@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentrl_cli.rollout.controller import TRUNCATION_PENALTY, trained_reward
+from agentrl_cli.runtime.rollout.controller import TRUNCATION_PENALTY, trained_reward
 
 
 @pytest.mark.parametrize("mode, expected", [("mask", None), ("score", 0.3), ("penalize", TRUNCATION_PENALTY)])

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
-from agentrl_cli.data.writer import open_writer
-from agentrl_cli.report import atomic_write_text
-from agentrl_cli.rundir import create_run
-from agentrl_cli.troubleshoot.diagnose import diagnose
-from agentrl_cli.verify import verify
+from agentrl_cli.runtime.data.schema import StepRecord, ToolCallRecord, TrajectoryRecord
+from agentrl_cli.runtime.data.writer import open_writer
+from agentrl_cli.core.report import atomic_write_text
+from agentrl_cli.acceptance.run_meta import create_run
+from agentrl_cli.acceptance.troubleshoot.diagnose import diagnose
+from agentrl_cli.acceptance.verify import verify
 
 TRAIN = ("terminal_like", "code_sandbox_like")
 HELD_OUT = "tool_api_like"

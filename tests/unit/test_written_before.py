@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 from agentrl_cli.config import load_config
-from agentrl_cli.data.record_from_episode import record_from_episode
-from agentrl_cli.report import FAIL, PASS, STATUSES, CheckStatus, StageReport, read_report
+from agentrl_cli.runtime.data.record_from_episode import record_from_episode
+from agentrl_cli.core.report import FAIL, PASS, STATUSES, CheckStatus, StageReport, read_report
 from harnesses.base import Action, Observation, TaskSpec, Trajectory
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "stage5_report_v2.json"

@@ -1,0 +1,163 @@
+"""`agentrl image lock|render|verify|build`: the image lock, role Dockerfiles, and the environment against them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from agentrl_cli.cli.commands.common import ConfigOpt, JsonOpt, SetOpt, checks_json, err, finish, load, out, print_json
+from agentrl_cli.cli.render import print_table, render_checks
+
+app = typer.Typer(help="Lock exact versions per role, render Dockerfiles, verify this environment, build images.",
+                  no_args_is_help=True)
+
+LockOpt = Annotated[Optional[Path], typer.Option("--lock", help="Lock file (default: image.lock_file).", show_default=False,
+                                                 dir_okay=False)]
+
+
+@app.command("lock")
+def lock_cmd(
+    out_path: Annotated[Optional[Path], typer.Option("--out", help="Where to write the lock (default: image.lock_file).", show_default=False, dir_okay=False)] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write the lock of exact versions and licences per role (image.roles) from this environment:
+    Python, torch and its CUDA/ROCm build, DeepSpeed, transformers, SGLang for the inference role
+    when inference.engine is sglang, agentrl itself and everything they need. Exit 1 when a role's
+    package is missing or a licence is outside image.allowed_licences (the lock is written anyway).
+
+    Examples:
+
+    * `agentrl image lock`
+
+    * `agentrl image lock --out locks/gpu-node.lock.json --json`
+    """
+    from agentrl_cli.ops.image.lock import build_lock, image_tags, lock_checks, write_lock
+
+    cfg = load(config, sets).config
+    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image)
+    path = write_lock(lock, out_path or Path(cfg.image.lock_file))
+    checks = lock_checks(lock, cfg.image.allowed_licences)
+    tags = image_tags(lock, cfg.cluster.image_registry)
+    if json_out:
+        print_json(checks_json(checks, lock_file=str(path), digest=lock["digest"], python=lock["python"],
+                               torch_build=lock["torch_build"], tags=tags,
+                               roles={r: {"packages": len(b["packages"]), "missing": b["missing"]} for r, b in lock["roles"].items()}))
+    else:
+        t = Table("role", "packages", "tag", title=f"image lock {path} (digest {lock['digest'][:12]})", title_justify="left")
+        for role, body in lock["roles"].items():
+            t.add_row(role, str(len(body["packages"])), tags[role])
+        print_table(out(), t)
+        render_checks(out(), checks, "lock checks")
+    finish(checks)
+
+
+@app.command("render")
+def render_cmd(
+    lock_path: LockOpt = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Build context directory to write.", file_okay=False)] = Path("image-build"),
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render Dockerfiles from templates/docker/ and a lock: one base image pinning the runtime, a
+    thin image per role on it, tags derived from the lock; requirement files, the lock and
+    images.json (tags in build order) go into the build context.
+
+    Examples:
+
+    * `agentrl image render`
+
+    * `agentrl image render --lock agentrl.lock.json --out build/image --json`
+    """
+    from agentrl_cli.ops.image.lock import read_lock
+    from agentrl_cli.ops.image.render import render, render_checks
+
+    cfg = load(config, sets).config
+    lock = read_lock(lock_path or Path(cfg.image.lock_file))
+    index = render(lock, out_dir, cfg.cluster.image_registry, cfg.cluster.base_image)
+    checks = render_checks(lock, out_dir)
+    if json_out:
+        print_json(checks_json(checks, **index))
+    else:
+        t = Table("role", "Dockerfile", "tag", title=f"rendered into {out_dir}", title_justify="left")
+        for img in index["images"]:
+            t.add_row(img["role"], img["dockerfile"], img["tag"])
+        print_table(out(), t)
+        render_checks(out(), checks, "render checks")
+    finish(checks)
+
+
+@app.command("verify")
+def verify_cmd(
+    lock_path: LockOpt = None,
+    role: Annotated[Optional[str], typer.Option("--role", help="Role to verify (default: $AGENTRL_IMAGE_ROLE, else train).", show_default=False)] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check the running environment against the lock for a role: Python, every package at its
+    locked version (each mismatch named with its fix), torch and the expected devices, NCCL where
+    there are GPUs, DeepSpeed's own report (train), SGLang (inference with engine sglang).
+    Exit 0 pass, 1 a mismatch, 2 a missing or malformed lock.
+
+    Examples:
+
+    * `agentrl image verify`
+
+    * `agentrl image verify --role inference --lock /opt/agentrl/agentrl.lock.json --json`
+    """
+    from agentrl_cli.ops.image.lock import read_lock
+    from agentrl_cli.ops.image.verify import verify_checks
+
+    cfg = load(config, sets).config
+    role = role or os.environ.get("AGENTRL_IMAGE_ROLE") or "train"
+    path = lock_path or Path(cfg.image.lock_file)
+    lock = read_lock(path, strict_digest=False)
+    checks = verify_checks(lock, role, cfg)
+    if json_out:
+        print_json(checks_json(checks, lock_file=str(path), role=role, digest=lock["digest"]))
+    else:
+        render_checks(out(), checks, f"environment vs {path} (role {role})", verbose=True)
+    finish(checks)
+
+
+@app.command("build")
+def build_cmd(
+    lock_path: LockOpt = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Build context directory.", file_okay=False)] = Path("image-build"),
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render, then build the base and role images with docker, podman or buildah (image.builder)
+    and run `agentrl image verify` inside each. Without a working builder the check is a skip that
+    lists the exact commands that would run. Exit 0 built or skipped, 1 a build or verify failed.
+
+    Examples:
+
+    * `agentrl image build`
+
+    * `agentrl image build --set image.builder=podman --json`
+    """
+    from agentrl_cli.ops.image.build import build_checks
+    from agentrl_cli.ops.image.lock import read_lock
+    from agentrl_cli.ops.image.render import render, render_checks
+
+    cfg = load(config, sets).config
+    lock = read_lock(lock_path or Path(cfg.image.lock_file))
+    index = render(lock, out_dir, cfg.cluster.image_registry, cfg.cluster.base_image)
+    checks = render_checks(lock, out_dir)
+    if not json_out:
+        err().print(f"build context {out_dir}; building {len(index['images'])} images")
+    checks += build_checks(index, cfg.image.builder)
+    if json_out:
+        print_json(checks_json(checks, **index))
+    else:
+        render_checks(out(), checks, "image build")
+    finish(checks)

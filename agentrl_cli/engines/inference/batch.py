@@ -1,0 +1,273 @@
+"""Decoding one batch: left-padded prefill in one forward pass, then one forward pass per step over
+the KV cache for the rows still running. Finished rows leave the batch (their cache rows are
+dropped), so they neither cost compute nor change; requests that arrive while it runs join it
+between steps (prefilled on their own, caches merged with masked left padding). With a
+`PrefixCache`, a request that starts with tokens an earlier row was fed prefills only the rest, on
+top of the cached keys and values; rows leaving the batch leave their KV in the cache.
+
+`Request` is the engine's record of one generation request; `BatchRun` mutates it and reports
+back through the `BatchHooks` the engine implements (pause/abort checkpoints, completion,
+retraction). Queueing, locks and weight swaps belong in `engine.py`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from agentrl_cli.engines.inference.kv_cache import append_rows, new_cache, swap_remove_order, trim_front
+from agentrl_cli.engines.inference.prefix_cache import Prefix, PrefixCache
+from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, check_finished, prompt_logprobs
+
+ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    input_ids: list[int]
+    params: GenParams
+    return_logprob: bool
+    logprob_start_len: int
+    future: Future
+    seq: int
+    admitted: bool  # False while it waits on a pause (SGLang: not yet inside the scheduler)
+    internal: bool = False  # health checks: not counted in metrics
+    adapter: object = None  # the LoRA adapter serving it (lora.Adapter); None: the base weights
+    started: float = field(default_factory=time.perf_counter)
+    arrival: float = field(default_factory=time.monotonic)
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    input_logprobs: list | None = None
+    weight_version: str = ""
+    retractions: int = 0
+    abort_message: str | None = None  # set by abort(); the batch finishes the row at its next step
+    finished: bool = False
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+
+    def reset_for_retry(self) -> None:
+        self.output_ids, self.output_logprobs, self.input_logprobs = [], [], None
+        self.cached_tokens = 0
+        self.finished = False
+        self.retractions += 1
+
+    def result(self, finish_reason: dict) -> dict:
+        return {"rid": self.rid, "output_ids": list(self.output_ids), "output_logprobs": list(self.output_logprobs),
+                "input_logprobs": self.input_logprobs, "finish_reason": finish_reason,
+                "prompt_tokens": len(self.input_ids), "completion_tokens": len(self.output_ids),
+                "cached_tokens": self.cached_tokens,
+                "weight_version": self.weight_version, "retractions": self.retractions,
+                "e2e_latency": time.perf_counter() - self.started}
+
+
+class BatchHooks(Protocol):
+    def checkpoint(self, active: list[Request]) -> str:
+        """Called between steps: "run", "hold" (finish aborted rows, then ask again) or "retract"."""
+
+    def finish(self, req: Request, finish_reason: dict) -> None: ...
+
+    def retract(self, reqs: list[Request]) -> None: ...
+
+    def admit(self, room: int) -> list[Request]:
+        """Requests that may join the running batch now (same weights), at most `room`."""
+
+
+class BatchRun:
+    """Runs `reqs` to completion on `model`; every request ends through `hooks.finish` or `hooks.retract`."""
+
+    def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int, max_rows: int = 64,
+                 prefix_cache: PrefixCache | None = None) -> None:
+        self.model, self.tokenizer, self.hooks, self.pad_id, self.max_rows = model, tokenizer, hooks, pad_id, max_rows
+        self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
+        self.active = list(reqs)
+        self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size)
+        self.generated = 0
+        self.leaving: list[tuple[Request, dict]] = []  # finished rows, reported once `_select` drops them
+        # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
+        self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    def run(self) -> int:
+        """Decode until every row has finished; returns the number of tokens generated."""
+        logits, cache, mask, pos = self._prefill()
+        while self.active:
+            action = self.hooks.checkpoint(self.active)
+            if action == "retract":
+                self.hooks.retract(self.active)
+                self.active = []
+                break
+            keep = self._finish_aborted()
+            if keep is not None:
+                keep = swap_remove_order(len(self.active), keep)
+                logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
+            if not self.active or action == "hold":
+                continue
+            tokens = self._sample_and_check(logits)
+            keep = [i for i, r in enumerate(self.active) if not r.finished]
+            if len(keep) < len(self.active):
+                keep = swap_remove_order(len(self.active), keep)  # a leaving row's place goes to the last row
+                tokens = [tokens[i] for i in keep]
+                logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
+            if not self.active:
+                break
+            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            pos = pos + 1
+            out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long)[:, None], attention_mask=mask,
+                             position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
+            logits = out.logits[:, -1, :]
+            joining = self.hooks.admit(self.max_rows - len(self.active))
+            if joining:
+                logits, cache, mask, pos = self._join(joining, logits, cache, mask, pos)
+        return self.generated
+
+    def _join(self, joining: list[Request], logits, cache, mask, pos):
+        """Prefill late arrivals on their own and merge them into the running batch."""
+        sub = BatchRun(self.model, self.tokenizer, joining, self.hooks, pad_id=self.pad_id, max_rows=self.max_rows,
+                       prefix_cache=self.prefix_cache)
+        logits2, cache2, mask2, pos2 = sub._prefill()
+        append_rows(cache, [(layer.keys, layer.values) for layer in cache2.layers])  # in place: no copy of the batch
+        width = max(mask.shape[1], mask2.shape[1])
+        mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
+                          torch.nn.functional.pad(mask2, (width - mask2.shape[1], 0))])
+        self.active += sub.active
+        self.sampler.extend(sub.sampler)
+        return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2])
+
+    @staticmethod
+    def _merge(a: tuple, b: tuple) -> tuple:
+        """Two prefilled (logits, cache, mask, pos) as one batch, rows of `a` first: both KV caches are
+        left-padded to one length (padding masked out), so every row still sees only its tokens."""
+        logits, cache, mask, pos = a
+        logits2, cache2, mask2, pos2 = b
+        width = max(mask.shape[1], mask2.shape[1])
+
+        def left(t: torch.Tensor, dim_len: int) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (0, 0, width - dim_len, 0))
+
+        for x, y in zip(cache.layers, cache2.layers):
+            x.keys = torch.cat([left(x.keys, mask.shape[1]), left(y.keys, mask2.shape[1])])
+            x.values = torch.cat([left(x.values, mask.shape[1]), left(y.values, mask2.shape[1])])
+        mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
+                          torch.nn.functional.pad(mask2, (width - mask2.shape[1], 0))])
+        return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2])
+
+    def _lookup(self, r: Request) -> Prefix | None:
+        if self.prefix_cache is None or (r.return_logprob and r.logprob_start_len == 0):
+            return None  # whole-prompt log-probs need the prompt's logits
+        hit = self.prefix_cache.lookup(r.input_ids)
+        r.cached_tokens = hit.length if hit is not None else 0
+        return hit
+
+    def _prefill(self):
+        """Prefill the rows: those with a cached prefix on top of it, the others whole, as two
+        forward passes merged (one padded pass would pay every row the longest uncached prompt)."""
+        hits = [self._lookup(r) for r in self.active]
+        if not any(hits):
+            return self._forward(self.active)
+        missed = [r for r, h in zip(self.active, hits) if h is None]
+        cached = [(r, h) for r, h in zip(self.active, hits) if h is not None]
+        if missed:  # rows in the order of the merged batch; the sampler follows them
+            self.active = missed + [r for r, _ in cached]
+            self.sampler = BatchSampler([r.params for r in self.active], self.model.config.vocab_size)
+        on_top = self._forward([r for r, _ in cached], [h for _, h in cached])
+        return self._merge(self._forward(missed), on_top) if missed else on_top
+
+    def _forward(self, reqs: list[Request], prefixes: list[Prefix] | None = None):
+        """One left-padded forward pass over `reqs`' prompts; with `prefixes`, over what follows each
+        cached prefix, the prefixes' KV left-padded in front (padding masked out)."""
+        done = [p.length for p in prefixes] if prefixes else [0] * len(reqs)
+        past = max(done)
+        width = max(len(r.input_ids) - c for r, c in zip(reqs, done))
+        ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(reqs), past + width), dtype=torch.long)
+        for i, (r, c) in enumerate(zip(reqs, done)):
+            rest = r.input_ids[c:]
+            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+            mask[i, past + width - len(rest):] = 1
+            mask[i, past - c:past] = 1
+        new = mask[:, past:]
+        positions = (new.cumsum(-1) - 1).clamp(min=0) + torch.tensor(done, dtype=torch.long)[:, None]
+        whole_prompt = any(r.return_logprob and r.logprob_start_len == 0 for r in reqs)
+        cache = new_cache(self.model.config)
+        if past:
+            for layer in range(len(prefixes[0].layers)):
+                k0, v0 = prefixes[0].layers[layer]
+                keys = k0.new_zeros((len(reqs), k0.shape[0], past, k0.shape[2]))
+                values = v0.new_zeros((len(reqs), v0.shape[0], past, v0.shape[2]))
+                for i, p in enumerate(prefixes):
+                    k, v = p.layers[layer]
+                    keys[i, :, past - p.length:] = k
+                    values[i, :, past - p.length:] = v
+                cache.update(keys, values, layer)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
+        for i, r in enumerate(reqs):
+            if r.return_logprob and r.logprob_start_len == 0:
+                own = out.logits[i, width - len(r.input_ids):]
+                r.input_logprobs = prompt_logprobs(own, r.input_ids, r.params.temperature)
+        return out.logits[:, -1, :], cache, mask, positions[:, -1]
+
+    def _keep_prefixes(self, leaving: list[int], cache, mask) -> None:
+        """Leave the KV of rows that leave the batch in the prefix cache: the tokens they were fed
+        (prompt and output, the last sampled token not yet fed) at their unmasked positions."""
+        for i in leaving:
+            r = self.active[i]
+            where = mask[i].nonzero().squeeze(1)
+            fed = r.input_ids + r.output_ids
+            if len(where) > len(fed):
+                continue
+            self.prefix_cache.insert(fed[:len(where)], [(layer.keys[i][:, where], layer.values[i][:, where])
+                                                        for layer in cache.layers])
+
+    def _finish_aborted(self) -> list[int] | None:
+        aborted = [r for r in self.active if r.abort_message is not None]
+        for r in aborted:
+            r.finished = True
+            self.leaving.append((r, {**ABORTED, "message": r.abort_message}))
+        if not aborted:
+            return None
+        return [i for i, r in enumerate(self.active) if not r.finished]
+
+    def _sample_and_check(self, logits: torch.Tensor) -> list[int]:
+        tokens, logprobs = self.sampler.sample(logits, [len(r.output_ids) for r in self.active])
+        for r, tok, lp in zip(self.active, tokens, logprobs):
+            r.output_ids.append(tok)
+            r.output_logprobs.append(lp)
+            self.generated += 1
+            reason = check_finished(r.params, r.output_ids, self.tokenizer)
+            if reason is not None:
+                r.finished = True
+                self.leaving.append((r, reason))
+        return tokens
+
+    def _select(self, keep: list[int], logits, cache, mask, pos):
+        """Keep the rows `keep`, in that order (`swap_remove_order`: only rows taking a leaver's place move)."""
+        if self.prefix_cache is not None:  # before the requests complete: a flush after that must find it
+            kept = set(keep)
+            self._keep_prefixes([i for i in range(len(self.active)) if i not in kept], cache, mask)
+        self.active = [self.active[i] for i in keep]
+        leaving, self.leaving = self.leaving, []
+        for r, reason in leaving:
+            self.hooks.finish(r, reason)
+        if not keep:
+            return logits, cache, mask, pos
+        self.sampler.select(keep)
+        idx = torch.tensor(keep, dtype=torch.long)
+        cache.batch_select_indices(idx)
+        return logits[idx], cache, self._trim(cache, mask[idx]), pos[idx]
+
+    @staticmethod
+    def _trim(cache, mask: torch.Tensor) -> torch.Tensor:
+        """Drop the leading columns that are padding in every remaining row. Without this a batch kept
+        alive by joins only ever widens (one column per step, padded to its longest row ever), and
+        every step attends over, and every join copies, the padding of rows long gone."""
+        used = mask.any(dim=0)
+        lead = int(used.int().argmax()) if bool(used.any()) else 0
+        if lead == 0:
+            return mask
+        trim_front(cache, lead)
+        return mask[:, lead:]

@@ -1,0 +1,453 @@
+"""The async inference client the rollout uses. It speaks SGLang's native HTTP API, so
+the same code drives SGLang servers, the SGLang router and the embedded server.
+
+Token ids in, token ids + log-probs + finish reason + weight version out. Connection errors and
+5xx answers are retried with exponential backoff, on another server when there are several;
+every request has a deadline. Without a router, requests are spread round-robin or to the server
+with the fewest requests in flight (`least_loaded`).
+
+Rotation: `remove_url` / `add_url` change the servers requests go to while requests are in flight
+(the run's supervisor takes a dead server out at once and puts it back once it serves the run's
+weights; `agentrl run servers add|remove`). Requests already sent to a removed server finish there or
+fail over as any failure does. With no server in rotation a request fails as unreachable, and the
+rollout waits for one to come back (`engines/resume.py`). A server added with `serve=False` is held:
+it is one of `urls` (weight updates reach it) but gets no requests until `add_url` releases it.
+`answered` counts each server's answered /generate requests.
+
+LoRA: `load_lora_adapter` / `unload_lora_adapter` on every server, and the policy's adapter
+(`PolicyAdapter`): once weight sync names one, every /generate carries it as `lora_path`. Clients
+built by `client_from_config` for the same servers share one `PolicyAdapter` in this process, so the
+rollout's client and the agent gateway's follow the adapter the run's weight sync publishes.
+
+Transport: aiohttp, one session per event loop (made on first use), keep-alive connections
+closed after 4 s idle, before the servers' 5 s (uvicorn's default) can close them under a request.
+httpx costs several times more client CPU per request; with 64 episodes answering at once
+that delayed the server's batch by 100-300 ms (measured for benchmarks/inference.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from agentrl_cli.core.errors import AgentrlError
+from agentrl_cli.core.security.keys import client_key
+
+RETRYABLE_STATUS = {500, 502, 503, 504}
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # refused, reset, timed out
+KEEPALIVE_S = 4.0
+# SGLang's (and the embedded server's) 400 for a lora_path it has not loaded: a server that restarted
+# and has not been given the policy's adapter again yet, so the request is tried on another server
+ADAPTER_NOT_LOADED = "requested LoRA adapters are not loaded"
+
+
+@dataclass
+class Reply:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.content)
+
+
+class InferenceError(AgentrlError):
+    """A request failed for good (after retries, or with a 4xx that retrying cannot fix)."""
+
+    exit_code = 1
+
+
+class InferenceUnreachable(InferenceError):
+    """Every attempt failed on the way (connection refused or reset, timeout, 5xx): the request may
+    succeed once a server is back (`engines/resume.py` waits for that and resumes)."""
+
+
+class LoraRefused(InferenceError):
+    """A server answered a LoRA load or unload with success false; `answers` holds every server's
+    answer (url -> {"success", "error_message", "loaded_adapters"})."""
+
+    def __init__(self, message: str, hint: str, answers: dict[str, dict]) -> None:
+        super().__init__(message, hint)
+        self.answers = answers
+
+
+@dataclass
+class PolicyAdapter:
+    """The LoRA adapter the servers serve the policy with: its name on the servers (sent as
+    `lora_path`), or None for the servers' base weights."""
+
+    name: str | None = None
+
+
+@dataclass
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    seed: int | None = None  # sent as SGLang's sampling_seed
+    ignore_eos: bool = False
+
+    def to_sglang(self) -> dict:
+        d = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
+             "top_k": self.top_k, "no_stop_trim": True, "skip_special_tokens": False}
+        if self.stop:
+            d["stop"] = self.stop
+        if self.stop_token_ids:
+            d["stop_token_ids"] = self.stop_token_ids
+        if self.seed is not None:
+            d["sampling_seed"] = self.seed
+        if self.ignore_eos:
+            d["ignore_eos"] = True
+        return d
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_reason: str  # "stop" | "length" | "abort"
+    weight_version: str
+    latency: float
+    text: str = ""
+    prompt_tokens: int = 0
+    server: str = ""
+    retries: int = 0
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def aborted(self) -> bool:
+        return self.finish_reason == "abort"
+
+
+def parse_generation(data: dict, latency: float, server: str, retries: int) -> Generation:
+    meta = data.get("meta_info", {})
+    pairs = meta.get("output_token_logprobs") or []
+    ids = data.get("output_ids") or [p[1] for p in pairs]
+    logprobs = [float(p[0]) if p[0] is not None else float("nan") for p in pairs]
+    reason = (meta.get("finish_reason") or {}).get("type", "stop") if isinstance(meta.get("finish_reason"), dict) else "stop"
+    return Generation(output_ids=list(ids), output_logprobs=logprobs, finish_reason=reason,
+                      weight_version=str(meta.get("weight_version", "default")), latency=latency, text=data.get("text", ""),
+                      prompt_tokens=int(meta.get("prompt_tokens", 0) or 0), server=server, retries=retries, meta=meta)
+
+
+class InferenceClient:
+    def __init__(self, urls: list[str] | str, api_key: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
+                 backoff_s: float = 0.2, policy: str = "round_robin", max_connections: int = 512,
+                 adapter: PolicyAdapter | None = None) -> None:
+        self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
+        if not self.urls:
+            raise ValueError("InferenceClient needs at least one server URL")
+        if policy not in ("round_robin", "least_loaded"):
+            raise ValueError(f"unknown policy {policy!r}; use round_robin or least_loaded")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop = None
+        self.timeout_s, self.max_retries, self.backoff_s, self.policy = timeout_s, max_retries, backoff_s, policy
+        self._next = 0  # round-robin position
+        self.in_flight = {u: 0 for u in self.urls}
+        self.answered: Counter = Counter()  # url -> /generate requests it answered
+        self.held: frozenset[str] = frozenset()  # in `urls` for weight updates, but sent no requests yet
+        self.stats = {"requests": 0, "retries": 0, "failures": 0}
+        self.watchdog = None  # optional observe.watchdog.Watchdog: per-server progress ("inference URL")
+        self.adapter = adapter if adapter is not None else PolicyAdapter()
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers every request carries (the bearer token when the servers require one)."""
+        return dict(self._headers)
+
+    def _http(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, keepalive_timeout=KEEPALIVE_S)
+            self._session, self._session_loop = aiohttp.ClientSession(connector=connector, headers=self._headers), loop
+        return self._session
+
+    async def _send(self, method: str, url: str, body: dict | None = None, timeout_s: float | None = None) -> Reply:
+        """One HTTP exchange; raises one of TRANSPORT_ERRORS when no answer came back in time."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        async with self._http().request(method, url, json=body, timeout=timeout) as r:
+            return Reply(r.status, await r.read())
+
+    # ---- rotation -------------------------------------------------------------------------------
+    # `urls` is replaced, never changed in place: another thread (the agent gateway's) may be reading it
+
+    def remove_url(self, url: str) -> bool:
+        """Send no new requests to `url`; False when it was not in rotation."""
+        url = url.rstrip("/")
+        if url not in self.urls:
+            return False
+        self.urls = [u for u in self.urls if u != url]
+        self.held = self.held - {url}
+        return True
+
+    def add_url(self, url: str, *, serve: bool = True) -> bool:
+        """Send requests to `url` too (`serve=False`: hold it, a member for weight updates only);
+        False when nothing changed."""
+        url = url.rstrip("/")
+        if url in self.urls:
+            if serve and url in self.held:
+                self.held = self.held - {url}
+                return True
+            return False
+        self.in_flight.setdefault(url, 0)
+        if not serve:
+            self.held = self.held | {url}
+        self.urls = [*self.urls, url]
+        return True
+
+    def _pick(self, exclude: set[str]) -> str | None:
+        held = self.held
+        urls = [u for u in self.urls if u not in held]
+        candidates = [u for u in urls if u not in exclude] or urls
+        if not candidates:
+            return None
+        if self.policy == "least_loaded":
+            return min(candidates, key=lambda u: self.in_flight.get(u, 0))
+        for _ in range(len(urls)):
+            u = urls[self._next % len(urls)]
+            self._next += 1
+            if u in candidates:
+                return u
+        return candidates[0]
+
+    async def generate(self, input_ids: list[int], sampling: SamplingParams, rid: str | None = None) -> Generation:
+        body = {"input_ids": list(input_ids), "sampling_params": sampling.to_sglang(), "return_logprob": True}
+        if rid:
+            body["rid"] = rid
+        if self.adapter.name is not None:
+            body["lora_path"] = self.adapter.name
+        data, server, latency, retries = await self._post_with_retries("/generate", body)
+        return parse_generation(data, latency, server, retries)
+
+    async def _post_with_retries(self, path: str, body: dict) -> tuple[dict, str, float, int]:
+        self.stats["requests"] += 1
+        tried: set[str] = set()
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            server = self._pick(tried)
+            if server is None:
+                last = "no inference server in rotation (all are down or were removed)"
+                if attempt < self.max_retries:
+                    self.stats["retries"] += 1
+                    await asyncio.sleep(self.backoff_s * (2 ** attempt))
+                continue
+            self.in_flight[server] = self.in_flight.get(server, 0) + 1
+            t0 = time.perf_counter()
+            answered = False
+            if self.watchdog is not None:
+                self.watchdog.begin(f"inference {server}")
+            try:
+                r = await self._send("POST", server + path, body)
+            except TRANSPORT_ERRORS as exc:  # connection refused/reset, timeouts
+                last = f"{server}: {type(exc).__name__}: {exc}"
+            else:
+                missing = r.status_code == 400 and ADAPTER_NOT_LOADED in r.text
+                answered = r.status_code not in RETRYABLE_STATUS
+                if r.status_code < 400:
+                    self.answered[server] += 1
+                    return r.json(), server, time.perf_counter() - t0, attempt
+                last = f"{server}: HTTP {r.status_code}: {r.text[:300]}"
+                if r.status_code not in RETRYABLE_STATUS and not missing:
+                    self.stats["failures"] += 1
+                    raise InferenceError(f"inference request rejected: {last}", "fix the request (see the message)")
+            finally:
+                self.in_flight[server] -= 1
+                if self.watchdog is not None:
+                    self.watchdog.end(f"inference {server}", ok=answered)
+            tried.add(server)
+            if attempt < self.max_retries:
+                self.stats["retries"] += 1
+                await asyncio.sleep(self.backoff_s * (2 ** attempt))
+        self.stats["failures"] += 1
+        raise InferenceUnreachable(f"inference request failed after {self.max_retries + 1} attempts: {last}",
+                                   "check that the inference servers are up (`agentrl stage run 4`)")
+
+    async def _post_everywhere(self, path: str, bodies: dict[str, dict], what: str, hint: str,
+                               timeout_s: float | None = None) -> None:
+        """POST `bodies[url]` to each of those servers at once; raise InferenceError naming those that failed."""
+        async def one(url: str) -> str | None:
+            try:
+                r = await self._send("POST", url + path, bodies[url], timeout_s)
+            except TRANSPORT_ERRORS as exc:
+                return f"{url}: {type(exc).__name__}: {exc}"
+            try:
+                ok = r.status_code == 200 and bool(r.json().get("success", False))
+            except (ValueError, AttributeError):
+                ok = False
+            return None if ok else f"{url}: {r.text[:300]}"
+
+        errors = [e for e in await asyncio.gather(*(one(u) for u in bodies)) if e]
+        if errors:
+            raise InferenceError(f"{what} failed on " + "; ".join(errors), hint)
+
+    async def _lora_call(self, path: str, body: dict, urls: list[str] | None, what: str) -> dict[str, dict]:
+        """POST `body` to each server (all by default) at once: url -> its answer. A server not
+        answering raises InferenceUnreachable; one answering success false, LoraRefused."""
+        async def one(url: str) -> tuple[str, dict]:
+            try:
+                r = await self._send("POST", url + path, body)
+            except TRANSPORT_ERRORS as exc:
+                raise InferenceUnreachable(f"{what} on {url}: {type(exc).__name__}: {exc}",
+                                           "check that the inference server is up") from exc
+            try:
+                answer = r.json()
+            except ValueError:
+                answer = None
+            if not isinstance(answer, dict) or "success" not in answer:
+                if r.status_code in RETRYABLE_STATUS:
+                    raise InferenceUnreachable(f"{what} on {url}: HTTP {r.status_code}: {r.text[:300]}",
+                                               "check the server log")
+                answer = {"success": False, "error_message": f"HTTP {r.status_code}: {r.text[:300]}"}
+            return url, answer
+
+        answers = dict(await asyncio.gather(*(one(u) for u in (urls or self.urls))))
+        refused = {u: a for u, a in answers.items() if not a.get("success")}
+        if refused:
+            raise LoraRefused(f"{what} refused on " + "; ".join(f"{u}: {a.get('error_message') or a}"
+                                                                 for u, a in refused.items()),
+                              "see the message; SGLang needs --enable-lora with a --max-lora-rank and "
+                              "--lora-target-modules that cover the adapter", answers)
+        return answers
+
+    async def load_lora_adapter(self, name: str, path: str, *, urls: list[str] | None = None) -> dict[str, dict]:
+        """Every server (or `urls`) loads the adapter directory `path` as `name`; returns each one's
+        answer ({"success", "error_message", "loaded_adapters"}). Raises LoraRefused when a server
+        refuses it (the others may have loaded it), InferenceUnreachable when one does not answer."""
+        return await self._lora_call("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, urls,
+                                     f"loading LoRA adapter {name!r} from {path}")
+
+    async def unload_lora_adapter(self, name: str, *, urls: list[str] | None = None) -> dict[str, dict]:
+        """Every server (or `urls`) unloads the adapter `name`; as `load_lora_adapter` for failures."""
+        return await self._lora_call("/unload_lora_adapter", {"lora_name": name}, urls,
+                                     f"unloading LoRA adapter {name!r}")
+
+    def use_adapter(self, name: str | None) -> None:
+        """Send `lora_path: name` with every /generate from now on (None: the base weights)."""
+        self.adapter.name = name
+
+    async def update_weight_version(self, version: str, *, urls: list[str] | None = None,
+                                    abort_all_requests: bool = False) -> None:
+        """Relabel the weights every server (or `urls`) serves as `version`, loading nothing."""
+        body = {"new_version": str(version), "abort_all_requests": abort_all_requests}
+        await self._post_everywhere("/update_weight_version", dict.fromkeys(urls or self.urls, body),
+                                    "update_weight_version", "see the server log")
+
+    async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
+        """Load new weights on every server; raise InferenceError naming the servers that failed."""
+        body = {"model_path": str(path), "weight_version": str(weight_version), "abort_all_requests": abort_all_requests}
+        await self._post_everywhere("/update_weights_from_disk", dict.fromkeys(self.urls, body), "weight update",
+                                    "check the checkpoint path and the server logs")
+
+    async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
+                                        group_name: str = "weight_update_group", backend: str = "gloo",
+                                        ranks_per_server: int = 1, timeout_s: float | None = None) -> None:
+        """Every server joins the trainer's weight-update group: server i takes ranks from
+        rank_offset = 1 + i * ranks_per_server (the trainer is rank 0). Each call returns only when the
+        whole group has met, so the trainer must join it concurrently (see weightsync/distributed.py)."""
+        bodies = {url: {"master_address": master_address, "master_port": int(master_port),
+                        "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
+                        "group_name": group_name, "backend": backend} for i, url in enumerate(self.urls)}
+        await self._post_everywhere("/init_weights_update_group", bodies, "init_weights_update_group",
+                                    "give every server's own URL (not a router's), a world size of 1 + servers x ranks "
+                                    "per server, and a backend both sides have (gloo on CPU)", timeout_s)
+
+    async def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                              weight_version: str | None, *, group_name: str = "weight_update_group",
+                                              load_format: str | None = None, abort_all_requests: bool = False,
+                                              flush_cache: bool = False, timeout_s: float | None = None) -> None:
+        """Every server receives the tensors the trainer broadcasts (concurrently with this call) and
+        loads them; raise InferenceError naming the servers that failed."""
+        body = {"names": list(names), "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
+                "group_name": group_name, "flush_cache": flush_cache, "abort_all_requests": abort_all_requests,
+                "weight_version": None if weight_version is None else str(weight_version), "load_format": load_format}
+        await self._post_everywhere("/update_weights_from_distributed", dict.fromkeys(self.urls, body),
+                                    "update_weights_from_distributed",
+                                    "check the parameter names against the served model and the server logs", timeout_s)
+
+    async def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
+        await self._post_everywhere("/destroy_weights_update_group", dict.fromkeys(self.urls, {"group_name": group_name}),
+                                    "destroy_weights_update_group", "see the server logs")
+
+    async def get_weights_by_name(self, name: str, truncate_size: int = 100) -> dict[str, list]:
+        """Every server's first `truncate_size` rows of parameter `name` (weight-sync verification)."""
+        async def one(url: str):
+            try:
+                r = await self._send("POST", url + "/get_weights_by_name", {"name": name, "truncate_size": truncate_size})
+            except TRANSPORT_ERRORS as exc:
+                raise InferenceUnreachable(f"{url}: get_weights_by_name({name!r}): {type(exc).__name__}: {exc}",
+                                           "check that the inference server is up") from exc
+            if r.status_code != 200:
+                raise InferenceError(f"{url}: get_weights_by_name({name!r}) failed: {r.text[:200]}",
+                                     "use a parameter name from the model's state dict")
+            return url, r.json()
+        return dict(await asyncio.gather(*(one(u) for u in self.urls)))
+
+    async def health(self) -> bool:
+        """True when every server in rotation answers /health with 200 (False with none in rotation)."""
+        async def one(url: str) -> bool:
+            try:
+                return (await self._send("GET", url + "/health", timeout_s=5)).status_code == 200
+            except TRANSPORT_ERRORS:
+                return False
+        urls = self.urls
+        return bool(urls) and all(await asyncio.gather(*(one(u) for u in urls)))
+
+    async def healthy_urls(self, timeout_s: float = 5.0) -> list[str]:
+        """The servers answering /health with 200 within `timeout_s` (the resume path polls this)."""
+        async def one(url: str) -> bool:
+            try:
+                return (await self._send("GET", url + "/health", timeout_s=timeout_s)).status_code == 200
+            except TRANSPORT_ERRORS:
+                return False
+        urls = self.urls
+        return [u for u, ok in zip(urls, await asyncio.gather(*(one(u) for u in urls))) if ok]
+
+    async def wait_healthy(self, deadline_s: float) -> None:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if await self.health():
+                return
+            await asyncio.sleep(0.1)
+        raise InferenceError(f"inference servers not healthy within {deadline_s:.0f} s: {', '.join(self.urls)}",
+                             "see the server log in the run directory; raise inference.startup_timeout_s for big models")
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+
+# The SGLang router's policies that spread load by the servers' queues map to the client's least_loaded;
+# the rest (round_robin, random, cache_aware) to round_robin, the client's only other policy.
+CLIENT_POLICY = {"least_loaded": "least_loaded", "power_of_two": "least_loaded"}
+
+
+_POLICY_ADAPTERS: dict[tuple[str, ...], PolicyAdapter] = {}
+
+
+def policy_adapter(urls: list[str]) -> PolicyAdapter:
+    """The one PolicyAdapter of this process for the servers at `urls`."""
+    key = tuple(sorted(u.rstrip("/") for u in urls))
+    return _POLICY_ADAPTERS.setdefault(key, PolicyAdapter())
+
+
+def client_from_config(config, urls: list[str]) -> InferenceClient:
+    """The client a run uses: `inference.api_key`, `request_timeout_s`, `max_retries` and, over
+    several servers with no router in front, `router_policy`; the servers' shared PolicyAdapter."""
+    inf = config.inference
+    return InferenceClient(urls, api_key=client_key(inf.api_key),
+                           timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
+                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls))

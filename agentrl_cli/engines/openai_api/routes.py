@@ -1,0 +1,86 @@
+"""Mount the OpenAI-compatible endpoints on a FastAPI app: `POST /v1/chat/completions` (streamed
+or not), `POST /v1/completions`, `GET /v1/models`. The app's owner keeps its middleware (the
+embedded server's API key covers `/v1`); this module only routes and writes errors as OpenAI's
+error object. `on_call` sees every chat call, token-exact, before the client gets its answer (a
+recording gateway's hook); an `OpenAIError` it raises is the client's answer instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Awaitable, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from agentrl_cli.engines.inference.protocol import dumps
+from agentrl_cli.engines.openai_api.base import Backend, ChatCall, OpenAIError
+from agentrl_cli.engines.openai_api.service import chat_completion, chat_stream, completion_stream, text_completion
+
+log = logging.getLogger(__name__)
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def error_response(exc: OpenAIError) -> Response:
+    return Response(dumps(exc.body()), status_code=exc.status, media_type="application/json")
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    try:
+        return json.loads(raw) if raw.strip() else {}
+    except ValueError as exc:
+        raise OpenAIError(f"The request body is not valid JSON ({exc}); send Content-Type: application/json with a "
+                          "JSON object.", code="invalid_json") from None
+
+
+def _failed(exc: Exception) -> Response:
+    log.exception("OpenAI-compatible call failed")
+    return error_response(OpenAIError(f"generation failed: {type(exc).__name__}: {exc}", status=500,
+                                      type="server_error"))
+
+
+def models_body(backend: Backend) -> dict:
+    name = backend.model_name()
+    return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "sglang",
+                                        "root": name, "parent": None,
+                                        "max_model_len": getattr(backend, "context_length", None)}]}
+
+
+def add_openai_routes(app: FastAPI, backend: Backend, *,
+                      on_call: Callable[[ChatCall], Awaitable[None]] | None = None) -> None:
+    """Mount the endpoints on `app`, served by `backend`."""
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        try:
+            call = await chat_completion(backend, await _body(request))
+            if on_call is not None:
+                await on_call(call)
+        except OpenAIError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001 - a failed batch: answer 500 in OpenAI's shape, keep serving
+            return _failed(exc)
+        if call.deltas is not None:
+            return StreamingResponse(chat_stream(call), media_type="text/event-stream", headers=SSE_HEADERS)
+        return Response(dumps(call.response), media_type="application/json")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        try:
+            body = await _body(request)
+            response = await text_completion(backend, body)
+        except OpenAIError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return _failed(exc)
+        if body.get("stream"):
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(completion_stream(response, usage), media_type="text/event-stream",
+                                     headers=SSE_HEADERS)
+        return Response(dumps(response), media_type="application/json")
+
+    @app.get("/v1/models")
+    async def models():
+        return Response(dumps(models_body(backend)), media_type="application/json")

@@ -1,3 +1,0 @@
-"""Image and runtime: the lock of exact versions and licences per role (`lock.py`), Dockerfiles
-rendered from `templates/docker/` (`render.py`), the running environment checked against the lock
-(`verify.py`), and building with docker, podman or buildah where one works (`build.py`)."""
