@@ -187,13 +187,13 @@ class RewardConfig(Section):
     max_retries: int = Field(2, ge=0, le=10, description="Retries before a trajectory is marked infra_error")
     normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (GRPO's own per-group centring only), group (z-score within each task group), window (z-score against a running window of recent rewards, across steps)")
     window_size: int = Field(256, ge=1, description="Running-window size (rewards) when reward.normalization is window")
-    verifiers: list[str] = Field(default_factory=list, description="Extra scorers beside the task's outcome verifier, each a reward component of its own name weighted by reward.weights[name] (no weight: recorded, no effect): judge, reward_model, or a user reward function `module:function` (README: Reward composition)")
+    verifiers: list[str] = Field(default_factory=list, description="Extra scorers beside the task's outcome verifier, each a reward component of its own name weighted by reward.weights[name] (no weight: recorded, no effect): judge, reward_model, or a user reward function `module:function` (docs/reward-data.md: Reward composition)")
     weights: dict[str, float] = Field(
         default_factory=lambda: {"outcome": 1.0, "format": 0.1, "tool_legality": 0.1},
         description="Weights of the named reward components: outcome, format, tool_legality, turns_in_range, invalid_action_ratio, harness, and each reward.verifiers entry; a component without a weight is recorded and has no effect")
     cache_size: int = Field(100_000, ge=0, description="Idempotency cache entries")
     api_key: SecretStr | None = Field(None, description="Bearer key(s) the reward service requires and reward.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_REWARD__API_KEY_FILE, never argv")
-    judge: JudgeConfig | None = Field(None, description="The `judge` scorer (reward.verifiers: [judge], or a task's meta.verify: judge): a model scoring trajectories against a rubric through an OpenAI-compatible API (README: Model judge); None = its defaults")
+    judge: JudgeConfig | None = Field(None, description="The `judge` scorer (reward.verifiers: [judge], or a task's meta.verify: judge): a model scoring trajectories against a rubric through an OpenAI-compatible API (docs/reward-data.md: Model judge); None = its defaults")
     judge_api_key: SecretStr | None = Field(None, description="Bearer key sent to reward.judge.url (None with judge.url unset: inference.api_key); give it by AGENTRL_REWARD__JUDGE_API_KEY_FILE, never argv")
     reward_model: str = Field("", validate_default=True, description="The `reward_model` scorer (reward.verifiers or a task's meta.verify: reward_model): the directory `agentrl reward train` saved, or its --name (under model.cache_dir/reward-models); required when reward.verifiers lists reward_model")
 
@@ -439,7 +439,7 @@ class ImageConfig(Section):
 
 # What the built-in tiny model needs to learn within minutes on a CPU: sync rollouts with fresh weights
 # every step, groups of 8, 32 trajectories per step, a learning rate far above a large model's, a KL
-# anchor to the warm start, and the learnability curriculum (see README, "Stage 8 short").
+# anchor to the warm start, and the learnability curriculum (see docs/training.md, "Stage 8 short").
 SHORT_RECIPE = {
     "rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1, "rollout.group_size": 8, "rollout.curriculum": True,
     "training.micro_batch_size": 8, "training.gradient_accumulation_steps": 4,

@@ -10,7 +10,7 @@ under its own name with `warm_start.json` beside its card (base, harness, tasks,
 
 A model that never writes the format a harness scores (SmolLM2-135M-Instruct and reasoning-gym's
 `<answer>...</answer>` tags) learns it in a few dozen steps on practice tasks, so reinforcement
-learning starts from a success rate above 0 (README "A real model learns here").
+learning starts from a success rate above 0 (docs/inference.md, "A real model learns here").
 
 A multi-agent harness (`harnesses.multi_agent`: one that declares roles) is played by its roles'
 `scripted_move`, and every role its `harnesses[].roles` seats `policy` (all of them by default:

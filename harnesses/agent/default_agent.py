@@ -1,7 +1,7 @@
 """The agent the `agent` harness runs when it is given neither `options.entry` nor `options.command`:
 one chat completion with the task's prompt, its reply the final answer. Standard library only (it
 speaks the OpenAI HTTP API itself), so it runs wherever agentrl does; a real agent uses the openai
-SDK or any OpenAI client the same way (README, "Train an existing agent")."""
+SDK or any OpenAI client the same way (docs/agents.md, "Train an existing agent")."""
 
 from __future__ import annotations
 

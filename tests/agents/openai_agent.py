@@ -1,6 +1,6 @@
 """An agent written with the openai SDK as its author wrote it: it never imports agentrl. Two turns:
 the model may call a local Python tool (count the characters of a draft); otherwise it is asked
-for its final answer. Its last reply is the answer (README, "Train an existing agent")."""
+for its final answer. Its last reply is the answer (docs/agents.md, "Train an existing agent")."""
 
 import json
 

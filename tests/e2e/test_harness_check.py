@@ -30,7 +30,7 @@ class SeedOnly:
 
 
 class Duel:
-    """A competitive game with simultaneous moves, written from the README alone: both roles name a
+    """A competitive game with simultaneous moves, written from the docs alone (docs/multi-agent.md): both roles name a
     digit, the one closer to the task's target wins; no reward_source, no compute_reward."""
 
     name, version, roles, moves = "duel", "0.1", ("east", "west"), "simultaneous"

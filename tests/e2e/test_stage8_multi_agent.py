@@ -1,6 +1,6 @@
 """`agentrl stage run 8 --phase smoke` on the two-role harness (guess_number), as a user runs it: with a
 random tiny model the policy trains the holder against the scripted guesser; with the built-in
-model warm-started on the game (`agentrl model sft`, the README recipe; behind the builtin marker)
+model warm-started on the game (`agentrl model sft`, the documented recipe; behind the builtin marker)
 both roles train in self-play. Each trained role's reward curve is in metrics.jsonl and in the
 report, and `agentrl replay` replays a stored episode (every role's moves) without divergence."""
 
@@ -39,12 +39,12 @@ def test_the_two_role_harness_trains_through_stage_8_smoke_and_replays(cli, writ
     assert result.exit_code == 0 and report["ok"] and report["role"] == "holder" and report["steps_compared"] == 2
 
 
-SELF_PLAY_SFT = {"steps": 200, "lr": 1e-3}  # the README recipe (section "Several agents in one environment")
+SELF_PLAY_SFT = {"steps": 200, "lr": 1e-3}  # the recipe of docs/multi-agent.md
 TRAIN_DEMOS = {"guesser": 28, "holder": 28}  # one per role and training task
 
 
 def warm_started(cli, cache_dir, isolated) -> str:
-    """model.path of the built-in model warm-started on guess_number by the README recipe: the one
+    """model.path of the built-in model warm-started on guess_number by the docs' recipe: the one
     already imported as `tiny-guess` in `cache_dir` when its warm_start.json says it was built by
     that recipe from the built-in model, else built here (`agentrl model sft`, minutes)."""
     from agentrl_cli.model.importer import imported_root

@@ -1,5 +1,5 @@
-"""A weight transport and a training backend written only from the README's recipes ("Where to
-add"), named in the config by `module:Class`, train a real async run: the rollout runs beside the
+"""A weight transport and a training backend written only from the documented recipes (docs/development.md,
+"Where to add"), named in the config by `module:Class`, train a real async run: the rollout runs beside the
 trainer, every publish overlaps the next step and is verified against the trainer's weights, the
 servers end at the last version, checkpoints are written by the backend and a second run resumes
 from one."""
