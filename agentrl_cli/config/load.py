@@ -24,7 +24,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 
 from agentrl_cli.config.explain import format_validation_error
 from agentrl_cli.config.models import PlatformConfig
-from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.core.errors import AgentrlError, ConfigError
+from agentrl_cli.core.parts import BACKEND_KNOBS, BACKENDS, refused_knobs
 
 DEFAULT_CONFIG_NAME = "agentrl.yaml"
 ENV_PREFIX = "AGENTRL_"
@@ -112,6 +113,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
         config = PlatformConfig.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(*format_validation_error(exc, merged, origins, source)) from None
+    refuse_unhonoured_knobs(config, source)
     return LoadedConfig(config=config, source=source, overrides=overrides)
 
 
@@ -126,9 +128,23 @@ def with_overrides(config: PlatformConfig, overrides: Mapping[str, Any], origin:
         _set_path(data, parts, value, f"{origin}: {key}")
         origins[tuple(parts)] = f"{origin}: {key}"
     try:
-        return PlatformConfig.model_validate(data)
+        config = PlatformConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(*format_validation_error(exc, data, origins, origin)) from None
+    refuse_unhonoured_knobs(config, origin)
+    return config
+
+
+def refuse_unhonoured_knobs(config: PlatformConfig, source: str) -> None:
+    """A knob the chosen part does not honour (core/parts.py: the rows, and a `module:Class` part's
+    `honours`) is refused at load, naming the part, the key and the fix."""
+    try:
+        refused = refused_knobs(BACKENDS, config.training.backend, "training.backend", config.training, BACKEND_KNOBS)
+    except AgentrlError as exc:  # a `module:Class` backend asked about a knob, which cannot be imported
+        raise ConfigError(f"invalid config ({source}): {exc.message}", exc.hint) from None
+    if refused:
+        raise ConfigError(f"invalid config ({source}): " + "; ".join(m.split("; ")[0] for m in refused),
+                          "; ".join(m.split("; ", 1)[1] for m in refused))
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = ""):

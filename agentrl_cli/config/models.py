@@ -13,15 +13,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.plugins import PLUGIN_PATH
 
 # the registries' names (agentrl_cli/learner/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
-BACKEND_NAMES = ("deepspeed", "fsdp")
-WEIGHT_SYNC_NAMES = ("disk", "distributed")
-# the reward's built-in components and its registered scorers (agentrl_cli/runtime/reward/aggregate.py COMPONENTS,
-# agentrl_cli/runtime/reward/registry.py VERIFIERS; a test keeps them in step)
-REWARD_COMPONENTS = ("outcome", "format", "tool_legality", "turns_in_range", "invalid_action_ratio", "harness")
-VERIFIER_NAMES = ("judge", "reward_model")
+# the registered names, read from the registries' rows (agentrl_cli/core/parts.py)
+BACKEND_NAMES = parts.names(parts.BACKENDS)
+WEIGHT_SYNC_NAMES = parts.names(parts.TRANSPORTS)
+REWARD_COMPONENTS = parts.names(parts.REWARD_TERMS)
+VERIFIER_NAMES = parts.names(parts.VERIFIERS)
 
 
 class Section(BaseModel):

@@ -12,13 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.plugins import load_class
 from agentrl_cli.learner.grpo import Sample
 
-BACKENDS: dict[str, str] = {  # training.backend names
-    "deepspeed": "agentrl_cli.learner.deepspeed_backend:DeepSpeedBackend",
-    "fsdp": "agentrl_cli.learner.fsdp_backend:FSDPBackend",
-}
+BACKENDS: dict[str, str] = parts.table(parts.BACKENDS)  # training.backend names (the rows: core/parts.py)
 
 STEP_METRICS = ("loss", "grad_norm", "clip_fraction", "approx_kl", "entropy", "mismatch_kl", "lr", "tokens", "samples")
 

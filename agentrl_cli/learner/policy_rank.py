@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from agentrl_cli.config.models import TrainingConfig
+from agentrl_cli.core import parts
 from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.learner import corrections, lora, packing, shared_prompts
 from agentrl_cli.learner.grpo import Sample, aggregation_weights, collate, mismatch_kl
@@ -51,6 +52,8 @@ class PolicyRank:
     """One rank of a GRPO policy. Subclasses set `self._pg` (a ProcessGroup) before `_load_policy`, and
     implement the engine hooks below (`module`, `forward_model`, `optimizer`, `step`, `device`,
     `_begin_micro_batch`, `_backward`, `_end_micro_batch`, `_gathered`, checkpoints, `close`)."""
+
+    honours = parts.POLICY_STEP  # corrections, packing, loss aggregation, LoRA: this step runs them all
 
     # ---- set up ---------------------------------------------------------------------------------
 

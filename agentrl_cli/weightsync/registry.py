@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.plugins import load_class
 from agentrl_cli.weightsync.base import WeightTransport
 
-TRANSPORTS: dict[str, str] = {
-    "disk": "agentrl_cli.weightsync.disk:DiskTransport",
-    "distributed": "agentrl_cli.weightsync.distributed:DistributedTransport",
-}
-LORA_TRANSPORTS: dict[str, str] = {"disk": "agentrl_cli.weightsync.lora:LoraTransport"}  # with training.lora
+TRANSPORTS: dict[str, str] = parts.table(parts.TRANSPORTS)  # the rows: core/parts.py
+LORA_TRANSPORTS: dict[str, str] = parts.table(parts.LORA_TRANSPORTS)  # with training.lora
 
 
 def ranks_per_server(cfg) -> int:

@@ -23,13 +23,14 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.runtime.reward.models import ScoreRequest
 from agentrl_cli.runtime.reward.verifiers import Verdict
 
-# the components every result carries (`harness` only with reward: mix); config/models.py keeps a copy
-# (REWARD_COMPONENTS, a test keeps them in step) to refuse weights that name none of them
-COMPONENTS = ("outcome", "format", "tool_legality", "turns_in_range", "invalid_action_ratio", "harness")
+# the components every result carries (`harness` only with reward: mix): the rows of core/parts.py,
+# which the config also reads to refuse weights that name none of them
+COMPONENTS = parts.names(parts.REWARD_TERMS)
 
 
 def expected_max_turns(req: ScoreRequest) -> int:

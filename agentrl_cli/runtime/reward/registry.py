@@ -28,17 +28,14 @@ import hashlib
 import inspect
 import numbers
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.errors import NotFoundError
 from agentrl_cli.core.plugins import PLUGIN_PATH, import_target, load_class
 from agentrl_cli.runtime.reward.models import ScoreRequest
 from agentrl_cli.runtime.reward.verifiers import Verdict, Verifier, VerifierError
 from harnesses.hidden_tests import tampered
 
-# config/models.py keeps the names (VERIFIER_NAMES; a test keeps them in step)
-VERIFIERS: dict[str, str] = {
-    "judge": "agentrl_cli.runtime.reward.judge:JudgeVerifier",
-    "reward_model": "agentrl_cli.runtime.reward.reward_model:RewardModelVerifier",
-}
+VERIFIERS: dict[str, str] = parts.table(parts.VERIFIERS)  # reward.verifiers names (the rows: core/parts.py)
 
 
 def function_version(fn, what: str) -> str:
