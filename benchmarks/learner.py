@@ -1,4 +1,4 @@
-"""Learner benchmark: the off-policy corrections (`training.correction`, training/corrections.py)
+"""Learner benchmark: the off-policy corrections (`training.correction`, learner/corrections.py)
 against `none`, side by side in one run, on the same short asynchronous training run.
 
 Every run: the built-in model, the stage 8 short recipe (groups of 8, 32 trajectories per step,

@@ -26,7 +26,7 @@ trained 6N for full fine-tuning, 4N + 6N_A with LoRA; N = the model's matrix-mul
 N_A = the adapter's; prompt prefill, attention products and recomputation not counted; the exact
 rule is in `benchmarks/gemm.py`). Trained tokens are counted two ways: every sample's whole
 sequence (the usual convention; TRL computes that), and each distinct prompt of a step once
-(agentrl's trainer runs a group's shared prompt once, `training/shared_prompts.py`, so the first
+(agentrl's trainer runs a group's shared prompt once, `learner/shared_prompts.py`, so the first
 count credits it with work it did not need to do; the second is the work it did).
 
 Scenarios (each a pair of runs per round; rounds interleave the systems and alternate who goes

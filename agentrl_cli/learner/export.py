@@ -24,7 +24,7 @@ from agentrl_cli.core.errors import ConfigError, NotFoundError, UsageError
 from agentrl_cli.learner.checkpoint import CheckpointManager, step_dir_name
 
 LOOPS = ("stage8", "verify")  # preferred first; then the run directory itself, then any other loop
-ENGINE = "engine"  # the backend's part of a checkpoint (loop/checkpoints.py)
+ENGINE = "engine"  # the backend's part of a checkpoint (run/loop/checkpoints.py)
 
 
 @dataclass

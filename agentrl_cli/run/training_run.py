@@ -85,7 +85,7 @@ class TrainingRun:
         self.gateway = None  # rollout.agent_gateway.AgentGateway, when a harness needs one
         self.sandbox_leaks: dict = {}  # filled by close(): what outlived the run's sandbox pools
         self.step, self.version, self.resumed_from, self.trained_tokens = 0, 0, None, 0
-        self.ledger: list[dict] = []  # per trained step, the draws it trained on (loop/ledger.py)
+        self.ledger: list[dict] = []  # per trained step, the draws it trained on (run/loop/ledger.py)
         self.restarts = 0  # trainer restarts before this run (supervised)
         self.restarting = False  # started again after a crash: reuse the stored trajectories even with no checkpoint
         self.step_rows: list[dict] = []  # the step rows and evaluations of this run, whatever ends it

@@ -68,7 +68,7 @@ def check_options(options: dict) -> None:
 class AgentHarness:
     name = "agent"
     version = "1"
-    plays_itself = True  # the rollout plays its episodes (rollout/agent_episode.py), not run_episode's loop
+    plays_itself = True  # the rollout plays its episodes (runtime/rollout/agent_episode.py), not run_episode's loop
     needs_gateway = True  # a training run starts its recording gateway for it
     reward_sources = ("verifiers", "harness")
 

@@ -58,7 +58,7 @@ class ScratchDirTransport:
 
 
 class PlainTorchBackend:
-    """One process, plain torch AdamW on a Hugging Face causal LM, the GRPO loss from training/grpo.py."""
+    """One process, plain torch AdamW on a Hugging Face causal LM, the GRPO loss from learner/grpo.py."""
 
     rank, world_size = 0, 1
     built: list = []

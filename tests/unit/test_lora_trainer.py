@@ -1,4 +1,4 @@
-"""LoRA on the trainer (`training.lora`, training/lora.py): real peft under the DeepSpeed backend,
+"""LoRA on the trainer (`training.lora`, learner/lora.py): real peft under the DeepSpeed backend,
 single rank on gloo, on a random model with the built-in model's shapes. Only the adapter trains;
 the adapter export is peft's layout and small; the merged export is an ordinary model with the
 trainer's log-probs; the weight-sync views keep the ordinary names with merged values; a checkpoint

@@ -1,5 +1,5 @@
-"""A generated turn -> content + tool_calls (openai_api/parse.py) and the streamed deltas of a turn
-(openai_api/service.py): Hermes blocks naming offered tools become calls, everything else stays
+"""A generated turn -> content + tool_calls (engines/openai_api/parse.py) and the streamed deltas of a turn
+(engines/openai_api/service.py): Hermes blocks naming offered tools become calls, everything else stays
 content; a call opened in the prompt is read with its generated end; streamed text and log-probs
 concatenate to the non-streamed ones."""
 

@@ -1,4 +1,4 @@
-"""Validation of OpenAI-compatible requests (openai_api/protocol.py): an unknown field and a known
+"""Validation of OpenAI-compatible requests (engines/openai_api/protocol.py): an unknown field and a known
 but unimplemented one are refused with OpenAI's error object naming the field; ranges follow
 SGLang's; a request maps to the SGLang sampling params the engine honours."""
 

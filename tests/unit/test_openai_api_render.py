@@ -1,4 +1,4 @@
-"""OpenAI messages and tools -> prompt ids (openai_api/render.py): the model's own template renders
+"""OpenAI messages and tools -> prompt ids (engines/openai_api/render.py): the model's own template renders
 them as `model.chat.render` does (tools natively or by the fallback), tool-role messages and an
 assistant's `tool_calls` reach the template (written into the content for templates that ignore
 them), tool_choice decides which tools the template sees and what opening the server writes, and

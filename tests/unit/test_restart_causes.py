@@ -1,5 +1,5 @@
-"""What counts as a trainer crash and its cause (loop/restarts.py), and how ledgers of trained draws
-compare (loop/ledger.py)."""
+"""What counts as a trainer crash and its cause (run/loop/restarts.py), and how ledgers of trained draws
+compare (run/loop/ledger.py)."""
 
 from __future__ import annotations
 

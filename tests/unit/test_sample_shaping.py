@@ -1,4 +1,4 @@
-"""Sample shaping (loop/shaping.py): dynamic sampling as the step loop applies it (what reaches the
+"""Sample shaping (run/loop/shaping.py): dynamic sampling as the step loop applies it (what reaches the
 trainer), the soft overlong penalty's values, overlong filtering, and the loss aggregations'
 golden values on small tensors."""
 

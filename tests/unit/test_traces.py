@@ -1,4 +1,4 @@
-"""observe/traces.py: the spans of an episode and a train step, written through OpenTelemetry's SDK and
+"""runtime/observe/traces.py: the spans of an episode and a train step, written through OpenTelemetry's SDK and
 its OTLP/JSON encoder, read back from the file: roots start traces of their own (an episode played
 inside a train step included), children hang off the span current in their task, a span that raises
 carries status ERROR and the exception, nothing is traced outside a root or with observe.traces off,

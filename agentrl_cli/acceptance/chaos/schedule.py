@@ -35,7 +35,7 @@ from agentrl_cli.run.supervise.supervisor import DOWN_AFTER
 FAULTS = ("server", "rank", "reward", "sandbox", "store")
 OUTAGE_S = 5.0  # how long the reward service and the store stay unreachable
 SANDBOX_STARTUP_S = 60.0  # the sandbox service's start-up deadline when the supervisor restarts it
-REWARD_BACKOFF_S = 0.1  # reward/client.py: the first retry waits this, doubling
+REWARD_BACKOFF_S = 0.1  # runtime/reward/client.py: the first retry waits this, doubling
 DESCRIPTIONS = {
     "server": "SIGKILL an inference server",
     "rank": "SIGKILL a trainer rank",

@@ -268,7 +268,7 @@ def checkpoint_check(backend: str, result: dict) -> Check:
 
 def dependencies_check(backend: str, deps: dict) -> Check:
     if not deps["roots"]:
-        return Check.skipped("dependencies", f"no root package is known for backend {backend!r} (select/packages.py BACKEND_ROOTS)")
+        return Check.skipped("dependencies", f"no root package is known for backend {backend!r} (acceptance/select/packages.py BACKEND_ROOTS)")
     ok = not deps["outside_allowed"] and not deps["missing"]
     return Check.judge("dependencies", ok, {"roots": deps["roots"], "packages": deps["packages"],
                                             "beyond_torch": deps["beyond_torch"], "outside_allowed": deps["outside_allowed"]},
@@ -281,7 +281,7 @@ def dependencies_check(backend: str, deps: dict) -> Check:
 
 def maintenance_check(backend: str, info: dict) -> Check:
     if not info:
-        return Check.skipped("maintenance", f"no root package is known for backend {backend!r} (select/packages.py BACKEND_ROOTS)")
+        return Check.skipped("maintenance", f"no root package is known for backend {backend!r} (acceptance/select/packages.py BACKEND_ROOTS)")
     bad = [f"{n}: not installed" for n, m in info.items() if not m["installed"]]
     for n, m in info.items():
         if m["installed"] and not m["final_release"]:

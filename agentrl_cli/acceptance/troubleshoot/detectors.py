@@ -435,7 +435,7 @@ def repeat_variance(d: DiagnosedRun, t: dict) -> Hit | None:
 
 
 def alert_rule(alert: str) -> Callable[[DiagnosedRun, dict], Hit | None]:
-    """The detector of the alert rule `alert` of observe/alerts.py (the one `agentrl observe alerts`
+    """The detector of the alert rule `alert` of acceptance/alerts.py (the one `agentrl observe alerts`
     renders), with the run's own `observe.alert_*` thresholds, evaluated on its metrics rows as they
     stand at the end. Its kind in the knowledge base is `alert:<alert>`."""
     def detect(d: DiagnosedRun, t: dict) -> Hit | None:

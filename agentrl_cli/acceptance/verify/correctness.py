@@ -109,7 +109,7 @@ def old_format_check() -> Check:
     return Check.judge(name, all(r["ok"] for r in results.values()), results,
                        "each kept checkpoint loads with this version and takes a finite step",
                        "this version cannot read checkpoints an earlier one wrote: keep a reader for the old format "
-                       "(training/checkpoint.py) before releasing; `agentrl troubleshoot cannot-resume-after-preemption`")
+                       "(learner/checkpoint.py) before releasing; `agentrl troubleshoot cannot-resume-after-preemption`")
 
 
 def repeat_check(rec, cfg) -> Check:

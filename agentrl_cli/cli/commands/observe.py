@@ -1,4 +1,4 @@
-"""`agentrl observe alerts`: the run's Prometheus alerting rules (observe/alerts.py), rendered with
+"""`agentrl observe alerts`: the run's Prometheus alerting rules (acceptance/alerts.py), rendered with
 the config's `observe.alert_*` thresholds."""
 
 from __future__ import annotations

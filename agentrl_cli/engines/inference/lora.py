@@ -139,7 +139,7 @@ class Adapter:
     files: AdapterFiles
     model: object
     weight_version: str
-    prefix_cache: object  # its PrefixCache (inference/prefix_cache.py)
+    prefix_cache: object  # its PrefixCache (engines/inference/prefix_cache.py)
     replaced_by: "Adapter | None" = None  # the same adapter merged onto the base a weight update swapped in
 
     def current(self) -> "Adapter":

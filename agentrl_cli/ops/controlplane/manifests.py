@@ -75,7 +75,7 @@ WEIGHT_EXPORTS_KEPT = 3  # weightsync/disk.py keeps the newest 2; the next one i
 
 def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: dict[str, float] | None = None) -> list[dict]:
     """Every object, in apply order. `images`: workload -> tag (default: the config's lock, see
-    image/names.py); `plan`: `agentrl plan` item -> value (default: computed from the config)."""
+    ops/image/names.py); `plan`: `agentrl plan` item -> value (default: computed from the config)."""
     from agentrl_cli.ops.controlplane.networkpolicies import network_policies
 
     images = images if images is not None else config_images(cfg)

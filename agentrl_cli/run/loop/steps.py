@@ -48,7 +48,7 @@ class RunSummary:
     counters: dict = field(default_factory=dict)
     timers: dict = field(default_factory=dict)
     resumed_from: str | None = None
-    restarts: list[dict] = field(default_factory=list)  # the trainer restarts of the run (loop/restarts.py rows)
+    restarts: list[dict] = field(default_factory=list)  # the trainer restarts of the run (run/loop/restarts.py rows)
 
     def add_sync(self, entry: dict | None) -> None:
         if entry is not None:

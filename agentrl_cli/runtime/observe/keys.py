@@ -25,7 +25,7 @@ TRAIN_LR = "train/lr"
 TRAIN_KL_REF = "train/kl_ref"
 TRAIN_MISMATCH_KL = "train/mismatch_kl"
 TRAIN_SAMPLES = "train/samples"  # samples the step trained on
-# off-policy correction (training.correction other than none; training/corrections.py): over the step's tokens,
+# off-policy correction (training.correction other than none; learner/corrections.py): over the step's tokens,
 # or sequences for seq_tis / seq_mis, rho = pi_old / pi_rollout
 TRAIN_IS_WEIGHT_MEAN = "train/is_weight_mean"  # mean of rho, before truncation or rejection
 TRAIN_IS_WEIGHT_MAX = "train/is_weight_max"
@@ -89,7 +89,7 @@ ROLLOUT_EPISODES_STEP = "rollout/episodes_step"  # episodes finished since the l
 TOKENS_TRAINED = "tokens/trained"  # tokens of the step's trained episodes
 ROLLOUT_EPISODES_TRAINED = "rollout/episodes_trained"  # the step's episodes trained on (not masked)
 ROLLOUT_SAMPLES_BUILT = "rollout/samples_built"  # their samples: more than episodes when some train per segment
-# dynamic sampling (rollout.dynamic_sampling; loop/shaping.py), in the rows of runs that turn it on
+# dynamic sampling (rollout.dynamic_sampling; run/loop/shaping.py), in the rows of runs that turn it on
 ROLLOUT_DROPPED_FLAT_GROUPS = "rollout/dropped_flat_groups"  # the step's groups dropped: all rewards equal, no signal
 ROLLOUT_REFILL_ROUNDS = "rollout/refill_rounds"  # the step's rounds of taking more groups to replace them
 ROLLOUT_SKIPPED_STEPS = "rollout/skipped_steps"  # cumulative: steps left with no group with signal, not trained
@@ -108,7 +108,7 @@ def rollout(counter: str) -> str:
     return f"rollout/{counter}"
 
 
-# trainer restarts (training.max_restarts; loop/restarts.py): a cumulative count in every step row, and one
+# trainer restarts (training.max_restarts; run/loop/restarts.py): a cumulative count in every step row, and one
 # row per restart (EVENT = TRAINER_RESTART) with its cause, the last step it completed and the checkpoint it resumed
 TRAINER_RESTARTS = "run/trainer_restarts"
 EVENT = "event"  # what a row that is not a step's or an evaluation's records
@@ -197,7 +197,7 @@ ENV_RESOURCE_FIGURES = ("cpu_s_mean", "cpu_s_max", "peak_mem_mb_max", "peak_mem_
 def env_resource(h: str, figure: str) -> str:
     """`env/<harness>/<figure>`, figure one of ENV_RESOURCE_FIGURES: what the harness's sandboxes used
     per episode (CPU seconds, peak memory in MiB, processes, open files), over the episodes ended
-    since the previous row (observe/harness_stats.py); absent from rows with none."""
+    since the previous row (runtime/observe/harness_stats.py); absent from rows with none."""
     return f"env/{h}/{figure}"
 
 
