@@ -19,7 +19,8 @@ ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file (default: ./agentrl.yaml if present, else the built-in defaults).",
     show_default=False, dir_okay=False)]
 SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", "-s", help="Override a key: --set rollout.concurrency=8 (repeatable; list items by index: harnesses.0.cpu=2).",
+    "--set", "-s", help="Override a key: --set rollout.concurrency=8 (repeatable; list items by index: harnesses.0.cpu=2; "
+            "a key of an optional section turns it on with its defaults: training.lora.rank=16).",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
 RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id (default: the newest run).", show_default=False)]
