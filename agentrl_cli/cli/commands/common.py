@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
+from agentrl_cli.cli.render import ResultConsole
 from agentrl_cli.config import LoadedConfig, load_config
 from agentrl_cli.core.errors import EXIT_CHECK_FAILED
 from agentrl_cli.core.report import Check, CheckStatus, checks_to_json, overall
@@ -39,7 +40,8 @@ def load(config: Path | None, sets: list[str] | None) -> LoadedConfig:
 
 
 def out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """The console of results (stdout): tables printed through it stay whole off a terminal."""
+    return ResultConsole(highlight=False, soft_wrap=False)
 
 
 def err() -> Console:
