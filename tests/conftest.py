@@ -17,6 +17,9 @@ def pytest_addoption(parser):
     parser.addoption("--harness", action="append", default=[], metavar="NAME_OR_MODULE:CLASS",
                      help="run the harness contract suite (tests/integration/test_harness_contract.py) on this "
                           "harness instead of every registered one; repeat for several")
+    parser.addoption("--harness-config", default=None, metavar="PLATFORM_YAML",
+                     help="the contract suite configures each harness from this platform config's harnesses[] entry "
+                          "of the same name (tasks file, options), as `agentrl harness check NAME --config` does")
 
 
 @pytest.fixture(autouse=True)

@@ -3,12 +3,17 @@
 `render_checks` is the one console view of a list of checks (stage, verify, bench and image all
 print through it); the Markdown and JSON views are `core/report.py`'s.
 
-`print_table`: on a terminal a table fits the window; anywhere else (a pipe, a file, CI logs) it
-keeps every cell whole at its natural width instead of squeezing to 80 columns (`--json` stays the
-machine interface).
+Tables: on a terminal a table fits the window; anywhere else (a pipe, a file, CI logs) it keeps
+every cell and its title whole at their natural width, one line per row, instead of squeezing to 80
+columns and cutting keys (`agentrl config show --describe | grep training.lora` finds the whole row).
+Cells are data, never rich markup: a `[name]` in a value is printed, not swallowed as a style.
+`ResultConsole` (the stdout console every command prints through) does this for every table it
+prints; `print_table` does it on any console. `--json` stays the machine interface.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.measure import Measurement
@@ -21,18 +26,48 @@ STYLE = {CheckStatus.PASS: "green", CheckStatus.FAIL: "bold red", CheckStatus.SK
 MARK = {CheckStatus.FAIL: "  ✗ ", CheckStatus.SKIP: "  ○ "}
 
 
-def print_table(console: Console, table: Table) -> None:
-    """Print `table`; when the console is not a terminal, as wide as its contents need."""
-    if console.is_terminal:
-        console.print(table)
-        return
-    natural = Measurement.get(console, console.options.update_width(100_000), table).maximum
+UNLIMITED = 1_000_000
+
+
+@contextmanager
+def natural_width(console: Console, tables: list[Table]):
+    """While inside, `console` (not a terminal) is as wide as the widest of `tables` and its title needs."""
+    options = console.options.update_width(UNLIMITED)
+    natural = max((Measurement.get(console, options, part).maximum
+                   for table in tables for part in (table, table.title) if part is not None), default=0)
     width = console.width
     console.width = max(width, natural)
     try:
-        console.print(table)
+        yield
     finally:
         console.width = width
+
+
+class ResultConsole(Console):
+    """A console whose `print` keeps every table whole when it does not write to a terminal, and
+    reads table cells as data, never as markup (`[mis_low, mis_high]` stays in the row)."""
+
+    def print(self, *objects, **kwargs) -> None:
+        tables = [o for o in objects if isinstance(o, Table)]
+        if not tables:
+            super().print(*objects, **kwargs)
+            return
+        kwargs.setdefault("markup", False)
+        if self.is_terminal:
+            super().print(*objects, **kwargs)
+            return
+        with natural_width(self, tables):
+            super().print(*objects, **kwargs)
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print `table`, its cells as data (no markup); when the console is not a terminal, as wide as
+    its contents need."""
+    if console.is_terminal:
+        console.print(table, markup=False)
+        return
+    with natural_width(console, [table]):
+        console.print(table, markup=False)
 
 
 def status_text(status: str) -> Text:

@@ -102,6 +102,18 @@ def model_at(loc: tuple) -> type[BaseModel] | None:
     return model
 
 
+def optional_section(loc: tuple) -> type[BaseModel] | None:
+    """The section model of the field at `loc` when that field is an optional section (a model typed
+    `Model | None`, off by default, e.g. training.lora); None for any other field."""
+    parent = model_at(loc[:-1])
+    info = parent.model_fields.get(str(loc[-1])) if parent is not None and loc else None
+    if info is None:
+        return None
+    inner = _unwrap(info.annotation)
+    optional = inner is not info.annotation
+    return inner if optional and isinstance(inner, type) and issubclass(inner, BaseModel) else None
+
+
 def field_at(loc: tuple) -> FieldInfo | None:
     """The field named at `loc`; union tags pydantic appends (e.g. 'int') are skipped."""
     for i in range(len(loc) - 1, -1, -1):

@@ -4,7 +4,9 @@ Precedence, lowest first: built-in defaults < the YAML file < `AGENTRL_SECTION__
 variables < `--set section.key=value` overrides. A secret key (a SecretStr field, e.g.
 inference.api_key) also reads from a file named by `AGENTRL_SECTION__KEY_FILE` (how pods get the
 Kubernetes Secrets mounted as files: the value never sits in argv or a ConfigMap). Lists in the file replace the default list whole;
-list items are addressed by index (`--set harnesses.0.cpu=2`). Values of overrides are parsed as
+list items are addressed by index (`--set harnesses.0.cpu=2`). Setting a key of an optional section
+that is off (null by default, e.g. training.lora, reward.judge) turns the section on with its
+defaults and sets that key (`--set training.lora.rank=16`). Values of overrides are parsed as
 YAML scalars, so `8` is an int, `true` a bool and `[a, b]` a list.
 """
 
@@ -22,7 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from agentrl_cli.config.explain import format_validation_error
+from agentrl_cli.config.explain import format_validation_error, optional_section
 from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.core.errors import AgentrlError, ConfigError
 from agentrl_cli.core.parts import BACKEND_KNOBS, BACKENDS, refused_knobs
@@ -221,6 +223,18 @@ def _parse_scalar(raw: str) -> Any:
         return raw
 
 
+def _section_defaults(loc: list) -> dict | None:
+    """The defaults of the optional section at `loc` as plain data, or None when `loc` is no optional
+    section. A section with a required key starts empty: validation then names the missing key."""
+    model = optional_section(tuple(loc))
+    if model is None:
+        return None
+    try:
+        return model().model_dump(mode="python")
+    except ValidationError:
+        return {}
+
+
 def _set_path(data: dict, parts: list, value: Any, origin: str) -> None:
     node: Any = data
     for i, part in enumerate(parts[:-1]):
@@ -231,6 +245,8 @@ def _set_path(data: dict, parts: list, value: Any, origin: str) -> None:
                                   f"use an index from 0 to {len(node) - 1}")
             node = node[part]
         elif isinstance(node, dict):
+            if node.get(part) is None and (section := _section_defaults(parts[: i + 1])) is not None:
+                node[part] = section  # an optional section that is off: on, with its defaults
             if part not in node or not isinstance(node[part], (dict, list)):
                 node[part] = {} if part not in node else node[part]
                 if not isinstance(node[part], (dict, list)):

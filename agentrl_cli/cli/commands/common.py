@@ -11,6 +11,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.console import Console
 
+from agentrl_cli.cli.render import ResultConsole
 from agentrl_cli.config import LoadedConfig, load_config
 from agentrl_cli.core.errors import EXIT_CHECK_FAILED
 from agentrl_cli.core.report import Check, CheckStatus, checks_to_json, overall
@@ -19,7 +20,8 @@ ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file (default: ./agentrl.yaml if present, else the built-in defaults).",
     show_default=False, dir_okay=False)]
 SetOpt = Annotated[Optional[list[str]], typer.Option(
-    "--set", "-s", help="Override a key: --set rollout.concurrency=8 (repeatable; list items by index: harnesses.0.cpu=2).",
+    "--set", "-s", help="Override a key: --set rollout.concurrency=8 (repeatable; list items by index: harnesses.0.cpu=2; "
+            "a key of an optional section turns it on with its defaults: training.lora.rank=16).",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")]
 RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id (default: the newest run).", show_default=False)]
@@ -38,7 +40,8 @@ def load(config: Path | None, sets: list[str] | None) -> LoadedConfig:
 
 
 def out() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    """The console of results (stdout): tables printed through it stay whole off a terminal."""
+    return ResultConsole(highlight=False, soft_wrap=False)
 
 
 def err() -> Console:
