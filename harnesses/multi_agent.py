@@ -39,7 +39,10 @@ are never trained). Each policy role is trained on its own conversation, scored 
 and grouped for GRPO by (task draw, role) (`role_group`).
 
 Belongs here: the contract's multi-agent members, seats, and the scripted play of a whole episode.
-Not here: playing an episode with models (`agentrl_cli.runtime.rollout.multi_episode`).
+Not here: playing an episode with models (`agentrl_cli.runtime.rollout.multi_episode`). A model-played
+role's conversation offers the harness's `tools()`, and its move reaches `step` as a single-agent
+turn does: the text and the tool calls parsed from it (`Action.tool_calls`); a scripted move is its
+text alone, as in `play_scripted`.
 """
 
 from __future__ import annotations
@@ -183,8 +186,8 @@ def play_scripted(harness, task: TaskSpec, max_turns: int = 40) -> tuple[Traject
 
 def scripted_conversations(harness, task: TaskSpec, max_turns: int = 40) -> dict[str, list[dict]]:
     """Each role's conversation in one episode played by `scripted_move`, as the rollout shows it to
-    a role a model plays (`agentrl_cli.runtime.rollout.multi_episode`): the system prompt `role_prompt(role)`,
-    its view when it first moves (`observe(role)`) as the user turn, then its move (assistant) and,
+    a role a model plays (`agentrl_cli.runtime.rollout.multi_episode`): the system prompt `role_prompt(role)`
+    (the harness's tools go beside it, as the rollout offers them), its view when it first moves (`observe(role)`) as the user turn, then its move (assistant) and,
     before each later move of it, its view then (tool); it ends on its last move. A role that never
     moved has no conversation."""
     out: dict[str, list[dict]] = {}

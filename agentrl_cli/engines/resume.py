@@ -17,7 +17,7 @@ The returned Generation is the concatenation, token for token, so training sees 
 servers sampled; `meta["pieces"]` says how many tokens each server and weight version produced,
 and `weight_version` is the oldest of them (what staleness must be measured by).
 
-Not here: the episode loop (`run_episode.py`), the HTTP retries (`client.py`), putting the current
+Not here: the episode loop (`runtime/rollout/episode_loop.py`, its generations `turns.py`), the HTTP retries (`client.py`), putting the current
 weights back on a server that restarted (`weightsync/publisher.py`).
 """
 

@@ -15,9 +15,9 @@ learning starts from a success rate above 0 (docs/inference.md, "A real model le
 A multi-agent harness (`harnesses.multi_agent`: one that declares roles) is played by its roles'
 `scripted_move`, and every role its `harnesses[].roles` seats `policy` (all of them by default:
 self-play) gets one demonstration per task: that role's own conversation exactly as the rollout
-renders it for a model-played role (`multi_agent.scripted_conversations`: its `role_prompt`, its
-`observe(role)` views, its moves; no tools), so the warm-started model sees at serve time what it
-saw in training. Roles seated `scripted` or at an opponent's server are played, never trained.
+renders it for a model-played role (`multi_agent.scripted_conversations`: its `role_prompt`, the
+harness's `tools()`, its `observe(role)` views, its moves), so the warm-started model sees at serve
+time what it saw in training. Roles seated `scripted` or at an opponent's server are played, never trained.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def demonstrations(cfg, harness_config, limit: int | None = None, split: str = "
 def role_demonstrations(cfg, harness_config, limit: int | None = None, split: str = "train") -> list[dict]:
     """For a multi-agent harness: the conversation of every policy-seated role in the scripted play
     of every task (`multi_agent.scripted_conversations`), one demonstration per (task, role), with
-    its `role`, and no tools (the rollout offers a role none)."""
+    its `role` and the harness's tools (the rollout offers every model-played role those)."""
     from harnesses.multi_agent import policy_roles, scripted_conversations, seats
     from harnesses.registry import create, resolve
 
@@ -75,11 +75,12 @@ def role_demonstrations(cfg, harness_config, limit: int | None = None, split: st
     tasks = split_tasks(cfg, harness_config, split, limit)
     harness = create(name, cfg)
     try:
+        tools = harness.tools() if hasattr(harness, "tools") else []  # the contract's default: none
         out = []
         for t in tasks:
             conversations = scripted_conversations(harness, t)
-            out += [{"harness": name, "task_id": t.task_id, "role": role, "messages": conversations[role], "tools": []}
-                    for role in trained if role in conversations]
+            out += [{"harness": name, "task_id": t.task_id, "role": role, "messages": conversations[role],
+                     "tools": tools} for role in trained if role in conversations]
         return out
     finally:
         harness.close()

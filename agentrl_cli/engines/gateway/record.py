@@ -14,7 +14,7 @@ other choice is a segment of its own (the shared prefix with loss mask 0), and a
 call was never continued keeps its first choice.
 
 `SessionRecord` is what the rollout needs from a finished session: per segment the token ids, loss
-mask, log-probs (0.0 off the generated ids, as `runtime/rollout/run_episode.py` writes them), the weight
+mask, log-probs (0.0 off the generated ids, as `runtime/rollout/turns.py` writes them), the weight
 version of each call, the calls as steps (each call one step: the assistant's text and tool calls as the
 action, the tool/user messages the next call added as the observation), and the rewards posted.
 

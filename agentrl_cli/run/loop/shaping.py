@@ -32,7 +32,7 @@ from typing import Awaitable, Callable
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.core.outcomes import Outcome
 
-CONTEXT_ROOM = 8  # run_episode stops generating when fewer tokens than this are left before seq_len_limit
+CONTEXT_ROOM = 8  # as runtime/rollout/turns.py: the loop stops generating when fewer tokens than this are left before seq_len_limit
 
 
 def overlong_penalty(length: int, max_len: int, buffer: int, penalty: float) -> float:

@@ -18,18 +18,20 @@ masked, counted), unless the gateway was refusing its calls (the run's staleness
 `gateway_backpressure`, not the harness's doing); no call at all: `infra_error` masked
 (`agent_made_no_call`). Counters: `token_exact_episodes` / `token_exact_mismatches` (the stored ids
 against the served ones), `agent_calls`, `agent_segments`, `agent_non_prefix_calls`.
+
+This is the one episode loop (`episode_loop.play_episode`: reset with its retries, evidence and
+reward collected as for any harness) with the agent's session as its actor (`AgentTurns`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
+from dataclasses import replace
 
-from agentrl_cli.runtime.data.schema import utcnow
 from agentrl_cli.core.episode import HarnessReward, Observation, ToolCallResult, Trajectory
 from agentrl_cli.core.outcomes import Termination
-from agentrl_cli.runtime.rollout.run_episode import EpisodeResult, harness_failed
+from agentrl_cli.runtime.data.schema import utcnow
+from agentrl_cli.runtime.rollout.episode_loop import EpisodeResult, Settings, harness_failed, play_episode
 
 
 def _observation(step, final: bool, answer: str | None) -> Observation:
@@ -77,84 +79,83 @@ def fill_from_record(result: EpisodeResult, record, answer: str | None) -> None:
     result.counters["agent_segments"] += len(record.segments)
 
 
+class AgentTurns:
+    """The loop's `Actor` for a harness that plays itself: one session on the run's gateway, the
+    agent run with it (in the harness thread), the session's record read into the result."""
+
+    def __init__(self, gateway) -> None:
+        self.gateway = gateway
+        self.record = None  # the session's record (gateway.record.SessionRecord), once closed
+
+    async def act(self, ep, first) -> bool:
+        result, harness, gateway = ep.result, ep.harness, self.gateway
+        timeout_s = float(getattr(harness, "timeout_s", 300.0))
+        try:
+            session = await gateway.open({"task_id": ep.task.task_id, "harness": ep.task.harness}, timeout_s)
+        except TimeoutError as exc:  # the run's limit refused a session all along: nobody's fault, masked
+            result.termination, result.infra_flag, result.error = Termination.INFRA_ERROR, "gateway_backpressure", str(exc)
+            return False
+        reward = gateway.reward_access(session.id) if ep.settings.reward_source != "verifiers" else None
+        refused, failure, started = gateway.refused_calls(), None, utcnow()
+        try:
+            outcome = await ep.call(harness.play, session.base_url, session.key, reward)
+        except Exception as exc:  # noqa: BLE001 - sorted below: a timeout, the run's backpressure, or the agent's failure
+            outcome, failure = None, exc
+        finally:
+            self.record = record = gateway.close(session.id)
+        answer = outcome.answer if outcome is not None else None
+        if record is not None:
+            fill_from_record(result, record, answer)
+            result.step_times = [(started, utcnow())] * len(result.trajectory.actions)
+            checked, mismatches = gateway.tap.check(record)
+            result.counters["token_exact_episodes"] += 1 if checked else 0
+            result.counters["token_exact_mismatches"] += mismatches
+        if failure is not None:
+            if isinstance(failure, TimeoutError):  # the harness's deadline (harnesses.agent.runners.AgentTimeout)
+                result.termination, result.error = Termination.TIMEOUT, str(failure)
+            elif gateway.refused_calls() > refused:
+                result.termination, result.infra_flag = Termination.INFRA_ERROR, "gateway_backpressure"
+                result.error = f"the agent failed while the run's gateway refused calls (staleness limit): {failure}"
+                return False
+            else:
+                harness_failed(result, "agent", failure)
+                return False
+        if not result.trajectory.actions:
+            result.termination, result.infra_flag = Termination.INFRA_ERROR, "agent_made_no_call"
+            result.error = ("the agent made no call to the model through its session"
+                            if record is not None else "the agent's session expired (gateway.session_ttl_s) before it ended")
+            return False
+        return True
+
+    def close(self, ep) -> None:
+        """Nothing to close: the gateway's tap checked the served ids against the stored ones."""
+
+    async def score(self, ep) -> None:
+        """The harness's reward (the one the agent posted) when the config asks for it."""
+        if ep.settings.reward_source == "verifiers":
+            return
+        take = getattr(ep.harness, "take_rewards", None)
+        if take is not None:
+            take(self.record.rewards.episode)
+        ep.result.harness_reward = await ep.harness_reward("compute_reward", HarnessReward.of)
+
+
 async def run_agent_episode(harness, task, gateway, executor, *, reward_source: str = "verifiers", watchdog=None,
-                            stats=None) -> EpisodeResult:
+                            stats=None, create_retries: int = 0, create_backoff_s: float = 0.5) -> EpisodeResult:
     """`gateway`: the run's `AgentGateway`. `reward_source` `harness`: the agent may post the episode's
-    reward, which becomes the harness's `compute_reward`."""
-    loop = asyncio.get_running_loop()
-    result = EpisodeResult(trajectory=Trajectory(task=task), evidence=None, termination=Termination.DONE)
+    reward, which becomes the harness's `compute_reward`. A creation (`reset`) that raises is retried
+    `create_retries` times with doubling backoff. The agent keeps its own deadline (the harness's
+    `timeout_s`): no step deadline applies to its calls."""
+    settings = Settings(reward_source=reward_source, watchdog=watchdog, stats=stats, create_retries=create_retries,
+                        create_backoff_s=create_backoff_s)
+    return await play_agent(harness, task, gateway, executor, settings)
+
+
+async def play_agent(harness, task, gateway, executor, settings: Settings) -> EpisodeResult:
+    """`run_agent_episode` with its settings in one object (what the controller passes); the step
+    deadline and the sampling settings do not apply (the agent keeps its own)."""
     if gateway is None:
         raise RuntimeError(f"harness {task.harness!r} plays its episodes through the run's gateway, which this rollout "
                            "was not given (a training run starts it for harnesses with needs_gateway)")
-    name = getattr(harness, "name", task.harness)
-    t0 = time.perf_counter()
-    try:
-        obs = await loop.run_in_executor(executor, harness.reset, task)
-    except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
-        return harness_failed(result, "reset", exc)
-    if stats is not None:
-        stats.record_create(name, time.perf_counter() - t0)
-    result.trajectory.observations.append(obs)
-    timeout_s = float(getattr(harness, "timeout_s", 300.0))
-    try:
-        session = await gateway.open({"task_id": task.task_id, "harness": task.harness}, timeout_s)
-    except TimeoutError as exc:  # the run's limit refused a session all along: nobody's fault, masked
-        result.termination, result.infra_flag, result.error = Termination.INFRA_ERROR, "gateway_backpressure", str(exc)
-        return result
-    reward = gateway.reward_access(session.id) if reward_source != "verifiers" else None
-    refused, failure, started = gateway.refused_calls(), None, utcnow()
-    component = f"harness {name}"
-    if watchdog is not None:
-        watchdog.begin(component)
-    t1 = time.perf_counter()
-    try:
-        outcome = await loop.run_in_executor(executor, harness.play, session.base_url, session.key, reward)
-    except Exception as exc:  # noqa: BLE001 - sorted below: a timeout, the run's backpressure, or the agent's failure
-        outcome, failure = None, exc
-    finally:
-        record = gateway.close(session.id)
-        result.env_s = time.perf_counter() - t1
-        if watchdog is not None:
-            watchdog.end(component, failure is None)
-    answer = outcome.answer if outcome is not None else None
-    if record is not None:
-        fill_from_record(result, record, answer)
-        result.step_times = [(started, utcnow())] * len(result.trajectory.actions)
-        checked, mismatches = gateway.tap.check(record)
-        result.counters["token_exact_episodes"] += 1 if checked else 0
-        result.counters["token_exact_mismatches"] += mismatches
-    if failure is not None:
-        if isinstance(failure, TimeoutError):  # the harness's deadline (harnesses.agent.runners.AgentTimeout)
-            result.termination, result.error = Termination.TIMEOUT, str(failure)
-        elif gateway.refused_calls() > refused:
-            result.termination, result.infra_flag = Termination.INFRA_ERROR, "gateway_backpressure"
-            result.error = f"the agent failed while the run's gateway refused calls (staleness limit): {failure}"
-            return result
-        else:
-            return harness_failed(result, "agent", failure)
-    if not result.trajectory.actions:
-        result.termination, result.infra_flag = Termination.INFRA_ERROR, "agent_made_no_call"
-        result.error = ("the agent made no call to the model through its session"
-                        if record is not None else "the agent's session expired (gateway.session_ttl_s) before it ended")
-        return result
-    return await _score_parts(result, harness, executor, reward_source, record)
-
-
-async def _score_parts(result: EpisodeResult, harness, executor, reward_source: str, record) -> EpisodeResult:
-    """The evidence, and the harness's reward (the posted one) when the config asks for it."""
-    loop = asyncio.get_running_loop()
-    try:
-        result.evidence = await loop.run_in_executor(executor, harness.evidence, result.trajectory)
-    except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
-        return harness_failed(result, "evidence", exc)
-    if reward_source != "verifiers":
-        take = getattr(harness, "take_rewards", None)
-        if take is not None:
-            take(record.rewards.episode)
-        try:
-            result.harness_reward = HarnessReward.of(await loop.run_in_executor(executor, harness.compute_reward,
-                                                                                result.trajectory))
-        except Exception as exc:  # noqa: BLE001 - a harness bug ends this episode (masked), never the run
-            harness_failed(result, "compute_reward", exc)
-    return result
-
+    result = EpisodeResult(trajectory=Trajectory(task=task), evidence=None, termination=Termination.DONE)
+    return await play_episode(harness, task, AgentTurns(gateway), executor, replace(settings, step_timeout_s=None), result)

@@ -15,10 +15,13 @@ An episode whose generation could not be completed (inference servers down past 
 deadline) ends as `infra_error`: it is not scored, and goes to the store and the buffer masked, like
 an episode the reward service could not score. Counters: see `resume.COUNTERS`, `weight_resyncs`.
 
-A harness that plays itself (`plays_itself`: the `agent` harness) is played by `agent_episode`
-through the run's gateway (`gateway`, set by the run) instead of `run_episode`'s generation loop;
-the gateway admits as many sessions as `agent_allowance()` (the same limits the loop starts episodes
-under), and its counters are mirrored into `counters` as `gateway/…`.
+Every episode is the one episode loop (`episode_loop.py`) around an actor: the policy
+(`run_episode.play_policy`), an agent that plays itself (`plays_itself`: the `agent` harness,
+`agent_episode.play_agent`, through the run's gateway, `gateway`, set by the run) or the seats of a
+multi-agent harness. What the controller does around it (lend a harness instance, count, score,
+record, store) is `episode_scaffold.py`, the same for all three. The gateway admits as many sessions
+as `agent_allowance()` (the same limits the loop starts episodes under), and its counters are
+mirrored into `counters` as `gateway/…`.
 
 A multi-agent harness (one with `roles`) is played by `multi_play.play_roles`: one episode, one
 record and one buffered episode per role the policy plays, grouped by (draw, role) for GRPO.
@@ -28,24 +31,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
 from agentrl_cli.core.outcomes import Outcome, Phase, RewardStatus, Termination
 from agentrl_cli.runtime.data.record_from_episode import record_from_episode
-from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
-from agentrl_cli.runtime.reward.models import RewardResult
 from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
-from agentrl_cli.runtime.rollout.agent_episode import run_agent_episode
+from agentrl_cli.runtime.rollout.agent_episode import play_agent
+from agentrl_cli.runtime.rollout.episode_scaffold import account, count, infra_lost, keep, lend, score, settings
 from agentrl_cli.runtime.rollout.multi_play import Seating, play_roles, role_trajectory_id
-from agentrl_cli.runtime.rollout.run_episode import EpisodeResult, run_episode
+from agentrl_cli.runtime.rollout.run_episode import EpisodeResult, play_policy
 from agentrl_cli.engines.resume import ResumePolicy
 from agentrl_cli.runtime.rollout.sampler import Draw, TaskSampler
 from agentrl_cli.runtime.observe.harness_stats import HarnessStats
 from agentrl_cli.runtime.observe.watchdog import Watchdog
 from agentrl_cli.runtime.observe import traces
+from harnesses.multi_agent import role_group
 from harnesses.task_sources import task_set
 
 log = logging.getLogger(__name__)
@@ -118,7 +120,8 @@ class RolloutController:
         self.side_playing = 0  # episodes played outside the loop (evaluation, probes): not in `in_flight`
         self.seating = Seating(self)  # multi-agent harnesses: who plays each role
 
-    def _pool(self, name: str) -> HarnessPool:
+    def harness_pool(self, name: str) -> HarnessPool:
+        """The pool of `name`'s instances (made on first use, up to its concurrency limit)."""
         if name not in self.pools:
             limit = self._limits.get(name, self.concurrency)
             self.pools[name] = HarnessPool(lambda: self._make(name), limit)
@@ -155,79 +158,23 @@ class RolloutController:
                                     task_id=draw.task.task_id, phase=self.phase)
 
     async def _play(self, draw: Draw, temperature: float | None, store: bool, counted: bool):
-        loop = asyncio.get_running_loop()
-        pool = self._pool(draw.task.harness)
-        self.side_playing += not counted
-        try:
-            harness = await pool.acquire(loop, self.executor)
-        except BaseException:
-            self.side_playing -= not counted
-            raise
-        r = self.config.rollout
-        self.watchdog.begin("rollout")
-        try:
-            if getattr(harness, "plays_itself", False):
-                result = await run_agent_episode(harness, draw.task, self.gateway or getattr(harness, "gateway", None),
-                                                 self.executor, reward_source=self.reward_source(draw.task.harness),
-                                                 watchdog=self.watchdog, stats=self.harness_stats)
+        name = draw.task.harness
+        played = settings(self, draw, temperature)
+        async with lend(self, name, counted) as lent:
+            if getattr(lent.harness, "plays_itself", False):
+                result = await play_agent(lent.harness, draw.task, self.gateway or getattr(lent.harness, "gateway", None),
+                                          self.executor, played)
                 self._mirror_gateway()
             else:
-                result = await run_episode(harness, draw.task, self.client, self.tokenizer, self.executor,
-                                           max_steps=r.max_steps_per_trajectory, step_timeout_s=r.step_timeout_seconds,
-                                           max_new_tokens=self.config.inference.max_new_tokens,
-                                           temperature=self.temperature if temperature is None else temperature,
-                                           seed=draw.seed, context_limit=self.config.training.seq_len_limit,
-                                           resume=self.resume, on_recovered=self.on_recovered, watchdog=self.watchdog,
-                                           stats=self.harness_stats, create_retries=r.env_create_retries,
-                                           create_backoff_s=r.env_create_backoff_s,
-                                           reward_source=self.reward_source(draw.task.harness))
-            self.harness_errors.record(draw.task.harness, result, self.counters)
-        finally:
-            self.side_playing -= not counted
-            end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
-            if end is not None:
-                try:
-                    await loop.run_in_executor(self.executor, end)
-                except Exception:  # noqa: BLE001 - the next reset releases them anyway
-                    log.exception("ending the episode of %s failed", draw.task.harness)
-            resources = getattr(harness, "episode_resources", None)  # its sandbox's use, read before destroying it
-            pool.release(harness)
-            self.watchdog.end("rollout")
-        t = time.perf_counter()
+                result = await play_policy(lent.harness, draw.task, self.client, self.tokenizer, self.executor, played)
+            self.harness_errors.record(name, result, self.counters)
+        count(self, result)
         tid = self.trajectory_id(draw)
-        self.counters.update(result.counters)
-        if result.termination == Termination.INFRA_ERROR:
-            why = result.infra_flag or ("environment_unavailable" if result.counters.get("env_create_failures")
-                                        else "harness_error" if result.harness_error else "inference_unavailable")
-            scored = infra_lost(tid, result.error, why)
-        else:
-            self.watchdog.begin("reward")
-            scored = None
-            try:
-                scored = await traces.child("reward", self.reward.ascore(request_from_episode(
-                    result.trajectory, result.evidence, trajectory_id=tid, termination=result.termination,
-                    reward_source=self.reward_source(draw.task.harness), harness_reward=result.harness_reward)),
-                    after=traces.reward_attributes)
-            finally:
-                self.watchdog.end("reward", ok=scored is not None and "reward_service_unreachable" not in scored.flags)
-            self.counters[f"reward_{scored.status}"] += 1
-        self.timers["reward_s"] += time.perf_counter() - t
-        self.timers["generate_s"] += result.generate_s
-        self.timers["env_s"] += result.env_s
-        self.counters[f"termination_{result.termination}"] += 1
+        scored = await score(self, result, tid, played.reward_source, result.harness_reward)
         self.counters["tokens_generated"] += result.completion_tokens
-        self.counters["env_calls"] += len(result.trajectory.observations)  # reset + steps
         record = self.to_record(draw, result, scored, tid)
-        if resources:
-            record.env_resources = resources
-            self.harness_stats.record_resources(getattr(harness, "name", draw.task.harness), resources)  # as run_episode names it
-        for step in record.steps:
-            for call in step.tool_calls:
-                self.harness_stats.record_tool(draw.task.harness, call.name, call.status, seconds=call.latency_ms / 1000)
-        if store and self.writer is not None:
-            t = time.perf_counter()
-            self.writer.write(record)
-            self.timers["store_s"] += time.perf_counter() - t
+        account(self, name, lent, [record])
+        keep(self, record, store)
         return result, scored, record
 
     def _mirror_gateway(self) -> None:
@@ -264,17 +211,20 @@ class RolloutController:
         of one run (stage 0's baseline, stage 8's smoke and short) never share one."""
         return f"{self.run_id}-{self.phase}-{draw.group_id}-{draw.index}"
 
-    def to_record(self, draw: Draw, result: EpisodeResult, scored, tid: str):
-        """The stored record of a played episode, built whole (its training arrays included)."""
+    def to_record(self, draw: Draw, result: EpisodeResult, scored, tid: str, *, role: str | None = None,
+                  step_roles: list[str] | None = None):
+        """The stored record of a played episode, built whole (its training arrays included); `role`:
+        the policy role of a multi-agent episode it trains (its group the draw's with `/<role>`),
+        `step_roles`: the role of each joint step."""
         return record_from_episode(result.trajectory, run_id=self.run_id, harness_version=_harness_version(draw.task.harness),
                                    reward=scored, evidence=result.evidence, termination=result.termination, seed=draw.seed,
-                                   phase=self.phase, group_id=draw.group_id,
+                                   phase=self.phase, group_id=role_group(draw.group_id, role),
                                    task_set_version=self.task_set(draw.task.harness).version,
                                    weight_versions=result.weight_versions, trajectory_id=tid, step_times=result.step_times,
                                    token_ids=result.token_ids, loss_mask=result.loss_mask, logprobs=result.logprobs,
                                    prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
                                    segment_starts=result.segment_starts, step_rewards=result.step_rewards,
-                                   max_output_bytes=self.config.data.max_tool_output_bytes)
+                                   max_output_bytes=self.config.data.max_tool_output_bytes, role=role, step_roles=step_roles)
 
     async def _episode_into_buffer(self, draw: Draw) -> None:
         key = _draw_key(draw)
@@ -432,13 +382,6 @@ class RolloutController:
 
 def _draw_key(draw: Draw) -> str:
     return f"{draw.group_id}-{draw.index}"
-
-
-def infra_lost(tid: str, why: str, flag: str = "inference_unavailable") -> RewardResult:
-    """The result of an episode the infrastructure could not finish (its generation lost, or its
-    environment never created): masked (infra_error), never a zero score."""
-    return RewardResult(trajectory_id=tid, reward=0.0, components={}, status=RewardStatus.INFRA_ERROR, outcome=Outcome.ERROR,
-                        verifier="none", verifier_versions={}, flags=["infra_error", flag], detail=why)
 
 
 def trained_reward(truncation: str, truncated: bool, masked: bool, reward: float) -> float | None:
