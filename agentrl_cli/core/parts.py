@@ -28,17 +28,21 @@ class Part:
     target: str
     honours: frozenset[str] = field(default_factory=frozenset)
     summary: str = ""
+    packages: tuple[str, ...] = ()  # the distributions its engine comes from (select's dependency and maintenance probes)
 
 
+# Features a backend row may name besides the step's: "sharding" (it shards over the ranks) and how -
+# "zero_stage" (it reads training.zero_stage, 0-3) or "full_shard" (weights, gradients and optimizer
+# state all sharded, as ZeRO-3).
 # What the learner's one step honours (the loss, its corrections, packing, aggregation and LoRA):
 # the built-in backends run that step (`learner/policy_rank.py`), so they honour all of it.
 POLICY_STEP = frozenset({"correction", "packing", "loss_aggregation", "lora"})
 
 BACKENDS: tuple[Part, ...] = (  # training.backend
-    Part("deepspeed", "agentrl_cli.learner.deepspeed_backend:DeepSpeedBackend", POLICY_STEP | {"sharding"},
-         "DeepSpeed ZeRO stage 0-3 (training.zero_stage)"),
-    Part("fsdp", "agentrl_cli.learner.fsdp_backend:FSDPBackend", POLICY_STEP | {"sharding"},
-         "PyTorch FSDP2, parameters sharded over the ranks"),
+    Part("deepspeed", "agentrl_cli.learner.deepspeed_backend:DeepSpeedBackend", POLICY_STEP | {"sharding", "zero_stage"},
+         "DeepSpeed ZeRO stage 0-3 (training.zero_stage)", ("deepspeed",)),
+    Part("fsdp", "agentrl_cli.learner.fsdp_backend:FSDPBackend", POLICY_STEP | {"sharding", "full_shard"},
+         "PyTorch FSDP2, parameters sharded over the ranks", ("torch",)),
 )
 TRANSPORTS: tuple[Part, ...] = (  # training.weight_sync
     Part("disk", "agentrl_cli.weightsync.disk:DiskTransport", frozenset({"full", "adapter"}),

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from agentrl_cli.core import parts
+
 GB = 1e9
 BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 ACTIVATION_HEADROOM = 1.2  # training memory beyond the model states: activations, buffers, fragmentation
@@ -97,8 +99,10 @@ def build_plan(cfg, shape: ModelShape, inputs: PlanInputs) -> list[PlanLine]:
     lines: list[PlanLine] = []
     p = shape.params
     ranks = max(t.world_size, 1)
-    stage = 3 if t.backend == "fsdp" else t.zero_stage  # FSDP shards weights, gradients and optimizer state
-    sharding = "FSDP (as ZeRO-3)" if t.backend == "fsdp" else f"ZeRO-{t.zero_stage}"
+    honours = (parts.row(parts.BACKENDS, t.backend) or parts.Part(t.backend, t.backend)).honours
+    full_shard = "full_shard" in honours  # weights, gradients and optimizer state all sharded (FSDP)
+    stage = 3 if full_shard else t.zero_stage
+    sharding = f"{t.backend.upper()} (as ZeRO-3)" if full_shard else f"ZeRO-{t.zero_stage}"
     st = zero_state_bytes(p, t.precision, stage, ranks)
     per_rank = sum(st.values()) * ACTIVATION_HEADROOM
     lines.append(PlanLine("training", "memory per rank", per_rank / GB, "GB",

@@ -17,7 +17,9 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
-BACKEND_ROOTS = {"deepspeed": ["deepspeed"], "fsdp": ["torch"]}  # the package each backend's engine comes from
+from agentrl_cli.core import parts
+
+BACKEND_ROOTS = {p.name: list(p.packages) for p in parts.BACKENDS}  # the package each backend's engine comes from
 MIN_STATUS = 4  # Development Status :: 4 - Beta
 
 

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from agentrl_cli.core import parts
 from agentrl_cli.core.report import Check, CheckStatus
 from agentrl_cli.acceptance.select import checkpoint_probe, loop_probe, packages, stress
 from agentrl_cli.acceptance.select.scorecard import BY_KEY, CRITERIA, Scorecard, cell_name
 
-KNOWN_BACKENDS = ("deepspeed", "fsdp")  # the names `--backends` accepts even when one is not installed here
+KNOWN_BACKENDS = parts.names(parts.BACKENDS)  # the names `--backends` accepts even when one is not installed here
 MIN_TIMED_FRACTION = 0.8  # as stage 0: the timed phases account for most of the loop's wall time
 
 

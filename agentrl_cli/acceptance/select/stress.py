@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from agentrl_cli.core import parts
 from agentrl_cli.acceptance.select import stress_worker
 
 ZERO_STAGES = (0, 1, 2, 3)
@@ -34,13 +35,14 @@ def free_port() -> int:
 
 
 def all_strategies() -> list[str]:
-    return [s for b in ("deepspeed", "fsdp") for s, _ in strategies(b)]
+    return [s for b in parts.names(parts.BACKENDS) for s, _ in strategies(b)]
 
 
 def strategies(backend: str) -> list[tuple[str, dict]]:
     """(strategy name, training.* keys) of the strategies a backend offers."""
-    if backend == "deepspeed":
-        return [(f"zero{s}", {"backend": "deepspeed", "zero_stage": s}) for s in ZERO_STAGES]
+    row = parts.row(parts.BACKENDS, backend)
+    if row is not None and "zero_stage" in row.honours:  # one strategy per ZeRO stage it reads
+        return [(f"zero{s}", {"backend": backend, "zero_stage": s}) for s in ZERO_STAGES]
     return [(backend, {"backend": backend})]  # fsdp: full sharding when world_size > 1, one strategy
 
 
