@@ -61,11 +61,11 @@ class CheckpointSchedule:
     def _state(self) -> dict:
         # no await here: every finished episode is published and either in the buffer snapshot or
         # still in flight; resume reloads the one and re-runs the other
-        parts, run = self.parts, self.state
+        parts, state = self.parts, self.state
         parts.writer.flush()
-        return {"step": run.step, "version": run.version, "sampler": parts.sampler.state_dict(), "rng": rng_state(),
+        return {"step": state.step, "version": state.version, "sampler": parts.sampler.state_dict(), "rng": rng_state(),
                 "buffer": parts.buffer.state_dict(), "inflight": parts.controller.snapshot(),
-                "ledger": [dict(e) for e in run.ledger]}
+                "ledger": [dict(e) for e in state.ledger]}
 
     async def _write(self, state: dict) -> str:
         # the engine's weights stay as they are until the save returns (the next train step awaits it)

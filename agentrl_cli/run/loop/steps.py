@@ -107,9 +107,9 @@ class StepLoop:
 
     async def run_steps(self, steps: int, *, deadline_s: float | None = None, eval_tasks: dict | None = None,
                         eval_every: int | None = None, on_step: Callable[[dict], None] = lambda row: None) -> RunSummary:
-        parts, run = self.parts, self.state
-        summary = RunSummary(steps=0, start_step=run.step, version=run.version, resumed_from=run.resumed_from)
-        self._taken = run.step
+        parts, state = self.parts, self.state
+        summary = RunSummary(steps=0, start_step=state.step, version=state.version, resumed_from=state.resumed_from)
+        self._taken = state.step
         stop = asyncio.Event()
         t_start = time.perf_counter()
         rollout = None
@@ -118,18 +118,18 @@ class StepLoop:
             rollout = asyncio.create_task(parts.controller.run(stop))
         if eval_tasks:
             summary.evals.append(await self._evaluate(eval_tasks))
-            run.evals.append(summary.evals[-1])
+            state.evals.append(summary.evals[-1])
         try:
-            while run.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
-                row = await traces.train_step(self.observe, parts.run_id, run.step + 1,
+            while state.step < steps and (deadline_s is None or time.perf_counter() - t_start < deadline_s):
+                row = await traces.train_step(self.observe, parts.run_id, state.step + 1,
                                               self._step(steps, rollout is None, summary, t_start))
                 parts.metrics.append(row)
-                run.step_rows.append(row)
+                state.step_rows.append(row)
                 summary.metrics.append(row)
                 on_step(row)
-                if eval_tasks and eval_every and run.step % eval_every == 0:
+                if eval_tasks and eval_every and state.step % eval_every == 0:
                     summary.evals.append(await self._evaluate(eval_tasks))
-                    run.evals.append(summary.evals[-1])
+                    state.evals.append(summary.evals[-1])
         finally:
             stop.set()
             try:
@@ -139,9 +139,9 @@ class StepLoop:
                 if rollout is not None:
                     await rollout
                 parts.controller.lead_limit = None
-        if eval_tasks and (not summary.evals or summary.evals[-1]["step"] != run.step):  # none twice at one step
+        if eval_tasks and (not summary.evals or summary.evals[-1]["step"] != state.step):  # none twice at one step
             summary.evals.append(await self._evaluate(eval_tasks))
-        summary.steps, summary.version = run.step, run.version
+        summary.steps, summary.version = state.step, state.version
         summary.counters = (dict(parts.controller.counters) | {f"buffer/{k}": v for k, v in parts.buffer.counters.items()}
                             | parts.watchdog.report() | parts.sandboxes.metrics())
         summary.timers = {k: round(v, 3) for k, v in parts.controller.timers.items()}
@@ -151,12 +151,12 @@ class StepLoop:
         return await evaluate(self.parts, self.state, eval_tasks, concurrency=self.rollout.eval_concurrency)
 
     async def _step(self, steps: int, generate_first: bool, summary: RunSummary, t_start: float) -> dict:
-        parts, run = self.parts, self.state
+        parts, state = self.parts, self.state
         controller, publisher = parts.controller, parts.publisher
         times = StepTimes()
         t0 = time.perf_counter()
         controller.harness_errors.raise_if_failed()
-        summary.add_sync(await publisher.before_step(parts.backend, run.version))
+        summary.add_sync(await publisher.before_step(parts.backend, state.version))
         groups = await self._take(self.groups_per_step, generate_first, counts=self.shaping is None)
         if not groups:
             raise RuntimeError(f"the rollout produced no complete group in time (within training.step_wait_timeout_s="
@@ -171,38 +171,38 @@ class StepLoop:
         times.wait_s = t_ckpt - t0
         summary.add_checkpoint(await self.checkpoints.wait())  # written while this step's samples came in
         t1 = time.perf_counter()
-        samples, stats = parts.samples(groups, run.version)
+        samples, stats = parts.samples(groups, state.version)
         try:
             with parts.watchdog.busy("trainer"):
                 metrics = await asyncio.to_thread(parts.backend.train_step, samples) if samples else {}
         except Exception as exc:
-            raise TrainerCrashed(f"the train step of step {run.step + 1} failed",
+            raise TrainerCrashed(f"the train step of step {state.step + 1} failed",
                                  "the run restarts from its latest checkpoint (training.max_restarts)") from exc
         t2 = time.perf_counter()
         times.train_s = t2 - t1
-        run.step += 1
-        run.ledger.append(ledger_entry(run.step, groups))
-        if run.step % self.rollout.weight_sync_interval_steps == 0:
-            run.version += 1
+        state.step += 1
+        state.ledger.append(ledger_entry(state.step, groups))
+        if state.step % self.rollout.weight_sync_interval_steps == 0:
+            state.version += 1
             if self.overlap:
                 summary.add_sync(await publisher.wait())
-                await publisher.start(parts.backend, run.version)
+                await publisher.start(parts.backend, state.version)
                 times.sync_s = time.perf_counter() - t2
             else:
-                entry = await publisher.sync_retrying(parts.backend, run.version)
+                entry = await publisher.sync_retrying(parts.backend, state.version)
                 summary.syncs.append(entry)
                 times.sync_s = entry["seconds"]
         t3 = time.perf_counter()
-        if self.checkpoints.due(run.step, steps):
-            summary.add_checkpoint(await self.checkpoints.save(run.step, steps))
+        if self.checkpoints.due(state.step, steps):
+            summary.add_checkpoint(await self.checkpoints.save(state.step, steps))
         times.checkpoint_s = time.perf_counter() - t3 + t1 - t_ckpt
         times.step_s = time.perf_counter() - t0
-        run.trained_tokens += stats.get(keys.TOKENS_TRAINED) or 0
-        row = step_row(step=run.step, version=run.version, metrics=metrics, stats=stats, wait_s=times.wait_s,
+        state.trained_tokens += stats.get(keys.TOKENS_TRAINED) or 0
+        row = step_row(step=state.step, version=state.version, metrics=metrics, stats=stats, wait_s=times.wait_s,
                        train_s=times.train_s, sync_s=times.sync_s, elapsed=time.perf_counter() - t_start, controller=controller,
-                       buffer=parts.buffer, watchdog=parts.watchdog, trained_tokens=run.trained_tokens)
+                       buffer=parts.buffer, watchdog=parts.watchdog, trained_tokens=state.trained_tokens)
         row.update(times.row())
-        row[keys.TRAINER_RESTARTS] = run.restarts
+        row[keys.TRAINER_RESTARTS] = state.restarts
         if shaped is not None:
             row.update(shaped.row(self.skipped_steps))
         row.update(self._rollout_work())
