@@ -1,5 +1,7 @@
-"""One training run, wired: the composition root (`training_run`), the step loop (`run/loop/`) and the
-supervision of its components (`run/supervise/`).
+"""One training run, wired: the composition root (`training_run`), what a run is made of and what
+changes (`parts`: RunParts, RunState), building and closing the parts (`build`), what passes from a
+crashed attempt to the next (`attempts`), the step loop (`run/loop/`) and the supervision of its
+components (`run/supervise/`).
 
 `agentrl_cli.run` was once the module now at `agentrl_cli.run.training_run`; its names still
 resolve here (`from agentrl_cli.run import TrainingRun`), with a DeprecationWarning."""

@@ -29,6 +29,7 @@ from agentrl_cli.runtime.data.s3 import S3Store
 from agentrl_cli.runtime.data.schema import TrajectoryRecord
 from agentrl_cli.runtime.data.writer import StoreTimeout, TrajectoryWriter, read_records
 from agentrl_cli.run.loop.checkpoints import reuse_stored
+from agentrl_cli.run.parts import RunParts, RunState
 from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
 from tests.integration.test_deadlines import SilentPeer
 
@@ -122,9 +123,8 @@ def test_a_resumed_run_reuses_its_stored_trajectories_while_the_store_is_unreach
             writer.write(r)
     buffer = TrajectoryBuffer(8, 2, 2)
     ledger = [{"step": 1, "draws": [{"group_id": "g0-0000000", "harness": "terminal_like", "task_id": "task-0", "episodes": 2}]}]
-    run = SimpleNamespace(run_id="r", phase="train", ledger=ledger, buffer=buffer, writer=SimpleNamespace(store=store),
-                          controller=SimpleNamespace())
-    asyncio.run(reuse_stored(run))
+    run = RunParts(run_id="r", phase="train", buffer=buffer, writer=SimpleNamespace(store=store), controller=SimpleNamespace())
+    asyncio.run(reuse_stored(run, RunState(ledger=ledger)))
     assert run.controller.stored_ids == {r.trajectory_id for r in records}
 
     gate.close()  # the store goes away after the resume

@@ -25,6 +25,7 @@ import torch
 from agentrl_cli.engines.inference.client import InferenceClient
 from agentrl_cli.run.loop.checkpoints import CheckpointSchedule, CheckpointTimeout
 from agentrl_cli.run.loop.restarts import crash_cause
+from agentrl_cli.run.parts import RunParts, RunState
 from agentrl_cli.runtime.reward.client import HttpRewardClient
 from agentrl_cli.learner.checkpoint import CheckpointManager
 from agentrl_cli.learner.ranks_backend import RanksBackend, TrainerRanksFailed
@@ -133,15 +134,15 @@ class StuckBackend:
 
 def test_a_checkpoint_write_that_never_finishes_raises_checkpoint_timeout_naming_the_key(tmp_path):
     backend = StuckBackend()
-    run = SimpleNamespace(backend=backend, ckpt=CheckpointManager(tmp_path / "checkpoints", 2), run_id="r",
-                          checkpoints_written=[],
-                          cfg=SimpleNamespace(training=SimpleNamespace(checkpoint_interval_steps=1, checkpoint_timeout_s=0.5)))
-    schedule = CheckpointSchedule(run, overlap=False)
+    parts = RunParts(backend=backend, checkpoints=CheckpointManager(tmp_path / "checkpoints", 2), run_id="r")
+    state = RunState()
+    training = SimpleNamespace(checkpoint_interval_steps=1, checkpoint_timeout_s=0.5)
+    schedule = CheckpointSchedule(parts, state, training, overlap=False)
     try:
         with pytest.raises(CheckpointTimeout) as err:
             asyncio.run(schedule._write({"step": 3, "version": 1, "ledger": []}))  # returns though the write hangs
         assert "step 3 was not written within 0.5 s (training.checkpoint_timeout_s)" in err.value.message
-        assert run.checkpoints_written == [] and run.ckpt.latest() is None
+        assert state.checkpoints_written == [] and parts.checkpoints.latest() is None
     finally:
         backend.release.set()
 

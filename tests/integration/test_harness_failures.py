@@ -105,7 +105,7 @@ def test_a_harness_whose_step_always_raises_stops_the_run_naming_it(tmp_path, ra
     message = info.value.message
     assert "BrokenStep" in message and "step()" in message and "RuntimeError: the environment fell over" in message
     assert "in 4 episodes in a row" in message and "rollout.max_harness_errors" in info.value.hint
-    assert elapsed < 300, elapsed  # stopped at the failures, not at a timeout (rollout.step_timeout_seconds x 10)
+    assert elapsed < 300, elapsed  # stopped at the failures, not at a timeout (training.step_wait_timeout_s)
 
 
 def test_a_harness_failing_one_step_in_ten_trains_to_the_end_with_those_episodes_masked(tmp_path, random_model_dir):

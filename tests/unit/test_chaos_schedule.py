@@ -50,6 +50,15 @@ def test_bounds_follow_the_config():
         assert 0 < detect <= recover
 
 
+def test_a_rank_faults_detection_bound_is_the_trainers_step_wait_then_the_rank_call():
+    base = load_config(None, [], env={}).config
+    assert bounds("rank", base)[0] == 600 + 1800  # the bound at the defaults, as before the wait had its own key
+    longer = load_config(None, ["training.step_wait_timeout_s=900"], env={}).config
+    assert bounds("rank", longer)[0] - bounds("rank", base)[0] == 300
+    env_step = load_config(None, ["rollout.step_timeout_seconds=5"], env={}).config
+    assert bounds("rank", env_step) == bounds("rank", base)  # an environment step's deadline is not the trainer's wait
+
+
 def test_an_unknown_fault_is_a_usage_error_before_anything_starts(cli, isolated):
     result = cli("chaos", "--faults", "server,disk")
     assert result.exit_code == 2 and "unknown fault(s) disk" in result.output

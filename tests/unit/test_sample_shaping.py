@@ -17,6 +17,7 @@ from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.run.loop.samples import SampleBuilder
 from agentrl_cli.run.loop.shaping import has_signal, overlong_penalty
 from agentrl_cli.run.loop.steps import RunSummary, StepLoop
+from agentrl_cli.run.parts import RunParts, RunState
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.core.outcomes import Outcome
 from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
@@ -46,27 +47,25 @@ def group(*rewards, **kw) -> list[Episode]:
 
 
 class FakeRun:
-    """What `StepLoop._step` reads of a run: the buffer is real; the rollout puts scripted groups in
-    it, one list per call (sync mode); the backend records what it is handed."""
+    """What `StepLoop._step` reads of a run's parts and state (run/parts.py): the buffer is real; the
+    rollout puts scripted groups in it, one list per call (sync mode); the backend records what it is handed."""
 
     def __init__(self, cfg, script: list[list[list[Episode]]]) -> None:
         self.cfg, self.script, self.trained = cfg, list(script), []
-        self.buffer = TrajectoryBuffer(256, 10, cfg.rollout.group_size)
-        self.step = self.version = self.trained_tokens = 0
-        self.metrics, self.ledger, self.restarts = [], [], 0
-        self.samples = SampleBuilder(cfg)
-        self.controller = SimpleNamespace(run=self._generate, counters={}, timers={}, in_flight=0,
-                                          harness_errors=SimpleNamespace(raise_if_failed=lambda: None),
-                                          harness_stats=SimpleNamespace(snapshot=dict))
-        self.backend = SimpleNamespace(train_step=self._train)
-        self.publisher = SimpleNamespace(before_step=self._none, wait=self._none, sync_retrying=self._sync)
-        self.watchdog = SimpleNamespace(busy=lambda name: contextlib.nullcontext(), stuck=list, report=dict)
-        self.sandboxes = SimpleNamespace(metrics=dict)
+        self.state = RunState()
+        controller = SimpleNamespace(run=self._generate, counters={}, timers={}, in_flight=0,
+                                     harness_errors=SimpleNamespace(raise_if_failed=lambda: None),
+                                     harness_stats=SimpleNamespace(snapshot=dict))
+        self.parts = RunParts(buffer=TrajectoryBuffer(256, 10, cfg.rollout.group_size), samples=SampleBuilder(cfg),
+                              controller=controller, backend=SimpleNamespace(train_step=self._train),
+                              publisher=SimpleNamespace(before_step=self._none, wait=self._none, sync_retrying=self._sync),
+                              watchdog=SimpleNamespace(busy=lambda name: contextlib.nullcontext(), stuck=list, report=dict),
+                              sandboxes=SimpleNamespace(metrics=dict))
 
     async def _generate(self, stop, max_groups):
         for g in (self.script.pop(0) if self.script else [])[:max_groups]:
             for e in g:
-                await self.buffer.put(e)
+                await self.parts.buffer.put(e)
 
     def _train(self, samples):
         self.trained.append(list(samples))
@@ -80,7 +79,7 @@ class FakeRun:
 
 
 def one_step(run: FakeRun) -> dict:
-    loop = StepLoop(run)
+    loop = StepLoop(run.parts, run.state, run.cfg.rollout, run.cfg.training, run.cfg.observe)
     return asyncio.run(loop._step(10, True, RunSummary(steps=0, start_step=0, version=0), 0.0))
 
 
@@ -101,7 +100,7 @@ def test_a_batch_of_only_flat_groups_is_never_trained_and_the_step_is_counted_sk
     run = FakeRun(cfg_with(**{"rollout.dynamic_sampling": "true", "rollout.max_refill_rounds": 2}), flat)
     row = one_step(run)
     assert run.trained == []  # the trainer was handed nothing
-    assert run.step == 1 and keys.TRAIN_LOSS not in row
+    assert run.state.step == 1 and keys.TRAIN_LOSS not in row
     assert row[keys.ROLLOUT_SKIPPED_STEPS] == 1 and row[keys.ROLLOUT_REFILL_ROUNDS] == 2
     assert row[keys.ROLLOUT_DROPPED_FLAT_GROUPS] == 6
 

@@ -94,7 +94,7 @@ def bounds(kind: str, cfg) -> tuple[float, float]:
     if kind == "sandbox":
         return poll, poll + restart + SANDBOX_STARTUP_S
     if kind == "rank":
-        detect = 10 * cfg.rollout.step_timeout_seconds + cfg.training.rank_timeout_s  # a step's wait, then the call
+        detect = cfg.training.step_wait_timeout_s + cfg.training.rank_timeout_s  # a step's wait, then the call
         return detect, (detect + cfg.training.start_timeout_s + cfg.inference.startup_timeout_s
                         + cfg.training.rank_timeout_s)
     if kind == "reward":

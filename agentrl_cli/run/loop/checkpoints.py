@@ -33,9 +33,12 @@ class CheckpointTimeout(AgentrlError):
 
 
 class CheckpointSchedule:
-    def __init__(self, run, *, overlap: bool) -> None:
-        self.run, self.overlap = run, overlap
-        self.interval = run.cfg.training.checkpoint_interval_steps
+    """When the run's checkpoints are due and writing them, over the run's parts and state (`run/parts.py`)
+    with its `training` config section (checkpoint_interval_steps, checkpoint_timeout_s)."""
+
+    def __init__(self, parts, state, training, *, overlap: bool) -> None:
+        self.parts, self.state, self.overlap = parts, state, overlap
+        self.interval, self.timeout_s = training.checkpoint_interval_steps, training.checkpoint_timeout_s
         self._task: asyncio.Task | None = None
 
     def due(self, step: int, steps: int) -> bool:
@@ -58,31 +61,31 @@ class CheckpointSchedule:
     def _state(self) -> dict:
         # no await here: every finished episode is published and either in the buffer snapshot or
         # still in flight; resume reloads the one and re-runs the other
-        run = self.run
-        run.writer.flush()
-        return {"step": run.step, "version": run.version, "sampler": run.sampler.state_dict(), "rng": rng_state(),
-                "buffer": run.buffer.state_dict(), "inflight": run.controller.snapshot(),
-                "ledger": [dict(e) for e in run.ledger]}
+        parts, state = self.parts, self.state
+        parts.writer.flush()
+        return {"step": state.step, "version": state.version, "sampler": parts.sampler.state_dict(), "rng": rng_state(),
+                "buffer": parts.buffer.state_dict(), "inflight": parts.controller.snapshot(),
+                "ledger": [dict(e) for e in state.ledger]}
 
     async def _write(self, state: dict) -> str:
         # the engine's weights stay as they are until the save returns (the next train step awaits it)
-        run = self.run
+        parts, ckpt = self.parts, self.parts.checkpoints
         ledger = state.pop("ledger")
 
         def write(d):
-            run.backend.save_checkpoint(d / "engine", state)
+            parts.backend.save_checkpoint(d / "engine", state)
             write_ledger(d, ledger)
-        timeout = run.cfg.training.checkpoint_timeout_s
+        timeout = self.timeout_s
         try:
-            path = await asyncio.wait_for(_in_daemon_thread(run.ckpt.save, state["step"], write,
-                                                            {"version": state["version"], "run_id": run.run_id}), timeout)
+            path = await asyncio.wait_for(_in_daemon_thread(ckpt.save, state["step"], write,
+                                                            {"version": state["version"], "run_id": parts.run_id}), timeout)
         except asyncio.TimeoutError:
             raise CheckpointTimeout(
                 f"the checkpoint of step {state['step']} was not written within {timeout:g} s "
-                f"(training.checkpoint_timeout_s) under {run.ckpt.root}; a checkpoint is resumed from only once complete",
+                f"(training.checkpoint_timeout_s) under {ckpt.root}; a checkpoint is resumed from only once complete",
                 "check that the checkpoint storage answers (`agentrl bench storage`); a large model on slow storage may "
                 "need a larger training.checkpoint_timeout_s") from None
-        run.checkpoints_written.append(path.name)
+        self.state.checkpoints_written.append(path.name)
         return path.name
 
 
@@ -111,52 +114,52 @@ async def _in_daemon_thread(fn, *args):
     return await future
 
 
-async def resume(run, latest) -> None:
-    """Restore `run` from the checkpoint directory `latest` and bring the servers to its weights."""
-    state = await asyncio.to_thread(run.backend.load_checkpoint, latest / "engine")
-    run.step, run.version = int(state["step"]), int(state["version"])
-    run.sampler.load_state_dict(state["sampler"])
-    run.ledger = read_ledger(latest) or []
-    set_rng_state(state["rng"])
-    await _reload_buffer(run, state.get("buffer", {}).get("pending", []))
-    run.controller.restore(state.get("inflight", []))
-    await reuse_stored(run)
-    run.resumed_from = latest.name
-    await run.publisher.sync_retrying(run.backend, run.version)
+async def resume(parts, state, latest) -> None:
+    """Restore the run (`parts`, `state`) from the checkpoint directory `latest` and bring the servers to its weights."""
+    saved = await asyncio.to_thread(parts.backend.load_checkpoint, latest / "engine")
+    state.step, state.version = int(saved["step"]), int(saved["version"])
+    parts.sampler.load_state_dict(saved["sampler"])
+    state.ledger = read_ledger(latest) or []
+    set_rng_state(saved["rng"])
+    await _reload_buffer(parts, saved.get("buffer", {}).get("pending", []))
+    parts.controller.restore(saved.get("inflight", []))
+    await reuse_stored(parts, state)
+    state.resumed_from = latest.name
+    await parts.publisher.sync_retrying(parts.backend, state.version)
 
 
-async def reuse_stored(run) -> None:
+async def reuse_stored(parts, state) -> None:
     """Let the rollout reuse this run's stored trajectories instead of storing a draw twice (after a
     resume, or a restart before the first checkpoint). The ones it may reuse (of draws not trained
     by the checkpoint and not back in the buffer) are read here, with the list of what is stored, so
     reusing one later needs no store that may have become unreachable meanwhile."""
-    ids, reusable = await asyncio.to_thread(_stored, run)
-    run.controller.stored_ids = ids
-    run.controller.fetch = lambda tid: reusable[tid] if tid in reusable else _fetch(run, tid)
+    ids, reusable = await asyncio.to_thread(_stored, parts, state.ledger)
+    parts.controller.stored_ids = ids
+    parts.controller.fetch = lambda tid: reusable[tid] if tid in reusable else _fetch(parts, tid)
 
 
-def _stored(run) -> tuple[set[str], dict]:
+def _stored(parts, ledger: list[dict]) -> tuple[set[str], dict]:
     """(ids of this run's stored trajectories, trajectory id -> record of those the rollout may reuse)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from agentrl_cli.runtime.data.schema import TrajectoryRecord
 
-    table = run.writer.store.read_table((pc.field("run_id") == run.run_id) & (pc.field("phase") == run.phase))
-    trained = pa.array([d["group_id"] for entry in run.ledger for d in entry["draws"]], pa.string())
-    buffered = pa.array(run.buffer.state_dict()["pending"], pa.string())
+    table = parts.writer.store.read_table((pc.field("run_id") == parts.run_id) & (pc.field("phase") == parts.phase))
+    trained = pa.array([d["group_id"] for entry in ledger for d in entry["draws"]], pa.string())
+    buffered = pa.array(parts.buffer.state_dict()["pending"], pa.string())
     candidates = table.filter(~pc.field("group_id").isin(trained) & ~pc.field("trajectory_id").isin(buffered))
     return (set(table.column("trajectory_id").to_pylist()),
             {row["trajectory_id"]: TrajectoryRecord.from_row(row) for row in candidates.to_pylist()})
 
 
-def _fetch(run, tid: str):
+def _fetch(parts, tid: str):
     from agentrl_cli.runtime.data.writer import find_trajectory
 
-    return find_trajectory(run.writer.store, tid)
+    return find_trajectory(parts.writer.store, tid)
 
 
-async def _reload_buffer(run, ids: list[str]) -> set[str]:
+async def _reload_buffer(parts, ids: list[str]) -> set[str]:
     """Put the checkpoint's untrained episodes back into the buffer, from the store; the ids found."""
     import pyarrow.compute as pc
 
@@ -166,8 +169,8 @@ async def _reload_buffer(run, ids: list[str]) -> set[str]:
 
     if not ids:
         return set()
-    records = await asyncio.to_thread(read_records, run.writer.store, pc.field("trajectory_id").isin(ids))
+    records = await asyncio.to_thread(read_records, parts.writer.store, pc.field("trajectory_id").isin(ids))
     for r in sorted(records, key=lambda r: ids.index(r.trajectory_id)):
-        await run.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first),
-                                     run.controller.reward_of_record(r)))  # generated before the resume
+        await parts.buffer.put(Episode(r.group_id, r, version_number(r.policy_version_first),
+                                       parts.controller.reward_of_record(r)))  # generated before the resume
     return {r.trajectory_id for r in records}

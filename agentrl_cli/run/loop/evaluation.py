@@ -9,13 +9,13 @@ import asyncio
 from agentrl_cli.runtime.observe import keys
 
 
-async def evaluate(run, eval_tasks: dict) -> dict:
-    """The row of one evaluation of `eval_tasks` (harness -> tasks) at the run's current step."""
+async def evaluate(parts, state, eval_tasks: dict, *, concurrency: int) -> dict:
+    """The row of one evaluation of `eval_tasks` (harness -> tasks) at the run's current step
+    (`parts`, `state`: `run/parts.py`; `concurrency`: rollout.eval_concurrency)."""
     names = list(eval_tasks)
-    n = run.cfg.rollout.eval_concurrency
-    limit = asyncio.Semaphore(n) if n > 0 else None
-    results = await asyncio.gather(*(run.controller.evaluate(eval_tasks[h], temperature=0.0, limit=limit) for h in names))
-    run.metrics.append({keys.STEP: run.step, keys.VERSION: run.version,  # the curve, readable while the run goes on
-                        **{keys.eval_success_rate(h): r["success_rate"] for h, r in zip(names, results)},
-                        **{keys.eval_episodes(h): r["n"] for h, r in zip(names, results)}})
-    return {"step": run.step, "version": run.version, **dict(zip(names, results))}
+    limit = asyncio.Semaphore(concurrency) if concurrency > 0 else None
+    results = await asyncio.gather(*(parts.controller.evaluate(eval_tasks[h], temperature=0.0, limit=limit) for h in names))
+    parts.metrics.append({keys.STEP: state.step, keys.VERSION: state.version,  # the curve, readable while the run goes on
+                          **{keys.eval_success_rate(h): r["success_rate"] for h, r in zip(names, results)},
+                          **{keys.eval_episodes(h): r["n"] for h, r in zip(names, results)}})
+    return {"step": state.step, "version": state.version, **dict(zip(names, results))}

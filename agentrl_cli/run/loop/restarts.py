@@ -8,7 +8,7 @@ anything else (a bad config, a harness over its error budget, a rollout that pro
 would fail the same way again and ends the run.
 
 Belongs here: classifying an exception, the restart row of metrics.jsonl, the error that ends a
-run whose restarts are spent. Not here: restarting (`run/training_run.py`), what a checkpoint holds
+run whose restarts are spent. Not here: restarting (`run/training_run.py`, `run/attempts.py`), what a checkpoint holds
 (`checkpoints.py`).
 """
 

@@ -1,7 +1,7 @@
 """A training run under its supervisor: which components a run has, and what the run does when one
 goes down, comes back, joins or leaves.
 
-Components (`components(run)`):
+Components (`components(parts, cfg)`):
 - the inference servers the run started (`engines/inference/launcher.py`): restartable, `inference-<i>`; an
   SGLang router in front of them: restartable, `router` (no weights of its own);
 - servers the run did not start (`inference.urls`): watched, `inference-<i>`;
@@ -35,21 +35,21 @@ ROUTER = "router"
 EVENTS_SHOWN = 50  # the latest supervisor events in status.json
 
 
-def components(run, extra: list[Component]) -> list[Component]:
-    """The components of a started `run` (TrainingRun) and `extra`, named uniquely."""
-    cfg = run.cfg
+def components(parts, cfg, extra: list[Component]) -> list[Component]:
+    """The components of a started run (its `parts`, `run/parts.py`; `cfg` its platform config) and
+    `extra`, named uniquely."""
     found: list[Component] = []
     startup = cfg.inference.startup_timeout_s
-    workers = [s for s in run.servers if s.name != ROUTER]
+    workers = [s for s in parts.servers if s.name != ROUTER]
     for i, s in enumerate(workers):
         found.append(ProcessComponent.adopt(s, f"inference-{i}", startup_timeout_s=startup))
-    for s in run.servers:
+    for s in parts.servers:
         if s.name == ROUTER:
             found.append(ProcessComponent.adopt(s, ROUTER, kind=ROUTER, ready_path="/health", startup_timeout_s=startup))
-    if not run.servers:
-        found += [RemoteComponent(f"inference-{i}", u, kind=INFERENCE) for i, u in enumerate(run.client.urls)]
-    if run.gateway is not None:
-        found.append(GatewayComponent(run.gateway))
+    if not parts.servers:
+        found += [RemoteComponent(f"inference-{i}", u, kind=INFERENCE) for i, u in enumerate(parts.client.urls)]
+    if parts.gateway is not None:
+        found.append(GatewayComponent(parts.gateway))
     if cfg.reward.service_url:
         found.append(RemoteComponent(REWARD, cfg.reward.service_url, kind=REWARD))
     if cfg.sandbox.service_url:
@@ -59,15 +59,15 @@ def components(run, extra: list[Component]) -> list[Component]:
 
 
 class RunSupervision:
-    """The supervisor of one started run, with the run's hooks and its control file."""
+    """The supervisor of one started run (its `parts` and `state`, `run/parts.py`; `cfg` its platform
+    config: observe, supervisor, inference, reward and sandbox), with the run's hooks and its control file."""
 
-    def __init__(self, run, extra: list[Component] | None = None) -> None:
-        self.run = run
-        cfg = run.cfg
-        self.counters = run.controller.counters
-        self.routed = set(run.client.urls)  # servers the rollout sends requests to when they are up
-        self.control = ServerControl(run.run_dir / CONTROL_DIR, self.join, self.leave, self.status)
-        self.supervisor = Supervisor(components(run, list(extra or [])), interval_s=cfg.observe.health_interval_s,
+    def __init__(self, parts, state, cfg, extra: list[Component] | None = None) -> None:
+        self.parts, self.state = parts, state
+        self.counters = parts.controller.counters
+        self.routed = set(parts.client.urls)  # servers the rollout sends requests to when they are up
+        self.control = ServerControl(parts.run_dir / CONTROL_DIR, self.join, self.leave, self.status)
+        self.supervisor = Supervisor(components(parts, cfg, list(extra or [])), interval_s=cfg.observe.health_interval_s,
                                      max_restarts=cfg.supervisor.max_restarts, backoff_s=cfg.supervisor.backoff_s,
                                      on_down=self.on_down, on_up=self.on_up, counters=self.counters,
                                      restart_deadline_s=cfg.inference.startup_timeout_s, on_tick=self.control.tick)
@@ -82,13 +82,13 @@ class RunSupervision:
     # ---- the run's hooks ----------------------------------------------------------------------------
 
     def _clients(self) -> list:
-        clients = [self.run.client]
-        if self.run.gateway is not None:
-            clients.append(self.run.gateway.gateway.backend.client)
+        clients = [self.parts.client]
+        if self.parts.gateway is not None:
+            clients.append(self.parts.gateway.gateway.backend.client)
         return clients
 
     def _servers_gauge(self) -> None:
-        self.counters[keys.SUPERVISOR_SERVERS] = len(self.run.client.urls)
+        self.counters[keys.SUPERVISOR_SERVERS] = len(self.parts.client.urls)
 
     def on_down(self, c: Component) -> None:
         if c.kind == INFERENCE:
@@ -105,12 +105,12 @@ class RunSupervision:
                 for client in self._clients():
                     client.add_url(c.url)
             self._servers_gauge()
-        publisher = self.run.publisher
+        publisher = self.parts.publisher
         if publisher is None:  # no trainer: the servers serve their launch weights
             join()
-            return {"weight_version": None, "run_version": self.run.version, "step": self.run.step}
+            return {"weight_version": None, "run_version": self.state.version, "step": self.state.step}
         version = await publisher.bring_up(c.url, join)
-        return {"weight_version": version, "run_version": self.run.version, "step": self.run.step}
+        return {"weight_version": version, "run_version": self.state.version, "step": self.state.step}
 
     # ---- elastic membership (the control file) ------------------------------------------------------
 
@@ -134,9 +134,10 @@ class RunSupervision:
         self._servers_gauge()
 
     def status(self) -> dict:
-        last = self.run.publisher.last if self.run.publisher is not None else None
-        return {"run_id": self.run.run_id, "run_dir": str(self.run.run_dir),
+        parts = self.parts
+        last = parts.publisher.last if parts.publisher is not None else None
+        return {"run_id": parts.run_id, "run_dir": str(parts.run_dir),
                 "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "interval_s": self.supervisor.interval_s, "step": self.run.step,
-                "weight_version": None if last is None else last.version, "rotation": list(self.run.client.urls),
+                "interval_s": self.supervisor.interval_s, "step": self.state.step,
+                "weight_version": None if last is None else last.version, "rotation": list(parts.client.urls),
                 "components": self.supervisor.status(), "events": self.supervisor.events[-EVENTS_SHOWN:]}
