@@ -67,6 +67,7 @@ class RolloutConfig(Section):
     concurrency: int = Field(64, ge=1, le=100_000, description="Episodes in flight at once (typical on GPUs: 256)")
     max_steps_per_trajectory: int = Field(8, ge=1, le=10_000, description="Turn limit per episode; hitting it records `truncated`")
     step_timeout_seconds: float = Field(60.0, gt=0, le=86_400, description="Deadline for one environment step")
+    opponent_timeout_s: float = Field(60.0, gt=0, le=86_400, description="Deadline for one generation request to a fixed opponent's inference server (harnesses[].roles naming a URL)")
     allow_partial_resume: bool = Field(True, description="Resume interrupted generations from their saved token prefix")
     resume_max_attempts: int = Field(8, ge=0, le=1000, description="Re-sends of one interrupted generation before its episode is infra_error")
     resume_deadline_s: float = Field(300.0, gt=0, description="Seconds from a generation's first failure to giving up (covers a server restart)")

@@ -110,3 +110,17 @@ def test_a_run_told_not_to_resume_restarts_only_from_a_checkpoint_it_wrote(tmp_p
     run.checkpoints_written.append(_checkpoint(tmp_path / "run" / "checkpoints", 6))  # one of its own
     attempt = next_attempt(cfg, [run], restarts, "error", TrainerCrashed("boom"), lambda msg: None)
     assert attempt.training.resume_from_latest is True and restarts[1][keys.RESTART_FROM] == run.checkpoints_written[-1]
+
+
+def test_a_fixed_opponents_requests_end_at_rollout_opponent_timeout_s_not_the_environment_steps():
+    """`rollout.step_timeout_seconds` is an environment step's deadline only; a fixed opponent's
+    inference client has its own (`rollout.opponent_timeout_s`, default 60 s as before)."""
+    from types import SimpleNamespace
+
+    from agentrl_cli.config import load_config
+    from agentrl_cli.runtime.rollout.multi_play import Seating
+
+    cfg = load_config(None, ["rollout.opponent_timeout_s=7", "rollout.step_timeout_seconds=3"], env={}).config
+    opponent = Seating(SimpleNamespace(config=cfg, client=None)).client("http://127.0.0.1:9")
+    assert opponent.timeout_s == 7
+    assert load_config(None, [], env={}).config.rollout.opponent_timeout_s == 60.0

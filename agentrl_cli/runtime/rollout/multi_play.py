@@ -68,7 +68,7 @@ class Seating:
         if seat not in self.opponents:
             from agentrl_cli.engines.inference.client import InferenceClient
 
-            self.opponents[seat] = InferenceClient(seat, timeout_s=self.ctrl.config.rollout.step_timeout_seconds)
+            self.opponents[seat] = InferenceClient(seat, timeout_s=self.ctrl.config.rollout.opponent_timeout_s)
         return self.opponents[seat]
 
     def make_seats(self, name: str) -> dict[str, Seat]:
