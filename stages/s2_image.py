@@ -18,7 +18,7 @@ from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.ops.image.build import build_checks
 from agentrl_cli.ops.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
 from agentrl_cli.ops.image.render import render, render_checks
-from agentrl_cli.ops.image.verify import deepspeed_check, device_checks, engine_check, packages_check, python_check
+from agentrl_cli.ops.image.verify import deepspeed_check, device_checks, engine_checks, packages_check, python_check
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
 
 
@@ -53,7 +53,7 @@ def run(ctx: StageContext) -> StageReport:
     checks += device_checks(cfg.cluster.gpus_per_node)
     checks.append(ctx.check("DeepSpeed report", deepspeed_check))
     if "inference" in reference["roles"]:
-        checks.append(engine_check(cfg.inference.engine, cfg.inference.python))
+        checks += engine_checks(cfg.inference.engine, cfg.inference.python)
     ctx.progress("image build")
     checks += build_checks(index, cfg.image.builder)
     return ctx.report(checks, notes, environment={"image_lock": {"file": source, "digest": reference["digest"],
