@@ -191,3 +191,9 @@ def test_every_engine_keeps_the_contract(name, tmp_path):
     assert engine.needs_router(2) == any(u.role == ROUTER for u in uses) and engine.tp_size(cfg.inference) >= 1
     launch = engine.server_launch(cfg, "/models/m", 31000, key_dir=tmp_path, beside_trainer=False)
     assert launch.cmd and all(isinstance(a, str) for a in launch.cmd) and KEY not in " ".join(launch.cmd)
+
+
+@pytest.mark.parametrize("name,why", [("bogus", "registered: hf, sglang"), ("no_such_module:Engine", "No module named")])
+def test_serve_inference_refuses_an_engine_it_cannot_load_with_exit_2(cli, name, why):
+    result = cli("serve", "inference", "--engine", name)
+    assert result.exit_code == 2 and f"bad --engine {name!r}" in result.stderr and why in result.stderr
