@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 import pytest
 
@@ -80,5 +81,6 @@ def test_server_load_reads_the_engine_s_busy_counter_and_queue_gauge(server):
             await client.close()
 
     asyncio.run(go())
+    time.sleep(0.5)  # a few samples of the queue gauge even when the generations were quick
     figures = load.stop()
     assert 0 < figures["server_busy_fraction"] <= 1 and figures["inference_queue_len_mean"] is not None
