@@ -5,7 +5,7 @@ environment is complete and every package's licence is within `image.allowed_lic
 Dockerfiles rendered from `templates/docker/` pin exactly the lock; the running environment
 matches the lock (`image.lock_file` when it exists, else the lock this run wrote): Python, every
 role's packages, torch and the devices the cluster config expects, NCCL where there are GPUs,
-DeepSpeed's own report, SGLang for the inference role when the engine is SGLang; with docker,
+DeepSpeed's own report, the inference engine's modules (SGLang's with engine sglang); with docker,
 podman or buildah working here, the role images are built and verified inside. The lock, the
 Dockerfiles and the build context are kept under `runs/<run_id>/image/`.
 """
@@ -18,7 +18,7 @@ from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.ops.image.build import build_checks
 from agentrl_cli.ops.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
 from agentrl_cli.ops.image.render import render, render_checks
-from agentrl_cli.ops.image.verify import deepspeed_check, device_checks, packages_check, python_check, sglang_check
+from agentrl_cli.ops.image.verify import deepspeed_check, device_checks, engine_checks, packages_check, python_check
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
 
 
@@ -53,7 +53,7 @@ def run(ctx: StageContext) -> StageReport:
     checks += device_checks(cfg.cluster.gpus_per_node)
     checks.append(ctx.check("DeepSpeed report", deepspeed_check))
     if "inference" in reference["roles"]:
-        checks.append(sglang_check(cfg.inference.engine, cfg.inference.python))
+        checks += engine_checks(cfg.inference.engine, cfg.inference.python)
     ctx.progress("image build")
     checks += build_checks(index, cfg.image.builder)
     return ctx.report(checks, notes, environment={"image_lock": {"file": source, "digest": reference["digest"],

@@ -1,7 +1,8 @@
 """Stage 4 - inference.
 
-Starts the configured engine (the embedded server on CPU, SGLang on GPUs) through the launcher and
-checks: the engine is available; the model resolves; the server becomes healthy; tokens/s and p99
+Starts the configured engine (`inference.engine`: the embedded server on CPU, SGLang on GPUs, or an
+engine of your own, docs/engines.md) through the launcher, talks to it through its engine object, and
+checks: the engine is available (when it is not part of agentrl); the model resolves; the server becomes healthy; tokens/s and p99
 latency under `stages.inference_load_concurrency` concurrent requests, with no errors and the
 server still up (peak memory recorded); log-probs returned by the server match a forward pass of
 the same model in this process; a weight update round trip (perturbed weights, then the original
@@ -11,10 +12,10 @@ stop tokens, tools natively or by the fallback) kept as token deltas is reproduc
 fresh render of the same conversation (0 mismatching tokens).
 
 The OpenAI-compatible API (`/v1/chat/completions`) is checked on the same servers: a tool call is
-parsed into `tool_calls` (on the embedded server from an assistant prefill holding the call, which
-the model continues, so the check depends on no model emitting one by itself; on SGLang from a named
-tool_choice, which SGLang constrains); a streamed answer equals the whole one at temperature 0; chat
-log-probs are `/generate`'s tokens and match a forward pass.
+parsed into `tool_calls` (from a named tool_choice where the engine constrains output to it, as
+SGLang does; else, as on the embedded server, from an assistant prefill holding the call, which the
+model continues, so the check depends on no model emitting one by itself); a streamed answer equals
+the whole one at temperature 0; chat log-probs are SGLang's `/generate`'s tokens and match a forward pass.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import torch
 from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.core.httpclient import async_http_client
 from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
-from agentrl_cli.engines.inference.launcher import InferenceUnavailable, check_sglang, launch
+from agentrl_cli.core.errors import AgentrlError
+from agentrl_cli.engines.inference.launcher import launch
+from agentrl_cli.engines.registry import engine_for
 from agentrl_cli.model.chat import ChatRenderer, chat_format, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
@@ -45,9 +48,11 @@ PROMPTS = ["Compute the value of 12 + 30.", "How many lines of notes.txt contain
 def run(ctx: StageContext) -> StageReport:
     cfg = ctx.config
     checks: list[Check] = []
-    if cfg.inference.engine == "sglang":
-        checks.append(ctx.check("engine available", lambda: _sglang_available(cfg.inference.python)))
-        if checks[-1].status != CheckStatus.PASS:
+    ctx.progress("engine available")
+    available = _engine_available(cfg)
+    if available is not None:  # None: the engine is part of agentrl, nothing to install
+        checks.append(available)
+        if available.status != CheckStatus.PASS:
             return ctx.report(checks)
     resolved, path = ctx.produce("model resolves", lambda: _resolve(ctx))
     checks += resolved
@@ -89,19 +94,27 @@ def _start(ctx: StageContext, path: Path) -> tuple[Check, tuple[list, list[str]]
                  f"healthy within {ctx.config.inference.startup_timeout_s:.0f} s"), (servers, urls)
 
 
-def _sglang_available(python: str) -> Check:
+def _engine_available(cfg) -> Check | None:
+    """Whether the configured engine loads and is installed (`InferenceEngine.check_installed`);
+    None when there is nothing to check."""
+    engine = None
     try:
-        check_sglang(python)
-    except InferenceUnavailable as exc:
-        return Check("engine available", CheckStatus.FAIL, None, "SGLang importable", exc.message, exc.hint)
-    return Check("engine available", CheckStatus.PASS, python, "SGLang importable")
+        engine = engine_for(cfg)
+        found = engine.check_installed(cfg.inference)
+    except AgentrlError as exc:  # not installed, or a module:Class path that does not load
+        title = engine.title if engine is not None else cfg.inference.engine
+        return Check("engine available", CheckStatus.FAIL, None, f"{title} importable", exc.message, exc.hint)
+    except Exception as exc:  # noqa: BLE001 - an engine's own code failed: a failing check, not a crash
+        return Check.crashed("engine available", exc)
+    return None if found is None else Check("engine available", CheckStatus.PASS, cfg.inference.python,
+                                            f"{engine.title} importable")
 
 
 async def _served_checks(ctx: StageContext, served: Served, prompts: list[list[int]], tok) -> list[Check]:
     cfg = ctx.config
     api_key = client_key(cfg.inference.api_key)
     client = InferenceClient(served.urls, api_key=api_key, timeout_s=cfg.inference.request_timeout_s,
-                             max_retries=cfg.inference.max_retries)
+                             max_retries=cfg.inference.max_retries, engine=engine_for(cfg))
     try:
         ctx.progress("load test")
         checks = await _load(ctx, client, served.servers, prompts)
@@ -272,7 +285,8 @@ async def _openai_checks(ctx: StageContext, served: Served, tok, model) -> list[
     key = client_key(cfg.inference.api_key)
     async with async_http_client(base_url=served.urls[0], timeout=cfg.inference.request_timeout_s,
                                  headers={"Authorization": f"Bearer {key}"} if key else {}) as http:
-        return [await ctx.acheck("chat completion parses a tool call", lambda: _tool_call(http, cfg.inference.engine)),
+        constrained = engine_for(cfg).capabilities.constrained_tool_choice
+        return [await ctx.acheck("chat completion parses a tool call", lambda: _tool_call(http, constrained)),
                 await ctx.acheck("chat streaming equals the whole answer", lambda: _stream(http)),
                 await ctx.acheck("chat log-probs match a forward pass", lambda: _chat_logprobs(ctx, http, served, tok, model))]
 
@@ -284,11 +298,12 @@ async def _post(http, path: str, body: dict) -> dict:
     return reply.json()
 
 
-async def _tool_call(http, engine: str) -> Check:
-    """A Hermes call parsed into tool_calls, whatever the model would write by itself."""
+async def _tool_call(http, constrained: bool) -> Check:
+    """A Hermes call parsed into tool_calls, whatever the model would write by itself: forced by a
+    named tool_choice where the engine constrains output to it, else from an assistant prefill."""
     messages = [{"role": "system", "content": "Use the calculator tool."}, {"role": "user", "content": PROMPTS[0]}]
     body = {"messages": messages, "tools": [TOOL], "temperature": 0, "max_tokens": 8}
-    if engine == "sglang":
+    if constrained:
         body.update(tool_choice={"type": "function", "function": {"name": "calculator"}}, max_tokens=64)
     else:
         body.update(messages=[*messages, {"role": "assistant", "content": CALL_TEXT}], continue_final_message=True)
@@ -300,13 +315,13 @@ async def _tool_call(http, engine: str) -> Check:
         args = json.loads(fn.get("arguments") or "")
     except ValueError:
         args = None
-    ok = (fn.get("name") == "calculator" and isinstance(args, dict) and (engine == "sglang" or args == {"expression": "12 + 30"})
+    ok = (fn.get("name") == "calculator" and isinstance(args, dict) and (constrained or args == {"expression": "12 + 30"})
           and bool(CALL_ID.fullmatch(calls[0].get("id", ""))) and choice["finish_reason"] in ("tool_calls", "length")
           and "weight_version" in (reply.get("metadata") or {}))
     return Check.judge("chat completion parses a tool call", ok,
                        {"tool_calls": calls, "finish_reason": choice["finish_reason"],
                         "content": (choice["message"].get("content") or "")[:200], "metadata": reply.get("metadata"),
-                        "via": "named tool_choice" if engine == "sglang" else "assistant prefill, continued"},
+                        "via": "named tool_choice" if constrained else "assistant prefill, continued"},
                        "one calculator call with its JSON arguments, id call_<24 hex>, weight_version in metadata",
                        "the server does not parse Hermes <tool_call> blocks into tool_calls: " + OPENAI_HINT +
                        "; SGLang needs --tool-call-parser qwen25")

@@ -43,7 +43,7 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None):
 
     async def go():
         async with training(cfg, workdir, path, run_id=run_id, phase=Phase.BASELINE, progress=progress) as run:
-            load = ServerLoad().start(run.client.urls)
+            load = ServerLoad(engine=run.client.engine).start(run.client.urls)
             try:
                 summary = await run.run(STEPS)
             finally:

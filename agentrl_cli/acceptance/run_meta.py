@@ -10,7 +10,8 @@ from pathlib import Path
 
 from agentrl_cli.config import LoadedConfig
 from agentrl_cli.config.load import mask_override
-from agentrl_cli.core.environment import host_facts, package_versions
+from agentrl_cli.core.environment import PACKAGES, host_facts, package_versions
+from agentrl_cli.engines.registry import engine_packages
 from agentrl_cli.core.errors import UsageError
 from agentrl_cli.core.report import atomic_write_text
 from agentrl_cli.core.rundir import META_SCHEMA_VERSION, RUN_ID_RE, RunDir, new_run_id, now_iso
@@ -44,7 +45,7 @@ def create_run(loaded: LoadedConfig, run_id: str | None = None, command: list[st
         "config_overrides": loaded.masked_overrides(),
         "config_hash": loaded.hash,
         "config": loaded.resolved(),
-        "packages": package_versions(),
+        "packages": package_versions(PACKAGES + engine_packages(cfg.inference.engine)),
         "host": host_facts(),
         "seeds": {"rollout": cfg.rollout.seed, "training": cfg.training.seed},
         "harnesses": harness_records(loaded),

@@ -131,7 +131,10 @@ def describe_allowed(info: FieldInfo) -> str:
     optional = _unwrap(ann) is not ann
     ann = _unwrap(ann)
     origin = typing.get_origin(ann)
-    if origin is Literal:
+    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+    if extra.get("choices"):  # a registry's names, or a plug-in path
+        kind = "one of " + ", ".join(str(a) for a in extra["choices"]) + (f" or a `{extra['plugin']}` path" if extra.get("plugin") else "")
+    elif origin is Literal:
         kind = "one of " + ", ".join(str(a) for a in typing.get_args(ann))
     elif ann is bool:
         kind = "true or false"

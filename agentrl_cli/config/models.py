@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from agentrl_cli.core import parts
 from agentrl_cli.core.plugins import PLUGIN_PATH
 
-# the registries' names (agentrl_cli/learner/backends.py, agentrl_cli/weightsync/registry.py; a test keeps them in step)
 # the registered names, read from the registries' rows (agentrl_cli/core/parts.py)
 BACKEND_NAMES = parts.names(parts.BACKENDS)
 WEIGHT_SYNC_NAMES = parts.names(parts.TRANSPORTS)
+ENGINE_NAMES = parts.names(parts.ENGINES)
 REWARD_COMPONENTS = parts.names(parts.REWARD_TERMS)
 VERIFIER_NAMES = parts.names(parts.VERIFIERS)
 
@@ -38,7 +38,8 @@ class ModelConfig(Section):
 
 
 class InferenceConfig(Section):
-    engine: Literal["hf", "sglang"] = Field("hf", description="hf = embedded server on this host; sglang = SGLang servers")
+    engine: str = Field("hf", description="hf = embedded server on this host; sglang = SGLang servers; or the `module:Class` path of an InferenceEngine of your own (docs/engines.md)",
+                        json_schema_extra={"choices": ENGINE_NAMES, "plugin": "module:Class"})
     host: str = Field("127.0.0.1", description="Address the inference server binds to")
     port: int = Field(30000, ge=1, le=65535, description="Port of the first inference server (replicas take the next ports)")
     replicas: int = Field(1, ge=1, le=1024, description="Number of inference servers; more than one puts the SGLang router in front")
@@ -61,6 +62,13 @@ class InferenceConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold for rollouts")
     max_new_tokens: int = Field(128, ge=1, description="Most tokens generated per model turn")
     cpu_threads: int = Field(0, ge=0, le=1024, description="Embedded server on CPU: torch threads of each server process; 0 = auto: this host's cores split evenly between the embedded servers and the trainer ranks a run starts here (measured on 2 shared cores: one thread each beats two each by 1.5-3x)")
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_name(cls, value: str) -> str:
+        if value not in ENGINE_NAMES and not PLUGIN_PATH.match(value):
+            raise ValueError(f"must be one of {', '.join(ENGINE_NAMES)} or a `module:Class` path, got {value!r}")
+        return value
 
 
 class RolloutConfig(Section):

@@ -29,6 +29,12 @@ def matrix() -> str:
              "|---|" + "---|" * (len(FEATURES) + 1)]
     lines += [f"| `{p.name}` | " + " | ".join(_yes(f in p.honours) for f, _ in FEATURES) + f" | {p.summary} |"
               for p in parts.BACKENDS]
+    lines += ["", "| inference engine (`inference.engine`) | weight sync | LoRA at run time | pause modes | named `tool_choice` "
+              "constrained | image adds | what |", "|---|---|---|---|---|---|---|"]
+    for p in parts.ENGINES:
+        tagged = lambda tag: ", ".join(sorted(h.split(":", 1)[1] for h in p.honours if h.startswith(tag + ":"))) or "-"  # noqa: E731
+        lines.append(f"| `{p.name}` | {tagged('transport')} | {_yes('adapters' in p.honours)} | {tagged('pause')} | "
+                     f"{_yes('tool_choice' in p.honours)} | {', '.join(p.packages) or '-'} | {p.summary} |")
     lines += ["", "| weight sync (`training.weight_sync`) | full weights | LoRA adapter alone | how |", "|---|---|---|---|"]
     adapter = {p.name for p in parts.LORA_TRANSPORTS}
     lines += [f"| `{p.name}` | {_yes('full' in p.honours)} | {_yes(p.name in adapter)} | {p.summary} |" for p in parts.TRANSPORTS]

@@ -14,8 +14,9 @@ from importlib import metadata
 
 import agentrl_cli
 
+# the inference engines' own packages are added by the caller (`engines.registry.engine_packages`)
 PACKAGES = ("agentrl-cli", "torch", "transformers", "deepspeed", "safetensors", "pyarrow", "boto3", "fastapi",
-            "uvicorn", "httpx", "pydantic", "typer", "rich", "prometheus-client", "sglang", "sglang-router")
+            "uvicorn", "httpx", "pydantic", "typer", "rich", "prometheus-client")
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

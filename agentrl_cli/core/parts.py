@@ -53,6 +53,18 @@ TRANSPORTS: tuple[Part, ...] = (  # training.weight_sync
 LORA_TRANSPORTS: tuple[Part, ...] = (  # training.weight_sync with training.lora set
     Part("disk", "agentrl_cli.weightsync.lora:LoraTransport", frozenset({"adapter"}), "the adapter alone"),
 )
+# inference.engine: what each honours is its class's `capabilities` (engines/engine.py; a test keeps the
+# two in step): "transport:<name>" per weight-sync transport its servers take, "adapters" (LoRA adapters
+# loaded at run time), "pause:<mode>" per pause mode, "tool_choice" (a named tool_choice enforced).
+ENGINES: tuple[Part, ...] = (
+    Part("hf", "agentrl_cli.engines.embedded:EmbeddedEngine",
+         frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place"}),
+         "the embedded Hugging Face server, in SGLang's dialect, on this host's CPU"),
+    Part("sglang", "agentrl_cli.engines.sglang:SGLangEngine",
+         frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place",
+                    "tool_choice"}),
+         "SGLang servers on GPU hosts, behind sglang-router with several replicas", ("sglang", "sglang-router")),
+)
 VERIFIERS: tuple[Part, ...] = (  # reward.verifiers
     Part("judge", "agentrl_cli.runtime.reward.judge:JudgeVerifier", summary="a model judge over HTTP"),
     Part("reward_model", "agentrl_cli.runtime.reward.reward_model:RewardModelVerifier",

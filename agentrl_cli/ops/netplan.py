@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
 from agentrl_cli.config.models import PlatformConfig
+from agentrl_cli.engines.engine import SERVER
+from agentrl_cli.engines.registry import engine_for
 from agentrl_cli.ops.controlplane.k8s_names import PORTS, ROLES, SECRETS_DIR
 from agentrl_cli.ops.image.names import HOME, WORKDIR
 
@@ -142,12 +144,13 @@ def _inference(cfg: PlatformConfig, layout: str) -> list[Opening]:
             out.append(Opening("inference", port, port, ("trainer",), HTTP, "inference.urls", _reach(host),
                                note=f"a server this run did not start: {host}"))
         return out
-    last = inf.port + inf.replicas - 1
-    out = [Opening("inference", inf.port, last, ("trainer",), HTTP, "inference.port, inference.replicas", _reach(inf.host),
-                   note=f"{inf.replicas} {inf.engine} server(s) the run starts on its host, bound to inference.host {inf.host}")]
-    if inf.engine == "sglang" and inf.replicas > 1:
-        out.append(Opening("inference", last + 1, last + 1, ("trainer",), HTTP, "inference.port, inference.replicas",
-                           _reach(inf.host), note="the SGLang router in front of the replicas (inference.port + inference.replicas)"))
+    out = []
+    for use in engine_for(cfg).ports(inf):  # the engine's servers, then its router when it puts one in front
+        note = (f"{inf.replicas} {inf.engine} server(s) the run starts on its host, bound to inference.host {inf.host}"
+                if use.role == SERVER else f"{use.what} (port {use.first}: inference.port + inference.replicas)"
+                if use.first == inf.port + inf.replicas else f"{use.what} (port {use.first})")
+        out.append(Opening("inference", use.first, use.last, ("trainer",), HTTP, "inference.port, inference.replicas",
+                           _reach(inf.host), note=note))
     return out
 
 

@@ -48,7 +48,8 @@ class DiskTransport:
                          timings={"load_s": time.perf_counter() - t0})
 
     async def resend(self, urls: list[str], last: Published) -> bool:
-        await load_from_disk(urls, last.path, str(last.version), headers=self.client.headers)
+        await load_from_disk(urls, last.path, str(last.version), headers=self.client.headers,
+                             engine=getattr(self.client, "engine", None))
         return True
 
     async def close(self) -> None:

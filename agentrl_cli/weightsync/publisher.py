@@ -45,7 +45,7 @@ from agentrl_cli.weightsync.base import (
     WeightSyncError,
     WeightTransport,
 )
-from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, server_weight_version, stale_servers
+from agentrl_cli.weightsync.servers import flatten_rows, load_from_disk, server_weight_version, stale_servers, wire
 
 if TYPE_CHECKING:
     from agentrl_cli.learner.backend import TrainingBackend
@@ -72,6 +72,11 @@ class WeightPublisher:
         self._joining: dict[str, tuple[asyncio.Future, Callable[[], None]]] = {}  # held until the next full publish
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+
+    @property
+    def _engine(self):
+        """The client's engine (its routes and bodies); None for a client without one: SGLang's protocol."""
+        return getattr(self.client, "engine", None)
 
     def _busy(self):
         return self.watchdog.busy("weight_sync") if self.watchdog is not None else nullcontext()
@@ -174,12 +179,13 @@ class WeightPublisher:
         async with self._lock:
             last = self.last or Published(0, "launch", path=self.launch_path)
             try:
-                stale = await stale_servers(self.client.urls, str(last.version), headers=self.client.headers)
+                stale = await stale_servers(self.client.urls, str(last.version), headers=self.client.headers,
+                                            engine=self._engine)
                 if not stale:
                     return
                 if self.last is None:
                     resent = bool(last.path) and bool(await load_from_disk(list(stale), last.path, "0",
-                                                                           headers=self.client.headers))
+                                                                           headers=self.client.headers, engine=self._engine))
                 else:
                     resent = await self.transport.resend(list(stale), last)
             except InferenceError as exc:
@@ -208,19 +214,19 @@ class WeightPublisher:
         last = self.last or Published(0, "launch", path=self.launch_path)
         version, headers = str(last.version), self.client.headers
         async with async_http_client(headers=headers) as http:
-            loaded = await server_weight_version(http, url) != version
+            loaded = await server_weight_version(http, url, engine=self._engine) != version
             if loaded and self.last is None:
                 if not last.path:
                     raise WeightSyncError(f"{url} does not serve the launch weights and the run knows no launch path "
                                           "to load", "start the server from the run's model")
-                await load_from_disk([url], last.path, version, headers=headers)
+                await load_from_disk([url], last.path, version, headers=headers, engine=self._engine)
             elif loaded and not await self.transport.resend([url], last):
                 waiting = asyncio.get_running_loop().create_future()
                 self._joining[url] = (waiting, join)
                 self.client.add_url(url, serve=False)
                 self.full_sync_due = True
                 return version, loaded, waiting
-            serving = await server_weight_version(http, url)
+            serving = await server_weight_version(http, url, engine=self._engine)
             if serving != version:
                 raise WeightSyncError(f"{url} serves weight version {serving} after the sync, not {version}",
                                       "see the server's log")
@@ -248,7 +254,8 @@ class WeightPublisher:
     async def _verify_one(self, http, url: str, ours: dict[str, list[float]]) -> None:
         """`verify` for one server outside the rotation."""
         for name, values in ours.items():
-            r = await http.post(url + "/get_weights_by_name", json={"name": name, "truncate_size": 1})
+            engine = wire(self._engine)
+            r = await http.post(url + engine.routes.get_weights_by_name, json=engine.weights_by_name_body(name, 1))
             theirs = flatten_rows(r.json())[: self.sample] if r.status_code == 200 else []
             worst = max((abs(a - b) for a, b in zip(values, theirs)), default=float("inf"))
             if not theirs or worst > self.tolerance:

@@ -21,7 +21,8 @@ import pytest
 
 from agentrl_cli.config import load_config
 from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
-from agentrl_cli.engines.inference.launcher import hf_command, launch, start_process, thread_env, wait_healthy
+from agentrl_cli.engines.embedded import hf_command
+from agentrl_cli.engines.inference.launcher import launch, start_process, thread_env, wait_healthy
 from agentrl_cli.engines.resume import ResumePolicy, generate_resumable
 from agentrl_cli.run.training_run import training
 from tests.conftest import free_port

@@ -12,7 +12,7 @@ from aiohttp import web
 from agentrl_cli.config import load_config
 from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams, client_from_config
-from agentrl_cli.engines.inference.launcher import sglang_command
+from agentrl_cli.engines.sglang import sglang_command
 from agentrl_cli.engines.inference.protocol import ProtocolError, parse_generate
 from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.distributed import DistributedTransport

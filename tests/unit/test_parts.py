@@ -91,3 +91,13 @@ def test_the_matrix_follows_the_rows():
     matrix = capabilities.matrix()
     assert "| `deepspeed` | yes | yes | yes | yes | yes | DeepSpeed ZeRO stage 0-3 (training.zero_stage) |" in matrix
     assert "| `distributed` | yes | - |" in matrix  # no row sends the adapter alone over the process group
+
+
+def test_the_engine_rows_say_what_the_engine_classes_honour():
+    for row in parts.ENGINES:
+        caps = import_target(row.name, row.target).capabilities
+        assert {h for h in row.honours if h.startswith("transport:")} == {f"transport:{t}" for t in caps.transports}
+        assert {h for h in row.honours if h.startswith("pause:")} == {f"pause:{m}" for m in caps.pause_modes}
+        assert ("adapters" in row.honours) == caps.adapters
+        assert ("tool_choice" in row.honours) == caps.constrained_tool_choice
+        assert row.packages == tuple(import_target(row.name, row.target).lock_packages)

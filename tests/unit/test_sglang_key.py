@@ -5,7 +5,7 @@ import stat
 import yaml
 
 from agentrl_cli.config.load import load_config
-from agentrl_cli.engines.inference.launcher import sglang_command
+from agentrl_cli.engines.sglang import sglang_command
 
 
 def _flag(cmd: list[str], name: str) -> str:

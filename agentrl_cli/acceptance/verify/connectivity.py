@@ -78,10 +78,14 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
     urls = cfg.inference.urls
     fix = ("start the inference servers (`agentrl serve inference`) or correct inference.urls; "
            "`agentrl stage run 4` checks a server in depth")
-    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 2, "temperature": 0.0}}
+    from agentrl_cli.engines.generation import SamplingParams
+    from agentrl_cli.engines.registry import engine_for
+
+    engine = engine_for(cfg)  # its health and generate routes, its request
+    steps = [("GET", engine.routes.health, None),
+             ("POST", engine.routes.generate, engine.generate_body([1, 2, 3], SamplingParams(max_new_tokens=2, temperature=0.0)))]
     if urls:
-        return [_http_probe(f"inference server {u}", u, fix, [("GET", "/health", None), ("POST", "/generate", body)],
-                            cfg.inference.api_key) for u in urls]
+        return [_http_probe(f"inference server {u}", u, fix, steps, cfg.inference.api_key) for u in urls]
     name = "inference server (embedded, started for the probe)"
 
     def probe() -> Check:
@@ -91,8 +95,7 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
         path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
         servers, started = launch(cfg, str(path), run_dir / "logs" / "verify")
         try:
-            checks = [_http_probe(name, u, fix, [("GET", "/health", None), ("POST", "/generate", body)], cfg.inference.api_key)
-                      for u in started]
+            checks = [_http_probe(name, u, fix, steps, cfg.inference.api_key) for u in started]
         finally:
             for s in servers:
                 s.stop()

@@ -13,6 +13,7 @@ import os
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from agentrl_cli.cli.commands.common import ConfigOpt, SetOpt, err, load
 
@@ -89,7 +90,7 @@ def sandbox(
 
 @app.command("inference")
 def inference(
-    engine: Annotated[str, typer.Option("--engine", help="hf (embedded server) or sglang (execs SGLang's launcher).")] = "hf",
+    engine: Annotated[str, typer.Option("--engine", help="hf (embedded server), sglang (execs SGLang's launcher) or the module:Class path of an engine (docs/engines.md).")] = "hf",
     model: Annotated[str, typer.Option("--model", help="Model directory or builtin:tiny-agent (default model.path).")] = "",
     host: Annotated[str, typer.Option("--host", help="Address to bind (default inference.host, loopback).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind (default inference.port).")] = 0,
@@ -103,7 +104,8 @@ def inference(
     sets: SetOpt = None,
 ) -> None:
     """Serve a model over SGLang's HTTP protocol: the embedded Hugging Face server on CPU (engine hf),
-    or SGLang itself (engine sglang) with the same flags. With inference.api_key (given by
+    or SGLang itself (engine sglang) with the same flags, or an engine of your own (its
+    module:Class path). With inference.api_key (given by
     AGENTRL_INFERENCE__API_KEY_FILE) the embedded server requires one of its keys on everything but
     /health* and /metrics, and audits weight updates (observe.audit_log). On SIGTERM the embedded
     server drains: it refuses new generations (503) and hands back those in flight with their
@@ -115,52 +117,30 @@ def inference(
 
     * `agentrl serve inference --engine sglang --model /models/Qwen2.5-0.5B-Instruct`
     """
-    from agentrl_cli.core.errors import UsageError
+    from agentrl_cli.core.errors import NotFoundError, UsageError
+    from agentrl_cli.engines.engine import ServeOptions
+    from agentrl_cli.engines.registry import ENGINES, engine_named
     from agentrl_cli.model.resolve import resolve_model_path
 
     cfg = _protected(load(config, sets))
-    if engine not in ("hf", "sglang"):
-        raise UsageError(f"bad --engine {engine!r}", "use hf or sglang")
-    path = resolve_model_path(model or cfg.model.path, cfg.model.cache_dir)
-    port = port or cfg.inference.port
-    host = host or cfg.inference.host
-    if engine == "sglang":
-        from agentrl_cli.engines.inference.launcher import check_sglang, sglang_command
-
-        from agentrl_cli.config.load import with_overrides
-
-        inf = with_overrides(cfg, {"inference.host": host}, "--host").inference
-        check_sglang(inf.python)
-        cmd = sglang_command(inf, str(path), port, cfg.training.lora)
-        err().print("exec: " + " ".join(cmd), markup=False)
-        os.execvp(cmd[0], cmd)
-    import uvicorn
-
-    from agentrl_cli.engines.inference.engine import HFEngine
-    from agentrl_cli.engines.inference.hf_server import DrainingServer, create_app
-    from agentrl_cli.core.security import WEIGHT_UPDATE_PATHS, AuditLog, BearerAuth, service_keys
-    from agentrl_cli.core.security.http import paths
-
-    keys = service_keys(cfg, "inference")
-    eng = HFEngine(path, dtype=dtype or cfg.model.dtype, max_batch_size=max_batch_size or cfg.inference.max_batch_size,
-                   batch_window_ms=cfg.rollout.batch_window_ms if batch_window_ms < 0 else batch_window_ms,
-                   context_length=context_length or cfg.model.context_length, weight_version=weight_version,
-                   prefix_cache_tokens=cfg.inference.prefix_cache_tokens if prefix_cache_tokens < 0 else prefix_cache_tokens)
-    if keys is None:
-        _warn_if_exposed(host, "the inference server", "the training run", _no_key_hint("inference"))
-    err().print(f"embedded inference server on http://{host}:{port} ({path})")
-    server = create_app(eng, api_key=None, enable_metrics=cfg.inference.enable_metrics)
-    # SGLang's 401 body; weight updates are audit lines
-    server.add_middleware(BearerAuth, keys=keys, service="inference", audit=AuditLog.from_config(cfg, "inference"),
-                          audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})
     try:
-        # on SIGTERM the server drains: new generation requests get 503 and those in flight answer at
-        # once with their partial tokens (finish reason abort), which clients continue elsewhere; what
-        # is still open after 5 s is cancelled
-        DrainingServer(uvicorn.Config(server, host=host, port=port, log_level=cfg.observe.log_level,
-                                      timeout_graceful_shutdown=5), drain=server.state.drain).run()
-    finally:
-        eng.close()
+        served = engine_named(engine)
+    except NotFoundError as exc:
+        raise UsageError(f"bad --engine {engine!r} ({exc.message})",
+                         f"use {' or '.join(ENGINES)}, or the module:Class path of an engine") from None
+    path = resolve_model_path(model or cfg.model.path, cfg.model.cache_dir)
+    options = ServeOptions(host=host or cfg.inference.host, port=port or cfg.inference.port, batch_window_ms=batch_window_ms,
+                           max_batch_size=max_batch_size, dtype=dtype, context_length=context_length,
+                           weight_version=weight_version, prefix_cache_tokens=prefix_cache_tokens)
+    served.serve(cfg, path, options, _say)
+
+
+def _say(line: str) -> None:
+    """An engine's line for the person at the terminal (stderr; a warning in yellow)."""
+    if line.startswith("warning:"):
+        err().print(f"[yellow]{escape(line)}[/]")
+    else:
+        err().print(line, markup=False)
 
 
 @app.command("reward")

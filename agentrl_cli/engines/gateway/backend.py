@@ -130,15 +130,17 @@ class CallBackend:
 
 
 def config_urls(config) -> list[str]:
-    """The inference servers a run's config names: `inference.urls`, else the servers a run starts
-    (`inference.port` onwards, the router's port after them for SGLang replicas)."""
+    """The inference servers a run's config names: `inference.urls`, else the ports clients use of
+    those a run starts (`inference.port` onwards; the router's after them when the engine puts one
+    in front of the replicas)."""
+    from agentrl_cli.engines.registry import engine_for
+
     inf = config.inference
     if inf.urls:
         return [u.rstrip("/") for u in inf.urls]
     host = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}.get(inf.host, f"[{inf.host}]" if ":" in inf.host else inf.host)
-    if inf.engine == "sglang" and inf.replicas > 1:
-        return [f"http://{host}:{inf.port + inf.replicas}"]
-    return [f"http://{host}:{inf.port + i}" for i in range(inf.replicas)]
+    return [f"http://{host}:{port}" for use in engine_for(config).ports(inf) if use.serves_clients
+            for port in range(use.first, use.last + 1)]
 
 
 def describe(backend: Any) -> dict:

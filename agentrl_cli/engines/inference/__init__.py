@@ -1,5 +1,6 @@
-"""Inference: the embedded Hugging Face engine and the server that speaks SGLang's HTTP protocol
-(beside the protocol client and the SGLang launcher).
+"""Inference: the embedded Hugging Face engine and the server that speaks SGLang's HTTP protocol,
+beside the engine-driven client and the launcher (the engines themselves, `InferenceEngine` and one
+module per engine, are one level up: `agentrl_cli/engines/`).
 
 Embedded server modules: `engine` (scheduler thread, batching, pause/abort, weight updates),
 `batch` (decoding one batch over the KV cache), `sampling` (sampling settings, token choice,

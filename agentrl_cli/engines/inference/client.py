@@ -1,5 +1,7 @@
-"""The async inference client the rollout uses. It speaks SGLang's native HTTP API, so
-the same code drives SGLang servers, the SGLang router and the embedded server.
+"""The async inference client the rollout uses. Its engine (`InferenceEngine`, engines/engine.py;
+SGLang's native HTTP API when none is given, which SGLang servers, the SGLang router and the embedded
+server all speak) supplies the routes, request bodies and answer parsing; the client adds what every
+engine needs alike: retries, rotation, deadlines and LoRA adapter bookkeeping.
 
 Token ids in, token ids + log-probs + finish reason + weight version out. Connection errors and
 5xx answers are retried with exponential backoff, on another server when there are several;
@@ -31,19 +33,20 @@ import asyncio
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import aiohttp
 
 from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.core.security.keys import client_key
+from agentrl_cli.engines.generation import Generation, SamplingParams
+from agentrl_cli.engines.sglang_dialect import ADAPTER_NOT_LOADED, parse_generation
 
 RETRYABLE_STATUS = {500, 502, 503, 504}
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # refused, reset, timed out
 KEEPALIVE_S = 4.0
-# SGLang's (and the embedded server's) 400 for a lora_path it has not loaded: a server that restarted
-# and has not been given the policy's adapter again yet, so the request is tried on another server
-ADAPTER_NOT_LOADED = "requested LoRA adapters are not loaded"
+__all__ = ["ADAPTER_NOT_LOADED", "Generation", "InferenceClient", "InferenceError", "InferenceUnreachable", "LoraRefused",
+           "PolicyAdapter", "SamplingParams", "client_from_config", "parse_generation"]
 
 
 @dataclass
@@ -87,64 +90,15 @@ class PolicyAdapter:
     name: str | None = None
 
 
-@dataclass
-class SamplingParams:
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    stop: list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    seed: int | None = None  # sent as SGLang's sampling_seed
-    ignore_eos: bool = False
-
-    def to_sglang(self) -> dict:
-        d = {"max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
-             "top_k": self.top_k, "no_stop_trim": True, "skip_special_tokens": False}
-        if self.stop:
-            d["stop"] = self.stop
-        if self.stop_token_ids:
-            d["stop_token_ids"] = self.stop_token_ids
-        if self.seed is not None:
-            d["sampling_seed"] = self.seed
-        if self.ignore_eos:
-            d["ignore_eos"] = True
-        return d
-
-
-@dataclass
-class Generation:
-    output_ids: list[int]
-    output_logprobs: list[float]
-    finish_reason: str  # "stop" | "length" | "abort"
-    weight_version: str
-    latency: float
-    text: str = ""
-    prompt_tokens: int = 0
-    server: str = ""
-    retries: int = 0
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def aborted(self) -> bool:
-        return self.finish_reason == "abort"
-
-
-def parse_generation(data: dict, latency: float, server: str, retries: int) -> Generation:
-    meta = data.get("meta_info", {})
-    pairs = meta.get("output_token_logprobs") or []
-    ids = data.get("output_ids") or [p[1] for p in pairs]
-    logprobs = [float(p[0]) if p[0] is not None else float("nan") for p in pairs]
-    reason = (meta.get("finish_reason") or {}).get("type", "stop") if isinstance(meta.get("finish_reason"), dict) else "stop"
-    return Generation(output_ids=list(ids), output_logprobs=logprobs, finish_reason=reason,
-                      weight_version=str(meta.get("weight_version", "default")), latency=latency, text=data.get("text", ""),
-                      prompt_tokens=int(meta.get("prompt_tokens", 0) or 0), server=server, retries=retries, meta=meta)
-
-
 class InferenceClient:
     def __init__(self, urls: list[str] | str, api_key: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
                  backoff_s: float = 0.2, policy: str = "round_robin", max_connections: int = 512,
-                 adapter: PolicyAdapter | None = None) -> None:
+                 adapter: PolicyAdapter | None = None, engine=None) -> None:
+        if engine is None:  # SGLang's protocol, which the SGLang router and the embedded server speak too
+            from agentrl_cli.engines.registry import engine_named
+
+            engine = engine_named("sglang")
+        self.engine = engine  # routes, request bodies, answer parsing (engines/engine.py)
         self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
         if not self.urls:
             raise ValueError("InferenceClient needs at least one server URL")
@@ -224,13 +178,9 @@ class InferenceClient:
         return candidates[0]
 
     async def generate(self, input_ids: list[int], sampling: SamplingParams, rid: str | None = None) -> Generation:
-        body = {"input_ids": list(input_ids), "sampling_params": sampling.to_sglang(), "return_logprob": True}
-        if rid:
-            body["rid"] = rid
-        if self.adapter.name is not None:
-            body["lora_path"] = self.adapter.name
-        data, server, latency, retries = await self._post_with_retries("/generate", body)
-        return parse_generation(data, latency, server, retries)
+        body = self.engine.generate_body(input_ids, sampling, rid, self.adapter.name)
+        data, server, latency, retries = await self._post_with_retries(self.engine.routes.generate, body)
+        return self.engine.parse_generation(data, latency, server, retries)
 
     async def _post_with_retries(self, path: str, body: dict) -> tuple[dict, str, float, int]:
         self.stats["requests"] += 1
@@ -254,7 +204,7 @@ class InferenceClient:
             except TRANSPORT_ERRORS as exc:  # connection refused/reset, timeouts
                 last = f"{server}: {type(exc).__name__}: {exc}"
             else:
-                missing = r.status_code == 400 and ADAPTER_NOT_LOADED in r.text
+                missing = self.engine.adapter_missing(r.status_code, r.text)
                 answered = r.status_code not in RETRYABLE_STATUS
                 if r.status_code < 400:
                     self.answered[server] += 1
@@ -318,20 +268,21 @@ class InferenceClient:
         if refused:
             raise LoraRefused(f"{what} refused on " + "; ".join(f"{u}: {a.get('error_message') or a}"
                                                                  for u, a in refused.items()),
-                              "see the message; SGLang needs --enable-lora with a --max-lora-rank and "
-                              "--lora-target-modules that cover the adapter", answers)
+                              "see the message; the servers must be started for adapters that size (SGLang: "
+                              "--enable-lora with a --max-lora-rank and --lora-target-modules that cover the adapter, "
+                              "which training.lora sets)", answers)
         return answers
 
     async def load_lora_adapter(self, name: str, path: str, *, urls: list[str] | None = None) -> dict[str, dict]:
         """Every server (or `urls`) loads the adapter directory `path` as `name`; returns each one's
         answer ({"success", "error_message", "loaded_adapters"}). Raises LoraRefused when a server
         refuses it (the others may have loaded it), InferenceUnreachable when one does not answer."""
-        return await self._lora_call("/load_lora_adapter", {"lora_name": name, "lora_path": str(path)}, urls,
+        return await self._lora_call(self.engine.routes.load_lora_adapter, self.engine.adapter_load_body(name, path), urls,
                                      f"loading LoRA adapter {name!r} from {path}")
 
     async def unload_lora_adapter(self, name: str, *, urls: list[str] | None = None) -> dict[str, dict]:
         """Every server (or `urls`) unloads the adapter `name`; as `load_lora_adapter` for failures."""
-        return await self._lora_call("/unload_lora_adapter", {"lora_name": name}, urls,
+        return await self._lora_call(self.engine.routes.unload_lora_adapter, self.engine.adapter_unload_body(name), urls,
                                      f"unloading LoRA adapter {name!r}")
 
     def use_adapter(self, name: str | None) -> None:
@@ -341,14 +292,14 @@ class InferenceClient:
     async def update_weight_version(self, version: str, *, urls: list[str] | None = None,
                                     abort_all_requests: bool = False) -> None:
         """Relabel the weights every server (or `urls`) serves as `version`, loading nothing."""
-        body = {"new_version": str(version), "abort_all_requests": abort_all_requests}
-        await self._post_everywhere("/update_weight_version", dict.fromkeys(urls or self.urls, body),
+        body = self.engine.version_update_body(version, abort_all_requests)
+        await self._post_everywhere(self.engine.routes.update_weight_version, dict.fromkeys(urls or self.urls, body),
                                     "update_weight_version", "see the server log")
 
     async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
         """Load new weights on every server; raise InferenceError naming the servers that failed."""
-        body = {"model_path": str(path), "weight_version": str(weight_version), "abort_all_requests": abort_all_requests}
-        await self._post_everywhere("/update_weights_from_disk", dict.fromkeys(self.urls, body), "weight update",
+        body = self.engine.disk_update_body(path, weight_version, abort_all_requests)
+        await self._post_everywhere(self.engine.routes.update_weights_from_disk, dict.fromkeys(self.urls, body), "weight update",
                                     "check the checkpoint path and the server logs")
 
     async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
@@ -357,10 +308,9 @@ class InferenceClient:
         """Every server joins the trainer's weight-update group: server i takes ranks from
         rank_offset = 1 + i * ranks_per_server (the trainer is rank 0). Each call returns only when the
         whole group has met, so the trainer must join it concurrently (see weightsync/distributed.py)."""
-        bodies = {url: {"master_address": master_address, "master_port": int(master_port),
-                        "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
-                        "group_name": group_name, "backend": backend} for i, url in enumerate(self.urls)}
-        await self._post_everywhere("/init_weights_update_group", bodies, "init_weights_update_group",
+        bodies = {url: self.engine.group_init_body(master_address, master_port, 1 + i * ranks_per_server, world_size,
+                                                   group_name, backend) for i, url in enumerate(self.urls)}
+        await self._post_everywhere(self.engine.routes.init_weights_update_group, bodies, "init_weights_update_group",
                                     "give every server's own URL (not a router's), a world size of 1 + servers x ranks "
                                     "per server, and a backend both sides have (gloo on CPU)", timeout_s)
 
@@ -370,22 +320,24 @@ class InferenceClient:
                                               flush_cache: bool = False, timeout_s: float | None = None) -> None:
         """Every server receives the tensors the trainer broadcasts (concurrently with this call) and
         loads them; raise InferenceError naming the servers that failed."""
-        body = {"names": list(names), "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
-                "group_name": group_name, "flush_cache": flush_cache, "abort_all_requests": abort_all_requests,
-                "weight_version": None if weight_version is None else str(weight_version), "load_format": load_format}
-        await self._post_everywhere("/update_weights_from_distributed", dict.fromkeys(self.urls, body),
+        body = self.engine.distributed_update_body(names, dtypes, shapes, weight_version, group_name=group_name,
+                                                   load_format=load_format, abort_all_requests=abort_all_requests,
+                                                   flush_cache=flush_cache)
+        await self._post_everywhere(self.engine.routes.update_weights_from_distributed, dict.fromkeys(self.urls, body),
                                     "update_weights_from_distributed",
                                     "check the parameter names against the served model and the server logs", timeout_s)
 
     async def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
-        await self._post_everywhere("/destroy_weights_update_group", dict.fromkeys(self.urls, {"group_name": group_name}),
+        await self._post_everywhere(self.engine.routes.destroy_weights_update_group,
+                                    dict.fromkeys(self.urls, self.engine.group_destroy_body(group_name)),
                                     "destroy_weights_update_group", "see the server logs")
 
     async def get_weights_by_name(self, name: str, truncate_size: int = 100) -> dict[str, list]:
         """Every server's first `truncate_size` rows of parameter `name` (weight-sync verification)."""
         async def one(url: str):
             try:
-                r = await self._send("POST", url + "/get_weights_by_name", {"name": name, "truncate_size": truncate_size})
+                r = await self._send("POST", url + self.engine.routes.get_weights_by_name,
+                                     self.engine.weights_by_name_body(name, truncate_size))
             except TRANSPORT_ERRORS as exc:
                 raise InferenceUnreachable(f"{url}: get_weights_by_name({name!r}): {type(exc).__name__}: {exc}",
                                            "check that the inference server is up") from exc
@@ -395,11 +347,38 @@ class InferenceClient:
             return url, r.json()
         return dict(await asyncio.gather(*(one(u) for u in self.urls)))
 
+    async def pause_generation(self, mode: str = "abort", *, urls: list[str] | None = None) -> None:
+        """Hold generation on every server (or `urls`): "abort" hands back the requests in flight,
+        "retract" queues them again, "in_place" keeps them mid-batch (the engine's `pause_modes`)."""
+        modes = self.engine.capabilities.pause_modes
+        if mode not in modes:
+            raise InferenceError(f"pause mode {mode!r} is not one the {self.engine.title} engine takes",
+                                 f"use one of {', '.join(modes) or '(none: it cannot pause)'}")
+        body = self.engine.pause_body(mode)
+        await self._send_everywhere(self.engine.routes.pause, dict.fromkeys(urls or self.urls, body), "pause_generation")
+
+    async def continue_generation(self, *, urls: list[str] | None = None) -> None:
+        """Generate again on every server (or `urls`) after `pause_generation`."""
+        await self._send_everywhere(self.engine.routes.resume, dict.fromkeys(urls or self.urls, {}), "continue_generation")
+
+    async def _send_everywhere(self, path: str, bodies: dict[str, dict], what: str) -> None:
+        """POST to each server at once; raise InferenceError naming those that did not answer 200."""
+        async def one(url: str) -> str | None:
+            try:
+                r = await self._send("POST", url + path, bodies[url])
+            except TRANSPORT_ERRORS as exc:
+                return f"{url}: {type(exc).__name__}: {exc}"
+            return None if r.status_code == 200 else f"{url}: HTTP {r.status_code}: {r.text[:300]}"
+
+        errors = [e for e in await asyncio.gather(*(one(u) for u in bodies)) if e]
+        if errors:
+            raise InferenceError(f"{what} failed on " + "; ".join(errors), "see the server log")
+
     async def health(self) -> bool:
         """True when every server in rotation answers /health with 200 (False with none in rotation)."""
         async def one(url: str) -> bool:
             try:
-                return (await self._send("GET", url + "/health", timeout_s=5)).status_code == 200
+                return (await self._send("GET", url + self.engine.routes.health, timeout_s=5)).status_code == 200
             except TRANSPORT_ERRORS:
                 return False
         urls = self.urls
@@ -409,7 +388,7 @@ class InferenceClient:
         """The servers answering /health with 200 within `timeout_s` (the resume path polls this)."""
         async def one(url: str) -> bool:
             try:
-                return (await self._send("GET", url + "/health", timeout_s=timeout_s)).status_code == 200
+                return (await self._send("GET", url + self.engine.routes.health, timeout_s=timeout_s)).status_code == 200
             except TRANSPORT_ERRORS:
                 return False
         urls = self.urls
@@ -445,9 +424,13 @@ def policy_adapter(urls: list[str]) -> PolicyAdapter:
 
 
 def client_from_config(config, urls: list[str]) -> InferenceClient:
-    """The client a run uses: `inference.api_key`, `request_timeout_s`, `max_retries` and, over
-    several servers with no router in front, `router_policy`; the servers' shared PolicyAdapter."""
+    """The client a run uses: `inference.engine` (its routes and wire), `inference.api_key`,
+    `request_timeout_s`, `max_retries` and, over several servers with no router in front,
+    `router_policy`; the servers' shared PolicyAdapter."""
+    from agentrl_cli.engines.registry import engine_for
+
     inf = config.inference
     return InferenceClient(urls, api_key=client_key(inf.api_key),
                            timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
-                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls))
+                           policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls),
+                           engine=engine_for(config))

@@ -147,9 +147,12 @@ def torch_build() -> dict:
 
 
 def role_roots(image_config, inference_engine: str) -> dict[str, list[str]]:
+    """`image.roles`, the inference role with the packages the engine (`inference.engine`) adds."""
+    from agentrl_cli.engines.registry import engine_named
+
     roots = {role: list(pkgs) for role, pkgs in image_config.roles.items()}
-    if inference_engine == "sglang" and "inference" in roots:
-        roots["inference"] += [p for p in ("sglang", "sglang-router") if p not in roots["inference"]]
+    if "inference" in roots:
+        roots["inference"] += [p for p in engine_named(inference_engine).lock_packages if p not in roots["inference"]]
     return roots
 
 

@@ -3,9 +3,9 @@
 Checks: Python's version; every locked package of the role installed at its locked version (each
 mismatch named with the pip command that fixes it); torch imports and sees the devices the cluster
 config expects; NCCL available where there are GPUs; DeepSpeed's own report (`ds_report`) runs and
-agrees with the installed torch; SGLang importable for the inference role when the engine is SGLang.
-A part that cannot exist here (NCCL without a GPU, SGLang with the embedded engine) is a skip that
-says what would be checked. Belongs here: the comparison and the probes, nothing that builds.
+agrees with the installed torch; the inference engine's modules importable for the inference role
+(SGLang's with engine sglang). A part that cannot exist here (NCCL without a GPU, SGLang with the
+embedded engine) is a skip that says what would be checked. Belongs here: the comparison and the probes, nothing that builds.
 """
 
 from __future__ import annotations
@@ -127,16 +127,24 @@ def deepspeed_check() -> Check:
                        proc.stderr.strip()[-1500:] if proc.returncode else "")
 
 
-def sglang_check(engine: str, python: str) -> Check:
-    if engine != "sglang":
-        return Check.skipped("SGLang importable", "inference.engine is hf (the embedded server): with engine sglang this "
-                             f"imports sglang and sglang_router with inference.python ({python})")
-    proc = subprocess.run([python, "-c", "import sglang, sglang_router; print(sglang.__version__)"],
+def engine_checks(engine_name: str, python: str) -> list[Check]:
+    """The engine's modules (`import_modules`) import with `python` (inference.python). An engine
+    that is part of agentrl has nothing to import: then each registered engine that would import
+    something is a skip saying what it would check."""
+    from agentrl_cli.engines.registry import ENGINES, engine_named
+
+    engine = engine_named(engine_name)
+    if not engine.import_modules:
+        return [Check.skipped(f"{other.title} importable", f"inference.engine is {engine_name} ({engine.title}): with "
+                              f"engine {name} this imports {' and '.join(other.import_modules)} with inference.python ({python})")
+                for name, other in ((n, engine_named(n)) for n in ENGINES) if other.import_modules]
+    modules = engine.import_modules
+    proc = subprocess.run([python, "-c", f"import {', '.join(modules)}; print({modules[0]}.__version__)"],
                           capture_output=True, text=True, timeout=300)
-    return Check.judge("SGLang importable", proc.returncode == 0, proc.stdout.strip() or None,
-                       f"sglang and sglang_router import with {python}",
-                       "install SGLang for inference.python (`pip install 'agentrl-cli[sglang]'`) or point inference.python "
-                       "at its environment", proc.stderr.strip()[-1500:])
+    return [Check.judge(f"{engine.title} importable", proc.returncode == 0, proc.stdout.strip() or None,
+                        f"{' and '.join(modules)} import with {python}",
+                        f"install {engine.title} for inference.python (`pip install {' '.join(engine.lock_packages)}`) "
+                        "or point inference.python at its environment", proc.stderr.strip()[-1500:])]
 
 
 def verify_checks(lock: dict, role: str, config) -> list[Check]:
@@ -145,5 +153,5 @@ def verify_checks(lock: dict, role: str, config) -> list[Check]:
     if role in ("train", "base"):
         checks.append(deepspeed_check())
     if role == "inference":
-        checks.append(sglang_check(config.inference.engine, config.inference.python))
+        checks += engine_checks(config.inference.engine, config.inference.python)
     return checks

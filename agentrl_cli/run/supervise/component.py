@@ -80,12 +80,13 @@ class ProcessComponent(Component):
         self.server: ServerProcess | None = None
 
     @classmethod
-    def adopt(cls, server: ServerProcess, name: str, *, kind: str = INFERENCE, ready_path: str = "/health_generate",
-              startup_timeout_s: float = 300.0) -> "ProcessComponent":
+    def adopt(cls, server: ServerProcess, name: str, *, kind: str = INFERENCE, health_path: str = "/health",
+              ready_path: str = "/health_generate", startup_timeout_s: float = 300.0) -> "ProcessComponent":
         """A component over a server already started (`launcher.launch`): restarts reuse its command,
-        environment and start-up hooks, and replace its process in place."""
-        c = cls(name, server.cmd, server.url, server.log_path.parent, server.env, kind=kind, ready_path=ready_path,
-                startup_timeout_s=startup_timeout_s)
+        environment and start-up hooks, and replace its process in place. The paths are its engine's
+        (`InferenceEngine.routes`: health, ready)."""
+        c = cls(name, server.cmd, server.url, server.log_path.parent, server.env, kind=kind, health_path=health_path,
+                ready_path=ready_path, startup_timeout_s=startup_timeout_s)
         c.server = server
         return c
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timezone
 
+from agentrl_cli.engines.registry import engine_for
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.run.supervise.component import (INFERENCE, REWARD, SANDBOX, Component, GatewayComponent,
                                              ProcessComponent, RemoteComponent)
@@ -38,16 +39,20 @@ EVENTS_SHOWN = 50  # the latest supervisor events in status.json
 def components(parts, cfg, extra: list[Component]) -> list[Component]:
     """The components of a started run (its `parts`, `run/parts.py`; `cfg` its platform config) and
     `extra`, named uniquely."""
+    routes = engine_for(cfg).routes  # health and ready paths of the engine's servers
     found: list[Component] = []
     startup = cfg.inference.startup_timeout_s
     workers = [s for s in parts.servers if s.name != ROUTER]
     for i, s in enumerate(workers):
-        found.append(ProcessComponent.adopt(s, f"inference-{i}", startup_timeout_s=startup))
+        found.append(ProcessComponent.adopt(s, f"inference-{i}", health_path=routes.health, ready_path=routes.ready,
+                                            startup_timeout_s=startup))
     for s in parts.servers:
         if s.name == ROUTER:
-            found.append(ProcessComponent.adopt(s, ROUTER, kind=ROUTER, ready_path="/health", startup_timeout_s=startup))
+            found.append(ProcessComponent.adopt(s, ROUTER, kind=ROUTER, health_path=routes.health, ready_path=routes.health,
+                                                startup_timeout_s=startup))
     if not parts.servers:
-        found += [RemoteComponent(f"inference-{i}", u, kind=INFERENCE) for i, u in enumerate(parts.client.urls)]
+        found += [RemoteComponent(f"inference-{i}", u, kind=INFERENCE, health_path=routes.health)
+                  for i, u in enumerate(parts.client.urls)]
     if parts.gateway is not None:
         found.append(GatewayComponent(parts.gateway))
     if cfg.reward.service_url:
@@ -64,6 +69,7 @@ class RunSupervision:
 
     def __init__(self, parts, state, cfg, extra: list[Component] | None = None) -> None:
         self.parts, self.state = parts, state
+        self.health_path = engine_for(cfg).routes.health
         self.counters = parts.controller.counters
         self.routed = set(parts.client.urls)  # servers the rollout sends requests to when they are up
         self.control = ServerControl(parts.run_dir / CONTROL_DIR, self.join, self.leave, self.status)
@@ -121,7 +127,8 @@ class RunSupervision:
         names = set(self.supervisor.watches)
         n = next(i for i in range(len(names) + 1) if f"inference-{i}" not in names)
         log.warning("inference server %s joins the run as inference-%d once healthy and at the run's weights", url, n)
-        self.supervisor.add(RemoteComponent(f"inference-{n}", url, kind=INFERENCE))
+        self.supervisor.add(RemoteComponent(f"inference-{n}", url, kind=INFERENCE,
+                                            health_path=self.health_path))
 
     async def leave(self, url: str) -> None:
         self.routed.discard(url)
