@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -20,6 +21,30 @@ def pytest_addoption(parser):
     parser.addoption("--harness-config", default=None, metavar="PLATFORM_YAML",
                      help="the contract suite configures each harness from this platform config's harnesses[] entry "
                           "of the same name (tasks file, options), as `agentrl harness check NAME --config` does")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `exclusive` runs while no other test of this session runs (pytest-xdist): it waits
+    for the other workers' current tests to end, and they wait for it. Every other test holds a shared
+    lock; the gate in front of it keeps an exclusive test from waiting forever. Serial runs skip this."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None or not item.config.option.basetemp:
+        return (yield)
+    shared = Path(item.config.option.basetemp).parent  # this session's basetemp, the same for every worker
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with open(shared / "exclusive.gate", "a") as gate, open(shared / "exclusive.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            if not exclusive:
+                fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

@@ -4,10 +4,15 @@ packages, no slurmdbd) and a PostgreSQL server (initdb + pg_ctl on a temp dir an
 Each starter returns None with the reason when the binaries (or root, which slurmd and munge need) are
 missing, so fixtures skip saying why; CI installs them (.ci/setup --dev), so there they run. Daemons
 are stopped by the PIDs recorded at start, newest first: TERM, then KILL after a grace period.
+
+Slurm is machine-wide (/etc/slurm/slurm.conf, /run/munge, slurmctld's state directory): `start_slurm`
+holds a lock file in the temp directory until `stop`, so two test processes (pytest-xdist workers, or
+two checkouts' test runs on one machine) never start or reconfigure it under each other.
 """
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -27,12 +32,35 @@ class Service:
     pids: list[int] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
     info: dict = field(default_factory=dict)
+    lock: object | None = None  # an open lock file held while the service runs (machine-wide services)
 
     def stop(self) -> None:
         for pid in reversed(self.pids):
             _terminate(pid)
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
+        if self.lock is not None:
+            self.lock.close()  # releases the flock
+            self.lock = None
+
+
+SLURM_LOCK = Path(tempfile.gettempdir()) / "agentrl-tests-slurm.lock"
+
+
+def _machine_lock(path: Path, deadline_s: float, what: str):
+    """An exclusive flock on `path`, waiting at most `deadline_s` for whoever holds it."""
+    f = open(path, "a")
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                f.close()
+                raise TimeoutError(f"timed out after {deadline_s:.0f} s waiting for {what} ({path}): another test "
+                                   "process is using it") from None
+            time.sleep(0.5)
 
 
 def _terminate(pid: int, grace_s: float = 20.0) -> None:
@@ -75,25 +103,26 @@ def slurm_missing() -> str:
 
 
 def start_slurm(conf_text: str, deadline_s: float = 60.0) -> Service:
-    """Write /etc/slurm/slurm.conf, start munged, slurmctld and slurmd; return once the node is idle."""
-    svc = Service()
-    key = Path("/etc/munge/munge.key")
-    if not key.exists() or key.stat().st_size == 0:
-        subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True)
-    shutil.chown(key, "munge", "munge")
-    key.chmod(0o400)
-    for d, owner, mode in (("/run/munge", "munge", 0o755), ("/var/lib/munge", "munge", 0o700), ("/var/log/munge", "munge", 0o700),
-                           ("/run/slurm", "slurm", 0o755), ("/var/log/slurm", "slurm", 0o755),
-                           ("/var/lib/slurm/slurmctld", "slurm", 0o755), ("/var/lib/slurm/slurmd", "slurm", 0o755)):
-        Path(d).mkdir(parents=True, exist_ok=True)
-        shutil.chown(d, owner, owner)
-        os.chmod(d, mode)
-    for d in ("/var/lib/slurm/slurmctld", "/var/lib/slurm/slurmd"):  # fresh controller state: no leftover jobs
-        for child in Path(d).iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    Path("/etc/slurm").mkdir(exist_ok=True)
-    Path("/etc/slurm/slurm.conf").write_text(conf_text, encoding="utf-8")
+    """Write /etc/slurm/slurm.conf, start munged, slurmctld and slurmd; return once the node is idle.
+    Holds SLURM_LOCK until `stop` (another process's Slurm tests wait for it, at most 300 s)."""
+    svc = Service(lock=_machine_lock(SLURM_LOCK, 300.0, "the machine's Slurm"))
     try:
+        key = Path("/etc/munge/munge.key")
+        if not key.exists() or key.stat().st_size == 0:
+            subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True)
+        shutil.chown(key, "munge", "munge")
+        key.chmod(0o400)
+        for d, owner, mode in (("/run/munge", "munge", 0o755), ("/var/lib/munge", "munge", 0o700), ("/var/log/munge", "munge", 0o700),
+                               ("/run/slurm", "slurm", 0o755), ("/var/log/slurm", "slurm", 0o755),
+                               ("/var/lib/slurm/slurmctld", "slurm", 0o755), ("/var/lib/slurm/slurmd", "slurm", 0o755)):
+            Path(d).mkdir(parents=True, exist_ok=True)
+            shutil.chown(d, owner, owner)
+            os.chmod(d, mode)
+        for d in ("/var/lib/slurm/slurmctld", "/var/lib/slurm/slurmd"):  # fresh controller state: no leftover jobs
+            for child in Path(d).iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        Path("/etc/slurm").mkdir(exist_ok=True)
+        Path("/etc/slurm/slurm.conf").write_text(conf_text, encoding="utf-8")
         pidfile = Path("/run/munge/munged.pid")
         pidfile.unlink(missing_ok=True)
         subprocess.run(["runuser", "-u", "munge", "--", _which("munged"), "--force"], check=True, capture_output=True)

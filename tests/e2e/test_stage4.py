@@ -18,6 +18,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.exclusive  # "tokens/s under load" must reach stages.inference_min_tokens_per_s: not beside another test's CPU load
 def test_stage_4_passes_with_the_embedded_server(cli, tmp_path):
     model = build_random(tmp_path / "model", seed=3)
     result, data = cli.json("stage", "run", "4", "--set", f"model.path={model}", "--set", f"inference.port={_port()}",

@@ -26,11 +26,14 @@ def _wait(predicate, seconds: float = 30.0) -> bool:
 
 
 def _sandbox_processes() -> list[int]:
+    """Processes in this process's sandboxes' cgroups (a sandbox's id starts with the pid that started it),
+    not in those of other processes, such as a parallel pytest worker's (pytest -n)."""
     found = []
+    mine = f"agentrl-sandbox/{os.getpid()}-"
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if "agentrl-sandbox" in (entry / "cgroup").read_text():
+                if mine in (entry / "cgroup").read_text():
                     found.append(int(entry.name))
             except OSError:
                 pass
