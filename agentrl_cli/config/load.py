@@ -145,8 +145,8 @@ def refuse_unhonoured_knobs(config: PlatformConfig, source: str) -> None:
     except AgentrlError as exc:  # a `module:Class` backend asked about a knob, which cannot be imported
         raise ConfigError(f"invalid config ({source}): {exc.message}", exc.hint) from None
     if refused:
-        raise ConfigError(f"invalid config ({source}): " + "; ".join(m.split("; ")[0] for m in refused),
-                          "; ".join(m.split("; ", 1)[1] for m in refused))
+        raise ConfigError(f"invalid config ({source}): " + "; ".join(what for what, _ in refused),
+                          "; ".join(fix for _, fix in refused))
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = ""):

@@ -136,14 +136,15 @@ def honours(rows: tuple[Part, ...], name: str, key: str) -> frozenset[str]:
     return declared
 
 
-def refused_knobs(rows: tuple[Part, ...], name: str, key: str, section: Any, knobs: tuple[Knob, ...]) -> list[str]:
-    """One message per knob set in `section` that the part `name` (named by `key`) does not honour;
-    a part is imported only when a knob asks something of it."""
+def refused_knobs(rows: tuple[Part, ...], name: str, key: str, section: Any,
+                  knobs: tuple[Knob, ...]) -> list[tuple[str, str]]:
+    """(what is wrong, the fix) per knob set in `section` that the part `name` (named by `key`) does
+    not honour; a part is imported only when a knob asks something of it."""
     asked = [k for k in knobs if k.is_set(section)]
     if not asked:
         return []
     have = honours(rows, name, key)
-    return [f"{k.key} is set but the {key} {name!r} does not honour it (it honours: "
-            f"{', '.join(sorted(have)) or 'none of ' + ', '.join(sorted(x.feature for x in knobs))}); "
-            f"{k.fix}, or choose a part that does (one of {', '.join(p.name for p in rows if k.feature in p.honours)}"
-            f", or a `module:Class` whose `honours` names {k.feature!r})" for k in asked if k.feature not in have]
+    return [(f"{k.key} is set but the {key} {name!r} does not honour it (it honours: "
+             f"{', '.join(sorted(have)) or 'none of ' + ', '.join(sorted(x.feature for x in knobs))})",
+             f"{k.fix}, or choose a part that does (one of {', '.join(p.name for p in rows if k.feature in p.honours)}"
+            f", or a `module:Class` whose `honours` names {k.feature!r})") for k in asked if k.feature not in have]
