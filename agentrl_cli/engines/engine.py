@@ -86,6 +86,21 @@ class PortUse:
 
 
 @dataclass(frozen=True)
+class WireCall:
+    """One request a client of the engine sends, as it sends it: built by the same body methods the
+    client uses, so a conformance check (`engines/conformance/`) can hold it against the engine's own
+    argument parser, request models and route table. `reads`: the answer's fields the client reads
+    (dotted paths; `[]` for "each item of a list")."""
+
+    what: str                                  # for people: "generate", "disk weight update", ...
+    method: str                                # "GET" or "POST"
+    route: str                                 # the path, without a query string
+    body: dict | None = None                   # the JSON body (None: none is sent)
+    query: dict | None = None                  # query parameters
+    reads: tuple[str, ...] = ()                # fields of the answer the client reads
+
+
+@dataclass(frozen=True)
 class ServeOptions:
     """`agentrl serve inference`'s options; 0, -1 or "" mean "from the config"."""
 
@@ -173,3 +188,9 @@ class InferenceEngine(Protocol):
 
     def busy_seconds(self, server_info: dict) -> float | None:
         """Seconds spent inside a batch, from a `routes.server_info` answer."""
+
+    # ---- conformance ---------------------------------------------------------------------------
+    def wire_calls(self, config) -> list[WireCall]:
+        """Every request its clients send (one of each, with a representative body from the body
+        methods above) and the answer fields they read: what `agentrl engine verify` checks against
+        the engine's own code. An engine without it is reported as not checkable, never as passing."""
