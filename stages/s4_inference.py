@@ -353,27 +353,28 @@ async def _stream(http) -> Check:
 
 
 async def _chat_logprobs(ctx: StageContext, http, served: Served, tok, model) -> Check:
-    """Chat log-probs at temperature 0: /generate's tokens for the same ids, and a forward pass's values."""
+    """Chat log-probs at temperature 0: the engine's generate route's tokens for the same ids, and a forward pass's values."""
     from transformers import AutoModelForCausalLM
 
     messages = [{"role": "user", "content": PROMPTS[1]}]
     chat = await _post(http, "/v1/chat/completions", {"messages": messages, "temperature": 0, "max_tokens": 16,
                                                         "logprobs": True})
     prompt = tok.encode(render(tok, messages, None, True), add_special_tokens=False)
-    gen = await _post(http, "/generate", {"input_ids": prompt, "return_logprob": True, "sampling_params": {
-        "temperature": 0, "max_new_tokens": 16, "stop_token_ids": list(chat_format(tok).stop_ids)}})
-    served_lp = gen["meta_info"]["output_token_logprobs"]
-    ids = [t for _, t, _ in served_lp]
+    engine = engine_for(ctx.config)  # the engine's own generate route and body, as the rollout sends them
+    body = engine.generate_body(prompt, SamplingParams(max_new_tokens=16, temperature=0.0,
+                                                       stop_token_ids=list(chat_format(tok).stop_ids)))
+    gen = engine.parse_generation(await _post(http, engine.routes.generate, body), 0.0, "", 0)
+    ids, served_lp = gen.output_ids, gen.output_logprobs
     entries = chat["choices"][0]["logprobs"]["content"]
     same = [e["token"] for e in entries] == [tok.decode([t]) for t in ids] and chat["usage"]["prompt_tokens"] == len(prompt)
     model = model or AutoModelForCausalLM.from_pretrained(served.path, dtype=torch.float32).eval()
     ref = _forward_logprobs(model, prompt, ids, 0.0) if ids else []
     forward = max((abs(e["logprob"] - r) for e, r in zip(entries, ref)), default=float("inf"))
-    generate = max((abs(e["logprob"] - lp) for e, (lp, _, _) in zip(entries, served_lp)), default=float("inf"))
+    generate = max((abs(e["logprob"] - lp) for e, lp in zip(entries, served_lp)), default=float("inf"))
     limit = ctx.config.stages.logprob_max_abs_diff
     return Check.judge("chat log-probs match a forward pass", same and bool(ids) and forward <= limit,
                        {"tokens": len(ids), "same_prompt_and_tokens_as_generate": same, "max_abs_diff_forward": forward,
                         "max_abs_diff_generate": generate},
-                       f"/generate's tokens for the rendered prompt; log-probs within {limit} of a forward pass "
+                       f"the generate route's tokens for the rendered prompt; log-probs within {limit} of a forward pass "
                        "(stages.logprob_max_abs_diff)",
                        "the chat endpoint renders another prompt or returns other log-probs than /generate: " + OPENAI_HINT)

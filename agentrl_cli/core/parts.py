@@ -58,13 +58,19 @@ LORA_TRANSPORTS: tuple[Part, ...] = (  # training.weight_sync with training.lora
 # loaded at run time), "pause:<mode>" per pause mode, "tool_choice" (a named tool_choice enforced).
 ENGINES: tuple[Part, ...] = (
     Part("hf", "agentrl_cli.engines.embedded:EmbeddedEngine",
-         frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place"}),
-         "the embedded Hugging Face server, in SGLang's dialect, on this host's CPU"),
+         frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place",
+                    "dialect:sglang", "dialect:vllm"}),
+         "the embedded Hugging Face server on this host's CPU, in SGLang's or vLLM's dialect (inference.dialect)"),
     Part("sglang", "agentrl_cli.engines.sglang:SGLangEngine",
          frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place",
-                    "tool_choice"}),
+                    "tool_choice", "dialect:sglang"}),
          "SGLang servers on GPU hosts, behind sglang-router with several replicas", ("sglang", "sglang-router")),
+    Part("vllm", "agentrl_cli.engines.vllm:VLLMEngine",
+         frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:wait", "pause:keep",
+                    "tool_choice", "dialect:vllm"}),
+         "vLLM servers on GPU hosts, behind vllm-router with several replicas", ("vllm", "vllm-router")),
 )
+DIALECTS = ("sglang", "vllm")  # inference.dialect: the native protocols; an engine row honours "dialect:NAME"
 VERIFIERS: tuple[Part, ...] = (  # reward.verifiers
     Part("judge", "agentrl_cli.runtime.reward.judge:JudgeVerifier", summary="a model judge over HTTP"),
     Part("reward_model", "agentrl_cli.runtime.reward.reward_model:RewardModelVerifier",

@@ -20,10 +20,11 @@ from agentrl_cli.engines.sglang_dialect import SGLangDialect
 
 
 def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: str, context_length: int,
-               engine: str = "hf") -> list[str]:
+               engine: str = "hf", dialect: str = "sglang") -> list[str]:
     """`agentrl serve inference` for one embedded server; `engine` is what `--engine` names (a subclass
-    of the embedded engine serves through its own class)."""
-    cmd = [sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", engine, "--model", str(model_path),
+    of the embedded engine serves through its own class), `dialect` the protocol it speaks."""
+    cmd = [sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", engine, "--dialect", dialect,
+           "--model", str(model_path),
            "--host", cfg.host, "--port", str(port), "--batch-window-ms", str(batch_window_ms),
            "--max-batch-size", str(cfg.max_batch_size), "--dtype", dtype, "--context-length", str(context_length),
            "--weight-version", "0", "--prefix-cache-tokens", str(cfg.prefix_cache_tokens)]
@@ -50,6 +51,7 @@ class EmbeddedEngine(SGLangDialect):
 
     name = "hf"
     title = "the embedded server"
+    dialect = "sglang"  # the native protocol its servers speak (`inference.dialect`; `embedded_vllm.py` speaks vLLM's)
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
                                 pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=False, host_cpu=True)
     lock_packages: tuple[str, ...] = ()
@@ -61,7 +63,7 @@ class EmbeddedEngine(SGLangDialect):
     def server_launch(self, config, model_path: str, port: int, *, key_dir=None, beside_trainer: bool = False) -> ServerLaunch:
         inf = config.inference
         cmd = hf_command(inf, model_path, port, config.rollout.batch_window_ms, config.model.dtype,
-                         config.model.context_length, engine_ref(self))
+                         config.model.context_length, engine_ref(self), self.dialect)
         # the run's log level: the child's config loader reads it
         env = {**thread_env(cpu_thread_split(config, beside_trainer)[1]), **key_env(inf), **level_env(config.observe.log_level)}
         return ServerLaunch(cmd, env)
@@ -99,8 +101,8 @@ class EmbeddedEngine(SGLangDialect):
             say(f"warning: binding {o.host}: the inference server has no authentication; keep it on a private network "
                 "reachable only by the training run, or give it a key (AGENTRL_INFERENCE__API_KEY_FILE, written by "
                 "`agentrl secrets rotate FILE`)")
-        say(f"embedded inference server on http://{o.host}:{o.port} ({model_path})")
-        server = create_app(eng, api_key=None, enable_metrics=inf.enable_metrics)
+        say(f"embedded inference server on http://{o.host}:{o.port} ({model_path}; {self.dialect}'s protocol)")
+        server = create_app(eng, api_key=None, enable_metrics=inf.enable_metrics, dialect=self.dialect)
         # SGLang's 401 body; weight updates are audit lines
         server.add_middleware(BearerAuth, keys=keys, service="inference", audit=AuditLog.from_config(config, "inference"),
                               audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})

@@ -98,6 +98,7 @@ class WireCall:
     body: dict | None = None                   # the JSON body (None: none is sent)
     query: dict | None = None                  # query parameters
     reads: tuple[str, ...] = ()                # fields of the answer the client reads
+    always: bool = False                       # in a sequence: sent even when an earlier call failed (a resume)
 
 
 @dataclass(frozen=True)
@@ -194,3 +195,42 @@ class InferenceEngine(Protocol):
         """Every request its clients send (one of each, with a representative body from the body
         methods above) and the answer fields they read: what `agentrl engine verify` checks against
         the engine's own code. An engine without it is reported as not checkable, never as passing."""
+
+
+# ---- sequences of calls, with defaults for engines written before them ------------------------------
+# An engine may need several requests where SGLang needs one (vLLM: pause, reload, relabel, resume).
+# These ask the engine for its sequence and fall back to SGLang's single request, so an engine class
+# written against the first version of this protocol keeps working.
+
+def disk_update_calls(engine, path: str, version: str, abort_all_requests: bool = False) -> list[WireCall]:
+    """The requests that load the model directory `path` as `version` on one server, in order."""
+    own = getattr(engine, "disk_update_calls", None)
+    if own is not None:
+        return own(path, version, abort_all_requests)
+    return [WireCall("disk weight update", "POST", engine.routes.update_weights_from_disk,
+                     engine.disk_update_body(path, version, abort_all_requests))]
+
+
+def distributed_update_calls(engine, names, dtypes, shapes, version: str | None, **kw) -> list[WireCall]:
+    """The requests that receive one broadcast of the trainer's tensors, in order (one of them answers
+    only once the broadcast has arrived)."""
+    own = getattr(engine, "distributed_update_calls", None)
+    if own is not None:
+        return own(names, dtypes, shapes, version, **kw)
+    return [WireCall("distributed weight update", "POST", engine.routes.update_weights_from_distributed,
+                     engine.distributed_update_body(names, dtypes, shapes, version, **kw))]
+
+
+def pause_call(engine, mode: str) -> WireCall:
+    """The pause request for `mode` (a query parameter on some engines, the body on SGLang's)."""
+    query = getattr(engine, "pause_query", None)
+    return WireCall("pause", "POST", engine.routes.pause, engine.pause_body(mode),
+                    query=query(mode) if query is not None else None)
+
+
+def answer_ok(engine, status: int, answer) -> bool:
+    """Whether a weight or version update's answer says it succeeded (SGLang's: 200 and success true)."""
+    own = getattr(engine, "answer_ok", None)
+    if own is not None:
+        return own(status, answer)
+    return status == 200 and isinstance(answer, dict) and bool(answer.get("success", False))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from agentrl_cli.core import parts
-from agentrl_cli.core.errors import NotFoundError
+from agentrl_cli.core.errors import ConfigError, NotFoundError
 from agentrl_cli.core.plugins import load_class
 from agentrl_cli.engines.engine import InferenceEngine
 
@@ -22,13 +22,27 @@ def engine_class(name: str) -> type:
     return load_class("inference engine", name, ENGINES, KEY)
 
 
-def engine_named(name: str) -> InferenceEngine:
-    return engine_class(name)()
+# engines that speak another engine's protocol: (engine, dialect) -> "module:Class" (`inference.dialect`)
+DIALECTS: dict[tuple[str, str], str] = {("hf", "vllm"): "agentrl_cli.engines.embedded_vllm:EmbeddedVLLMEngine"}
+DIALECT_KEY = "inference.dialect"
+
+
+def engine_named(name: str, dialect: str = "") -> InferenceEngine:
+    """Engine `name`, speaking `dialect` ("" = its own protocol)."""
+    if (name, dialect) in DIALECTS:
+        return load_class("inference engine", DIALECTS[name, dialect], {}, DIALECT_KEY)()
+    engine = engine_class(name)()
+    own = getattr(engine, "dialect", None)
+    if dialect and dialect != own:
+        raise ConfigError(f"{DIALECT_KEY} {dialect!r}: the {engine.title} engine ({KEY} {name!r}) speaks "
+                          f"{own or 'its own protocol'}, not {dialect}",
+                          f"unset {DIALECT_KEY}; only the embedded server ({KEY}: hf) speaks another engine's protocol")
+    return engine
 
 
 def engine_for(config) -> InferenceEngine:
-    """The engine of a platform config (`config.inference.engine`)."""
-    return engine_named(config.inference.engine)
+    """The engine of a platform config (`config.inference.engine`, speaking `inference.dialect`)."""
+    return engine_named(config.inference.engine, config.inference.dialect)
 
 
 def engine_ref(engine) -> str:
@@ -36,7 +50,8 @@ def engine_ref(engine) -> str:
     server started by the run is told with `agentrl serve inference --engine`)."""
     cls = type(engine)
     path = f"{cls.__module__}:{cls.__qualname__}"
-    return next((name for name, target in ENGINES.items() if target == path), path)
+    dialect_of = {target: name for (name, _), target in DIALECTS.items()}
+    return next((name for name, target in ENGINES.items() if target == path), dialect_of.get(path, path))
 
 
 def engine_packages(name: str | None = None) -> tuple[str, ...]:

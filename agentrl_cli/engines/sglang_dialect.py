@@ -60,6 +60,7 @@ def _gauge(name: str) -> re.Pattern:
 class SGLangDialect:
     """The wire members of `InferenceEngine` (engine.py) as SGLang speaks them."""
 
+    dialect = "sglang"
     routes = ROUTES
     metrics = METRICS
 

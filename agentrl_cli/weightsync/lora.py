@@ -120,6 +120,8 @@ class LoraTransport:
         """See the module docstring; None for a full sync (the publisher reads it back)."""
         if published.details.get("mode") != "adapter":
             return None
+        if not self.client.engine.routes.get_weights_by_name:  # vLLM: no parameter read-back; versions are checked
+            return 0
         adapter = await asyncio.to_thread(read_adapter, prepared.payload)
         names = list(prepared.reference)
         answers = await asyncio.gather(*(self.client.get_weights_by_name(name, 1) for name in names))

@@ -252,9 +252,12 @@ class WeightPublisher:
     # ---- verification -----------------------------------------------------------------------------
 
     async def _verify_one(self, http, url: str, ours: dict[str, list[float]]) -> None:
-        """`verify` for one server outside the rotation."""
+        """`verify` for one server outside the rotation (its weight version only, when the engine
+        cannot read a parameter back)."""
+        engine = wire(self._engine)
+        if not engine.routes.get_weights_by_name:
+            return
         for name, values in ours.items():
-            engine = wire(self._engine)
             r = await http.post(url + engine.routes.get_weights_by_name, json=engine.weights_by_name_body(name, 1))
             theirs = flatten_rows(r.json())[: self.sample] if r.status_code == 200 else []
             worst = max((abs(a - b) for a, b in zip(values, theirs)), default=float("inf"))
@@ -268,7 +271,10 @@ class WeightPublisher:
         return backend.named_parameter_sample(picked, self.sample)
 
     async def verify(self, ours: dict[str, list[float]]) -> int:
-        """Compare the first values of a few parameters on every server with `ours`; the count checked."""
+        """Compare the first values of a few parameters on every server with `ours`; the count checked
+        (0 when the engine has no route to read a parameter back: vLLM's, whose weight version is checked instead)."""
+        if not wire(self._engine).routes.get_weights_by_name:
+            return 0
         names = list(ours)
         answers = await asyncio.gather(*(self.client.get_weights_by_name(name, 1) for name in names))
         for name, answer in zip(names, answers):

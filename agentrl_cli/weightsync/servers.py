@@ -13,6 +13,7 @@ import logging
 import httpx
 
 from agentrl_cli.core.httpclient import async_http_client
+from agentrl_cli.engines.engine import answer_ok, disk_update_calls
 from agentrl_cli.engines.inference.client import InferenceError
 from agentrl_cli.engines.registry import engine_named
 
@@ -55,10 +56,20 @@ async def load_from_disk(urls: list[str], path: str, version: str, *, headers: d
     async with async_http_client(timeout=timeout_s, headers=headers or {}) as http:
         for url in urls:
             log.warning("re-syncing inference server %s to weight version %s from %s", url, version, path)
-            r = await http.post(url + engine.routes.update_weights_from_disk, json=engine.disk_update_body(path, version))
+            failed = None
+            for call in disk_update_calls(engine, path, version):
+                if failed is not None and not call.always:
+                    continue
+                r = await http.post(url + call.route, json=call.body, params=call.query)
+                try:
+                    answer = r.json()
+                except ValueError:
+                    answer = None
+                if failed is None and not answer_ok(engine, r.status_code, answer):
+                    failed = f"{call.what}: {r.status_code}: {r.text[:300]}"
             now = await server_weight_version(http, url, engine=engine)
-            if r.status_code != 200 or not r.json().get("success", False) or now != str(version):
-                raise InferenceError(f"re-syncing weights on {url} failed ({r.status_code}: {r.text[:300]}; serving {now})",
+            if failed is not None or now != str(version):
+                raise InferenceError(f"re-syncing weights on {url} failed ({failed or 'no error'}; serving {now})",
                                      "check the export path and the server log")
     return list(urls)
 

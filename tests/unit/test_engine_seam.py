@@ -26,7 +26,8 @@ from agentrl_cli.engines.sglang import SGLangEngine
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = {"hf", "sglang", "vllm"}  # today's engines and the next one
 # where an engine's name may be spelled out: the engines themselves and the table of names
-OWN = {"agentrl_cli/engines/embedded.py", "agentrl_cli/engines/sglang.py", "agentrl_cli/engines/registry.py"}
+OWN = {"agentrl_cli/engines/embedded.py", "agentrl_cli/engines/sglang.py", "agentrl_cli/engines/vllm.py",
+       "agentrl_cli/engines/embedded_vllm.py", "agentrl_cli/engines/registry.py"}
 
 
 def _is_name(node: ast.AST) -> bool:
@@ -108,7 +109,7 @@ def test_an_engine_path_is_accepted_by_the_config_and_one_that_does_not_load_say
         engine_for(cfg)
     assert "inference.engine" in info.value.message and "no_such_module" in info.value.message
     with pytest.raises(ConfigError) as bad:
-        load_config(None, ["inference.engine=vllm"], env={})
+        load_config(None, ["inference.engine=tgi"], env={})
     assert "module:Class" in bad.value.hint
 
 
@@ -127,7 +128,7 @@ def test_each_engine_answers_the_platform_s_questions():
     assert sglang.tp_size(inf) == 4 and embedded.tp_size(inf) == 1
     assert sglang.capabilities.constrained_tool_choice and not embedded.capabilities.constrained_tool_choice
     assert embedded.capabilities.host_cpu and not sglang.capabilities.host_cpu
-    assert engine_packages() == ("sglang", "sglang-router")
+    assert engine_packages() == ("sglang", "sglang-router", "vllm", "vllm-router")
 
 
 def test_each_engine_s_launch_command_is_its_own_and_keeps_the_key_off_argv(tmp_path):

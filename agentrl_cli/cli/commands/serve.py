@@ -90,7 +90,7 @@ def sandbox(
 
 @app.command("inference")
 def inference(
-    engine: Annotated[str, typer.Option("--engine", help="hf (embedded server), sglang (execs SGLang's launcher) or the module:Class path of an engine (docs/engines.md).")] = "hf",
+    engine: Annotated[str, typer.Option("--engine", help="hf (embedded server), sglang or vllm (execs the engine's server) or the module:Class path of an engine (docs/engines.md).")] = "hf",
     model: Annotated[str, typer.Option("--model", help="Model directory or builtin:tiny-agent (default model.path).")] = "",
     host: Annotated[str, typer.Option("--host", help="Address to bind (default inference.host, loopback).", show_default=False)] = "",
     port: Annotated[int, typer.Option("--port", help="Port to bind (default inference.port).")] = 0,
@@ -100,12 +100,13 @@ def inference(
     context_length: Annotated[int, typer.Option("--context-length", help="Context length (default model.context_length).")] = 0,
     weight_version: Annotated[str, typer.Option("--weight-version", help="Initial weight_version reported.")] = "default",
     prefix_cache_tokens: Annotated[int, typer.Option("--prefix-cache-tokens", help="Tokens of KV kept for requests that extend an earlier one (default inference.prefix_cache_tokens; 0 disables).")] = -1,
+    dialect: Annotated[str, typer.Option("--dialect", help="The embedded server's protocol: sglang or vllm (default inference.dialect; sglang).")] = "",
     config: ConfigOpt = None,
     sets: SetOpt = None,
 ) -> None:
-    """Serve a model over SGLang's HTTP protocol: the embedded Hugging Face server on CPU (engine hf),
-    or SGLang itself (engine sglang) with the same flags, or an engine of your own (its
-    module:Class path). With inference.api_key (given by
+    """Serve a model: the embedded Hugging Face server on CPU (engine hf) in SGLang's or vLLM's
+    protocol (--dialect), or SGLang or vLLM itself (engine sglang, vllm: execs its server with the
+    config's settings), or an engine of your own (its module:Class path). With inference.api_key (given by
     AGENTRL_INFERENCE__API_KEY_FILE) the embedded server requires one of its keys on everything but
     /health* and /metrics, and audits weight updates (observe.audit_log). On SIGTERM the embedded
     server drains: it refuses new generations (503) and hands back those in flight with their
@@ -115,16 +116,23 @@ def inference(
 
     * `agentrl serve inference --engine hf --model builtin:tiny-agent --port 30000`
 
+    * `agentrl serve inference --engine hf --dialect vllm --model builtin:tiny-agent --port 30000`
+
     * `agentrl serve inference --engine sglang --model /models/Qwen2.5-0.5B-Instruct`
+
+    * `agentrl serve inference --engine vllm --model /models/Qwen2.5-0.5B-Instruct`
     """
     from agentrl_cli.core.errors import NotFoundError, UsageError
+    from agentrl_cli.core.parts import DIALECTS
     from agentrl_cli.engines.engine import ServeOptions
     from agentrl_cli.engines.registry import ENGINES, engine_named
     from agentrl_cli.model.resolve import resolve_model_path
 
     cfg = _protected(load(config, sets))
+    if dialect and dialect not in DIALECTS:
+        raise UsageError(f"bad --dialect {dialect!r}", f"use {' or '.join(DIALECTS)} (the embedded server speaks either)")
     try:
-        served = engine_named(engine)
+        served = engine_named(engine, dialect or cfg.inference.dialect)
     except NotFoundError as exc:
         raise UsageError(f"bad --engine {engine!r} ({exc.message})",
                          f"use {' or '.join(ENGINES)}, or the module:Class path of an engine") from None

@@ -4,25 +4,27 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from agentrl_cli.config.sections.base import (ENGINE_NAMES, Section)
+from agentrl_cli.core import parts
 from agentrl_cli.core.plugins import PLUGIN_PATH
 
 
 class InferenceConfig(Section):
-    engine: str = Field("hf", description="hf = embedded server on this host; sglang = SGLang servers; or the `module:Class` path of an InferenceEngine of your own (docs/engines.md)",
+    engine: str = Field("hf", description="hf = embedded server on this host; sglang = SGLang servers; vllm = vLLM servers; or the `module:Class` path of an InferenceEngine of your own (docs/engines.md)",
                         json_schema_extra={"choices": ENGINE_NAMES, "plugin": "module:Class"})
+    dialect: Literal["", *parts.DIALECTS] = Field("", description="The native HTTP protocol the servers speak: '' = the engine's own (SGLang's for hf); the embedded server (hf) speaks sglang or vllm, so the whole loop runs here through the client path of either engine")
     host: str = Field("127.0.0.1", description="Address the inference server binds to")
     port: int = Field(30000, ge=1, le=65535, description="Port of the first inference server (replicas take the next ports)")
     replicas: int = Field(1, ge=1, le=1024, description="Number of inference servers; more than one puts the SGLang router in front")
     router_policy: Literal["round_robin", "random", "cache_aware", "power_of_two", "least_loaded"] = Field(
         "round_robin", description="How requests are spread over replicas")
     urls: list[str] = Field(default_factory=list, description="Use already running servers at these URLs instead of starting any")
-    python: str = Field("python3", description="Interpreter that has SGLang installed (SGLang often lives in its own environment)")
-    tp_size: int = Field(1, ge=1, description="Tensor-parallel size per server (SGLang)")
-    dp_size: int = Field(1, ge=1, description="Data-parallel size per server (SGLang)")
-    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache (SGLang; None = automatic)")
+    python: str = Field("python3", description="Interpreter that has the engine (SGLang or vLLM) installed: they often live in their own environment")
+    tp_size: int = Field(1, ge=1, description="Tensor-parallel size per server (SGLang, vLLM)")
+    dp_size: int = Field(1, ge=1, description="Data-parallel size per server (SGLang, vLLM)")
+    mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache (SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization; None = automatic)")
     max_running_requests: int | None = Field(None, ge=1, description="Cap on concurrently running requests per server (None = automatic)")
     api_key: SecretStr | None = Field(None, description="Bearer token the servers require (never written to reports)")
     enable_metrics: bool = Field(True, description="Expose Prometheus metrics at /metrics")
@@ -42,3 +44,13 @@ class InferenceConfig(Section):
         if value not in ENGINE_NAMES and not PLUGIN_PATH.match(value):
             raise ValueError(f"must be one of {', '.join(ENGINE_NAMES)} or a `module:Class` path, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _dialect_of_engine(self):
+        row = parts.row(parts.ENGINES, self.engine)
+        if self.dialect and row is not None and f"dialect:{self.dialect}" not in row.honours:
+            spoken = sorted(h.split(":", 1)[1] for h in row.honours if h.startswith("dialect:"))
+            raise ValueError(f"inference.dialect {self.dialect!r}: the {self.engine} engine speaks {' or '.join(spoken)}; "
+                             f"unset inference.dialect (or set it to {spoken[0]!r}); the embedded server "
+                             "(inference.engine: hf) speaks either")
+        return self

@@ -20,10 +20,13 @@ from agentrl_cli.core.security.audit import AuditLog
 from agentrl_cli.core.security.keys import KeyRing
 
 OPEN_PATHS = ("/health", "/metrics")  # prefixes: /health_generate too; probes and scrapers carry no key
-# The inference server's endpoints that change what it serves (SGLang's names): audited as weight updates.
+# The inference server's endpoints that change what it serves (SGLang's names, then vLLM's): audited as weight updates.
 WEIGHT_UPDATE_PATHS = ("/update_weights_from_disk", "/update_weights_from_tensor", "/update_weights_from_distributed",
                        "/init_weights_update_group", "/destroy_weights_update_group", "/load_lora_adapter",
-                       "/unload_lora_adapter", "/update_weight_version")
+                       "/unload_lora_adapter", "/update_weight_version",
+                       "/init_weight_transfer_engine", "/start_weight_update", "/update_weights", "/finish_weight_update",
+                       "/shutdown_weight_transfer_engine", "/collective_rpc", "/v1/load_lora_adapter",
+                       "/v1/unload_lora_adapter")
 READ_METHODS = ("GET", "HEAD", "OPTIONS")
 
 

@@ -39,6 +39,7 @@ import aiohttp
 
 from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.core.security.keys import client_key
+from agentrl_cli.engines.engine import answer_ok, disk_update_calls, distributed_update_calls, pause_call
 from agentrl_cli.engines.generation import Generation, SamplingParams
 from agentrl_cli.engines.sglang_dialect import ADAPTER_NOT_LOADED, parse_generation
 
@@ -129,10 +130,11 @@ class InferenceClient:
             self._session, self._session_loop = aiohttp.ClientSession(connector=connector, headers=self._headers), loop
         return self._session
 
-    async def _send(self, method: str, url: str, body: dict | None = None, timeout_s: float | None = None) -> Reply:
+    async def _send(self, method: str, url: str, body: dict | None = None, timeout_s: float | None = None,
+                    query: dict | None = None) -> Reply:
         """One HTTP exchange; raises one of TRANSPORT_ERRORS when no answer came back in time."""
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
-        async with self._http().request(method, url, json=body, timeout=timeout) as r:
+        async with self._http().request(method, url, json=body, params=query, timeout=timeout) as r:
             return Reply(r.status, await r.read())
 
     # ---- rotation -------------------------------------------------------------------------------
@@ -226,18 +228,18 @@ class InferenceClient:
                                    "check that the inference servers are up (`agentrl stage run 4`)")
 
     async def _post_everywhere(self, path: str, bodies: dict[str, dict], what: str, hint: str,
-                               timeout_s: float | None = None) -> None:
+                               timeout_s: float | None = None, query: dict | None = None) -> None:
         """POST `bodies[url]` to each of those servers at once; raise InferenceError naming those that failed."""
         async def one(url: str) -> str | None:
             try:
-                r = await self._send("POST", url + path, bodies[url], timeout_s)
+                r = await self._send("POST", url + path, bodies[url], timeout_s, query)
             except TRANSPORT_ERRORS as exc:
                 return f"{url}: {type(exc).__name__}: {exc}"
             try:
-                ok = r.status_code == 200 and bool(r.json().get("success", False))
-            except (ValueError, AttributeError):
-                ok = False
-            return None if ok else f"{url}: {r.text[:300]}"
+                answer = r.json()
+            except ValueError:
+                answer = None
+            return None if answer_ok(self.engine, r.status_code, answer) else f"{url}: HTTP {r.status_code}: {r.text[:300]}"
 
         errors = [e for e in await asyncio.gather(*(one(u) for u in bodies)) if e]
         if errors:
@@ -256,11 +258,13 @@ class InferenceClient:
                 answer = r.json()
             except ValueError:
                 answer = None
-            if not isinstance(answer, dict) or "success" not in answer:
-                if r.status_code in RETRYABLE_STATUS:
+            if not isinstance(answer, dict) or "success" not in answer:  # vLLM answers a sentence
+                ok = answer_ok(self.engine, r.status_code, answer)
+                if not ok and r.status_code in RETRYABLE_STATUS:
                     raise InferenceUnreachable(f"{what} on {url}: HTTP {r.status_code}: {r.text[:300]}",
                                                "check the server log")
-                answer = {"success": False, "error_message": f"HTTP {r.status_code}: {r.text[:300]}"}
+                answer = {"success": ok, "error_message": "" if ok else f"HTTP {r.status_code}: {r.text[:300]}",
+                          "message": answer}
             return url, answer
 
         answers = dict(await asyncio.gather(*(one(u) for u in (urls or self.urls))))
@@ -298,9 +302,23 @@ class InferenceClient:
 
     async def update_weights_from_disk(self, path: str, weight_version: str, abort_all_requests: bool = False) -> None:
         """Load new weights on every server; raise InferenceError naming the servers that failed."""
-        body = self.engine.disk_update_body(path, weight_version, abort_all_requests)
-        await self._post_everywhere(self.engine.routes.update_weights_from_disk, dict.fromkeys(self.urls, body), "weight update",
-                                    "check the checkpoint path and the server logs")
+        await self._run_calls(disk_update_calls(self.engine, path, weight_version, abort_all_requests), self.urls,
+                              "weight update", "check the checkpoint path and the server logs")
+
+    async def _run_calls(self, calls, urls: list[str], what: str, hint: str, timeout_s: float | None = None) -> None:
+        """Each of `calls` (engines/engine.py WireCall) on every one of `urls` at once, in order; after
+        a failure only the calls marked `always` (a resume) are still sent, then the first failure is raised."""
+        failure: InferenceError | None = None
+        for call in calls:
+            if failure is not None and not call.always:
+                continue
+            try:
+                await self._post_everywhere(call.route, dict.fromkeys(urls, call.body), f"{what} ({call.what})",
+                                            hint, timeout_s, call.query)
+            except InferenceError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     async def init_weights_update_group(self, master_address: str, master_port: int, world_size: int, *,
                                         group_name: str = "weight_update_group", backend: str = "gloo",
@@ -320,12 +338,11 @@ class InferenceClient:
                                               flush_cache: bool = False, timeout_s: float | None = None) -> None:
         """Every server receives the tensors the trainer broadcasts (concurrently with this call) and
         loads them; raise InferenceError naming the servers that failed."""
-        body = self.engine.distributed_update_body(names, dtypes, shapes, weight_version, group_name=group_name,
-                                                   load_format=load_format, abort_all_requests=abort_all_requests,
-                                                   flush_cache=flush_cache)
-        await self._post_everywhere(self.engine.routes.update_weights_from_distributed, dict.fromkeys(self.urls, body),
-                                    "update_weights_from_distributed",
-                                    "check the parameter names against the served model and the server logs", timeout_s)
+        calls = distributed_update_calls(self.engine, names, dtypes, shapes, weight_version, group_name=group_name,
+                                         load_format=load_format, abort_all_requests=abort_all_requests,
+                                         flush_cache=flush_cache)
+        await self._run_calls(calls, self.urls, "update_weights_from_distributed",
+                              "check the parameter names against the served model and the server logs", timeout_s)
 
     async def destroy_weights_update_group(self, group_name: str = "weight_update_group") -> None:
         await self._post_everywhere(self.engine.routes.destroy_weights_update_group,
@@ -354,18 +371,18 @@ class InferenceClient:
         if mode not in modes:
             raise InferenceError(f"pause mode {mode!r} is not one the {self.engine.title} engine takes",
                                  f"use one of {', '.join(modes) or '(none: it cannot pause)'}")
-        body = self.engine.pause_body(mode)
-        await self._send_everywhere(self.engine.routes.pause, dict.fromkeys(urls or self.urls, body), "pause_generation")
+        call = pause_call(self.engine, mode)
+        await self._send_everywhere(call.route, dict.fromkeys(urls or self.urls, call.body), "pause_generation", call.query)
 
     async def continue_generation(self, *, urls: list[str] | None = None) -> None:
         """Generate again on every server (or `urls`) after `pause_generation`."""
         await self._send_everywhere(self.engine.routes.resume, dict.fromkeys(urls or self.urls, {}), "continue_generation")
 
-    async def _send_everywhere(self, path: str, bodies: dict[str, dict], what: str) -> None:
+    async def _send_everywhere(self, path: str, bodies: dict[str, dict], what: str, query: dict | None = None) -> None:
         """POST to each server at once; raise InferenceError naming those that did not answer 200."""
         async def one(url: str) -> str | None:
             try:
-                r = await self._send("POST", url + path, bodies[url])
+                r = await self._send("POST", url + path, bodies[url], query=query)
             except TRANSPORT_ERRORS as exc:
                 return f"{url}: {type(exc).__name__}: {exc}"
             return None if r.status_code == 200 else f"{url}: HTTP {r.status_code}: {r.text[:300]}"

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 from agentrl_cli import __version__
 from agentrl_cli.engines.inference.awaiting import await_results
 from agentrl_cli.engines.inference.metrics import engine_registry
+from agentrl_cli.engines.inference.vllm_server import add_vllm_routes, vllm_registry
 from agentrl_cli.engines.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, LoadLoRAAdapterIn, PauseIn,
                                             ProtocolError, UnloadLoRAAdapterIn, UpdateWeightsFromDiskIn,
                                             UpdateWeightVersionIn, build_output, dumps, error_body, parse_generate,
@@ -45,7 +46,7 @@ FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When
               "requests, the operation will not be performed.)\n")
 GPU_ONLY_UPDATES = ("update_weights_from_tensor",)  # CUDA-IPC handles a CPU process cannot open
 DRAINING = "the server is draining (shutting down); send the request to another server"
-GENERATION_PATHS = ("/generate", "/v1/")
+GENERATION_PATHS = ("/generate", "/v1/", "/inference/v1/")
 log = logging.getLogger(__name__)
 
 
@@ -127,14 +128,22 @@ async def _body(request: Request):
         raise ProtocolError(f"the request body is not valid JSON: {exc}") from None
 
 
+# the native protocols it speaks: (title, its /metrics, its routes; None = SGLang's, in this module)
+DIALECTS = {"sglang": ("SGLang", engine_registry, None), "vllm": ("vLLM", vllm_registry, add_vllm_routes)}
+
+
 def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing | str | None = None,
-               enable_metrics: bool = True, audit: AuditLog | None = None) -> FastAPI:
+               enable_metrics: bool = True, audit: AuditLog | None = None, dialect: str = "sglang") -> FastAPI:
     """An app serving `engine`; `served_model_name` defaults to the (current) model path, as SGLang's.
     `api_key`: the key(s) required on everything but /health* and /metrics; `audit`: where weight
-    updates and refused requests are recorded."""
-    app = FastAPI(title="agentrl embedded inference server (SGLang protocol)")
+    updates and refused requests are recorded; `dialect`: the native protocol, "sglang" or "vllm"
+    (`vllm_server.py`); the OpenAI-compatible routes are served in both."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}; got {dialect!r}")
+    title, metric_names, native_routes = DIALECTS[dialect]
+    app = FastAPI(title=f"agentrl embedded inference server ({title} protocol)")
     model_name = lambda: served_model_name or engine.model_path  # noqa: E731
-    registry = engine_registry(engine, model_name) if enable_metrics else None
+    registry = metric_names(engine, model_name) if enable_metrics else None
 
     app.add_middleware(BearerAuth, keys=KeyRing.coerce(api_key), service="inference", audit=audit,
                        audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})  # SGLang's 401 body
@@ -158,6 +167,22 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
     async def bad_request(_request: Request, exc: ProtocolError):
         return json_response(error_body(str(exc)), 400)
 
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200 if engine.alive and not app.state.draining else 503)
+
+    # /v1/chat/completions, /v1/completions, /v1/models: the same engine, batches and prefix cache as /generate
+    add_openai_routes(app, EngineBackend(engine, model_name))
+
+    if registry is not None:
+        @app.get("/metrics")
+        async def metrics():
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    if native_routes is not None:  # another engine's native routes (vLLM's: vllm_server.py)
+        app.state.weight_groups = native_routes(app, engine, model_name, json_response, _body)
+        return app
+
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
         parsed = parse_generate(await _body(request), engine.tokenizer, engine.vocab_size, engine.context_length)
@@ -179,10 +204,6 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
         outputs = [build_output(item, result, engine.tokenizer, parsed.return_text_in_logprobs)
                    for item, result in zip(parsed.items, results)]
         return json_response(outputs if parsed.as_list else outputs[0])
-
-    @app.get("/health")
-    async def health():
-        return Response(status_code=200 if engine.alive and not app.state.draining else 503)
 
     @app.get("/health_generate")
     async def health_generate():
@@ -229,9 +250,6 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
     @app.get("/weight_version")
     async def weight_version():
         return json_response({"weight_version": engine.weight_version})
-
-    # /v1/chat/completions, /v1/completions, /v1/models: the same engine, batches and prefix cache as /generate
-    add_openai_routes(app, EngineBackend(engine, model_name))
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache():
@@ -308,11 +326,6 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
     for name in GPU_ONLY_UPDATES:
         refusal = {"success": False, "message": f"{name} {UNSUPPORTED_SUFFIX}; use update_weights_from_disk"}
         app.add_api_route(f"/{name}", _constant(lambda refusal=refusal: refusal, 400), methods=["POST"])
-
-    if registry is not None:
-        @app.get("/metrics")
-        async def metrics():
-            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
 
