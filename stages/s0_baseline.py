@@ -21,6 +21,7 @@ import math
 from agentrl_cli.acceptance.baseline import STEPS, measure
 from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.runtime.observe import keys
+from agentrl_cli.weightsync.base import Published
 from agentrl_cli.core.report import Check, StageReport, atomic_write_text
 
 MIN_TIMED_FRACTION = 0.8  # the timed phases must account for most of the loop's wall time
@@ -38,7 +39,7 @@ def run(ctx: StageContext) -> StageReport:
 def loop_once(ctx: StageContext) -> tuple[Check, dict]:
     """The loop's check, and its figures for the checks after it ({} when no step completed)."""
     summary, figures = measure(ctx.config, ctx.run.path / "stage0", ctx.run.run_id, ctx.progress)
-    synced = [s for s in summary.syncs if s["verified_tensors"] > 0]
+    synced = [s for s in summary.syncs if Published.verified(s)]
     losses = [m.get(keys.TRAIN_LOSS) for m in summary.metrics]
     ok = summary.steps == STEPS and len(synced) == STEPS and all(isinstance(x, float) and math.isfinite(x) for x in losses)
     return Check.judge("whole loop once: rollout, reward, train step, weight sync", ok,

@@ -56,6 +56,7 @@ class Published:
     path: str | None = None  # a directory a server can load these weights from alone (None: not on disk)
     seconds: float = 0.0  # on the publishing path: read + load + verify
     verified_tensors: int = 0
+    verified_versions: int = 0  # servers that report the published version (where no parameter can be read back)
     timings: dict[str, float] = field(default_factory=dict)  # export_s, init_s, load_s, verify_s
     details: dict[str, Any] = field(default_factory=dict)  # group, backend, tensors, bytes
 
@@ -66,7 +67,15 @@ class Published:
         entry.update(self.details)
         entry.update({k: round(v, 3) for k, v in self.timings.items()})
         entry.update(verified_tensors=self.verified_tensors, seconds=round(self.seconds, 3))
+        if self.verified_versions:
+            entry["verified_versions"] = self.verified_versions
         return entry
+
+    @staticmethod
+    def verified(entry: dict) -> bool:
+        """Whether a history row's publish was checked on the servers: tensors read back, or, where the
+        engine cannot read a parameter back (vLLM), every server reporting the published version."""
+        return entry.get("verified_tensors", 0) > 0 or entry.get("verified_versions", 0) > 0
 
 
 @runtime_checkable

@@ -101,6 +101,8 @@ class WeightPublisher:
             own = getattr(self.transport, "verify", None)
             checked = await own(prepared, published, self.tolerance) if own is not None else None
             published.verified_tensors = checked if checked is not None else await self.verify(prepared.reference)
+            if not published.verified_tensors:
+                published.verified_versions = await self.verify_versions(str(published.version))
         self.reference = None if checked is not None else prepared.reference
         joining, self._joining = self._joining, {}
         for url, (waiting, join) in joining.items():  # held servers: verified with the others just now
@@ -288,6 +290,16 @@ class WeightPublisher:
                                           f"({name}: max diff {worst:.3g})",
                                           f"the server did not load the trainer's weights; check its log ({hint})")
         return len(names)
+
+    async def verify_versions(self, version: str) -> int:
+        """Where no parameter can be read back: every server must report `version`; the count checked."""
+        urls = list(self.client.urls)
+        stale = await stale_servers(urls, version, headers=self.client.headers, engine=self._engine)
+        if stale:
+            raise WeightSyncError(f"after the {self.transport.name} sync to version {version}, " +
+                                  ", ".join(f"{u} serves {v}" for u, v in stale.items()),
+                                  "the server did not finish the update; check its log")
+        return len(urls)
 
     async def close(self) -> None:
         """Wait for a publish in flight, then release what the transport holds."""

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 from agentrl_cli.runtime.observe import keys
+from agentrl_cli.weightsync.base import Published
 
 STEPS = 3
 ABORT_TOKENS = 160  # long enough to be aborted mid-decode on a CPU
@@ -65,7 +66,7 @@ def short_run(cfg, backend: str, model: Path, workdir: Path, run_id: str, steps:
         "max_staleness": cfg.rollout.max_staleness, "policy_lag_per_step": lags,
         "staleness_mean_per_step": [r.get(keys.ROLLOUT_STALENESS_MEAN) for r in rows],
         "dropped_stale": summary.counters.get("buffer/dropped_stale", 0),
-        "verified_syncs": sum(1 for s in summary.syncs if s.get("verified_tensors", 0) > 0),
+        "verified_syncs": sum(1 for s in summary.syncs if Published.verified(s)),
         "step_s": round(step_s, 3), "sync_s": round(sync_s, 3),
         "sync_share_of_step": round(sync_s / step_s, 4) if step_s else None,
         "phases_every_step": all(r.get(k) is not None for r in rows for k in keys.PHASE_TIMES.values()) and bool(rows),
