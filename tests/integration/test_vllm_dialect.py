@@ -255,3 +255,34 @@ def test_a_dialect_serve_does_not_take_exits_2(model_dir):
     proc = subprocess.run([sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", "hf", "--dialect", "tgi",
                            "--model", str(model_dir)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--dialect" in proc.stderr and "vllm" in proc.stderr
+
+
+def test_the_gateways_chat_runs_through_vllms_dialect(served, model_dir):
+    """An OpenAI SDK agent through the recording gateway, its model calls going to vLLM's generate route."""
+    import openai
+    from transformers import AutoTokenizer
+
+    from agentrl_cli.engines.gateway.app import create_app as gateway_app
+    from agentrl_cli.engines.gateway.backend import ClientBackend
+    from agentrl_cli.engines.gateway.service import Gateway
+
+    vllm_url, _, _ = served
+    c = InferenceClient([vllm_url], engine=EmbeddedVLLMEngine(), timeout_s=120)
+    gw = Gateway(ClientBackend(c, AutoTokenizer.from_pretrained(str(model_dir)), model_name="tiny", context_length=2048))
+    srv = ServerThread(gateway_app(gw, admin_key="admin-key-for-tests"), name="gateway").start()
+    admin = {"Authorization": "Bearer admin-key-for-tests"}
+    try:
+        session = httpx.post(srv.url + "/sessions", json={"meta": {}}, headers=admin, timeout=30).json()
+        sdk = openai.OpenAI(base_url=session["base_url"], api_key=session["api_key"], timeout=60)
+        messages = [{"role": "user", "content": "Say something."}]
+        first = sdk.chat.completions.create(model="tiny", messages=messages, max_tokens=6, seed=1, logprobs=True)
+        messages += [first.choices[0].message, {"role": "user", "content": "And again."}]
+        sdk.chat.completions.create(model="tiny", messages=messages, max_tokens=6, seed=2)
+        record = httpx.get(srv.url + f"/sessions/{session['session_id']}", headers=admin, timeout=30).json()
+    finally:
+        if c._session_loop is not None:
+            asyncio.run_coroutine_threadsafe(c.close(), c._session_loop).result(10)
+        srv.stop()
+    assert record["counters"]["calls"] == 2 and len(record["segments"]) == 1
+    segment = record["segments"][0]
+    assert sum(segment["loss_mask"]) > 0 and len(segment["logprobs"]) == len(segment["token_ids"])

@@ -68,7 +68,9 @@ class Seating:
         if seat not in self.opponents:
             from agentrl_cli.engines.inference.client import InferenceClient
 
-            self.opponents[seat] = InferenceClient(seat, timeout_s=self.ctrl.config.rollout.opponent_timeout_s)
+            # an opponent's server speaks the protocol of the run's engine (the deployment's)
+            self.opponents[seat] = InferenceClient(seat, timeout_s=self.ctrl.config.rollout.opponent_timeout_s,
+                                                   engine=self.ctrl.client.engine)
         return self.opponents[seat]
 
     def make_seats(self, name: str) -> dict[str, Seat]:
