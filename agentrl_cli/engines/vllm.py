@@ -83,9 +83,12 @@ def vllm_env(inference, lora) -> dict[str, str]:
 
 
 def router_command(inference, worker_urls: list[str], port: int) -> list[str]:
+    """vllm-router in front of `worker_urls` on `port`, its Prometheus metrics on the next port (its
+    default, 29000, would collide with a second router on the host)."""
     return [inference.python, "-m", "vllm_router.launch_router", "--worker-urls", *worker_urls,
             "--policy", ROUTER_POLICY.get(inference.router_policy, inference.router_policy),
-            "--host", inference.host, "--port", str(port)]
+            "--host", inference.host, "--port", str(port),
+            "--prometheus-host", inference.host, "--prometheus-port", str(port + 1)]
 
 
 def check_vllm(python: str) -> str:
@@ -131,6 +134,7 @@ class VLLMEngine(VLLMDialect):
         uses = [PortUse(inference.port, last, SERVER, f"{inference.replicas} vLLM server(s)", not routed)]
         if routed:
             uses.append(PortUse(last + 1, last + 1, ROUTER, "vLLM's router in front of the replicas", True))
+            uses.append(PortUse(last + 2, last + 2, ROUTER, "vLLM's router's Prometheus metrics", False))
         return uses
 
     def router_launch(self, inference, worker_urls: list[str], port: int) -> ServerLaunch:

@@ -286,3 +286,58 @@ def test_the_gateways_chat_runs_through_vllms_dialect(served, model_dir):
     assert record["counters"]["calls"] == 2 and len(record["segments"]) == 1
     segment = record["segments"][0]
     assert sum(segment["loss_mask"]) > 0 and len(segment["logprobs"]) == len(segment["token_ids"])
+
+
+def test_vllms_router_spreads_generations_over_servers_in_vllms_dialect(model_dir, tmp_path):
+    """vllm-router (the command VLLMEngine launches) in front of two embedded servers speaking vLLM's
+    protocol: the client's generate goes through it to both."""
+    from agentrl_cli.config import load_config
+    from agentrl_cli.engines.vllm import VLLMEngine
+
+    ports = [free_port(), free_port(), free_port()]
+    procs = [subprocess.Popen([sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", "hf", "--dialect", "vllm",
+                               "--model", str(model_dir), "--port", str(p)], stdout=(tmp_path / f"{p}.log").open("w"),
+                              stderr=subprocess.STDOUT, cwd=tmp_path) for p in ports[:2]]
+    inf = load_config(None, ["inference.engine=vllm", f"inference.python={sys.executable}"], env={}).config.inference
+    workers = [f"http://127.0.0.1:{p}" for p in ports[:2]]
+    try:
+        wait_up(workers, procs)
+        procs.append(subprocess.Popen(VLLMEngine().router_launch(inf, workers, ports[2]).cmd,
+                                      stdout=(tmp_path / "router.log").open("w"), stderr=subprocess.STDOUT, cwd=tmp_path))
+        router = f"http://127.0.0.1:{ports[2]}"
+        wait_up([router], procs)
+
+        async def go():
+            c = client(router)
+            try:
+                return await asyncio.gather(*(c.generate([1, 2, i], SamplingParams(max_new_tokens=2)) for i in range(3, 11)))
+            finally:
+                await c.close()
+
+        gens = asyncio.run(go())
+        assert all(len(g.output_ids) == 2 and len(g.output_logprobs) == 2 for g in gens)
+        served = [float(httpx.get(w + "/metrics").text.split("vllm:request_success_total{")[1].split("}")[1].split()[0])
+                  for w in workers]
+        assert all(n > 0 for n in served) and sum(served) >= 8, served
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(30)
+
+
+def wait_up(urls: list[str], procs, deadline_s: float = 90.0) -> None:
+    import time
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        dead = [p for p in procs if p.poll() is not None]
+        if dead:
+            pytest.fail(f"{dead[0].args[:6]} exited with {dead[0].returncode} (its log is in the test's tmp_path)")
+        try:
+            if all(httpx.get(u + "/health", timeout=2).status_code == 200 for u in urls):
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"not healthy within {deadline_s} s: {urls}")

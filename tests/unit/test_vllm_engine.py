@@ -65,9 +65,10 @@ def test_ports_put_vllms_router_after_the_replicas():
     inf = config("inference.engine=vllm", "inference.replicas=3", "inference.port=31000").inference
     engine = VLLMEngine()
     assert [(p.first, p.last, p.role, p.serves_clients) for p in engine.ports(inf)] == [
-        (31000, 31002, SERVER, False), (31003, 31003, ROUTER, True)]
+        (31000, 31002, SERVER, False), (31003, 31003, ROUTER, True), (31004, 31004, ROUTER, False)]
     router = engine.router_launch(inf, ["http://a:1", "http://b:2"], 31003).cmd
     assert router[1:3] == ["-m", "vllm_router.launch_router"] and flag(router, "--policy") == "round_robin"
+    assert flag(router, "--prometheus-port") == "31004"
 
 
 def test_the_wire_maps_sampling_and_parses_a_tokens_answer():
