@@ -2,7 +2,9 @@
 
 Starts the configured engine (`inference.engine`: the embedded server on CPU, SGLang on GPUs, or an
 engine of your own, docs/engines.md) through the launcher, talks to it through its engine object, and
-checks: the engine is available (when it is not part of agentrl); the model resolves; the server becomes healthy; tokens/s and p99
+checks: the engine is available (when it is not part of agentrl); the model resolves; the server becomes healthy;
+each server reports the settings the config gave it (`InferenceEngine.expected_settings`: dtype,
+context length, parallel sizes...; skipped for an engine that names none); tokens/s and p99
 latency under `stages.inference_load_concurrency` concurrent requests, with no errors and the
 server still up (peak memory recorded); log-probs returned by the server match a forward pass of
 the same model in this process; a weight update round trip (perturbed weights, then the original
@@ -36,6 +38,7 @@ from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.engines.inference.launcher import launch
 from agentrl_cli.engines.registry import engine_for
+from agentrl_cli.engines.settings import NAME as SETTINGS, settings_check
 from agentrl_cli.model.chat import ChatRenderer, chat_format, check_episode, render, strip_stops
 from agentrl_cli.model.resolve import resolve_model_path
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
@@ -63,6 +66,7 @@ def run(ctx: StageContext) -> StageReport:
     if servers is None:
         return ctx.report(checks)
     try:
+        checks.append(ctx.check(SETTINGS, lambda: settings_check(cfg)))
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(path)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from agentrl_cli.config.explain import format_validation_error, optional_section
 from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.core.errors import AgentrlError, ConfigError
-from agentrl_cli.core.parts import BACKEND_KNOBS, BACKENDS, refused_knobs
+from agentrl_cli.core.parts import BACKEND_KNOBS, BACKENDS, ENGINE_KNOBS, ENGINES, refused_knobs
 
 DEFAULT_CONFIG_NAME = "agentrl.yaml"
 ENV_PREFIX = "AGENTRL_"
@@ -142,7 +142,8 @@ def refuse_unhonoured_knobs(config: PlatformConfig, source: str) -> None:
     `honours`) is refused at load, naming the part, the key and the fix."""
     try:
         refused = refused_knobs(BACKENDS, config.training.backend, "training.backend", config.training, BACKEND_KNOBS)
-    except AgentrlError as exc:  # a `module:Class` backend asked about a knob, which cannot be imported
+        refused += refused_knobs(ENGINES, config.inference.engine, "inference.engine", config.inference, ENGINE_KNOBS)
+    except AgentrlError as exc:  # a `module:Class` part asked about a knob, which cannot be imported
         raise ConfigError(f"invalid config ({source}): {exc.message}", exc.hint) from None
     if refused:
         raise ConfigError(f"invalid config ({source}): " + "; ".join(what for what, _ in refused),

@@ -30,11 +30,12 @@ def matrix() -> str:
     lines += [f"| `{p.name}` | " + " | ".join(_yes(f in p.honours) for f, _ in FEATURES) + f" | {p.summary} |"
               for p in parts.BACKENDS]
     lines += ["", "| inference engine (`inference.engine`) | weight sync | LoRA at run time | pause modes | named `tool_choice` "
-              "constrained | image adds | what |", "|---|---|---|---|---|---|---|"]
+              "constrained | pipeline parallel (`inference.pp_size`) | image adds | what |", "|---|---|---|---|---|---|---|---|"]
     for p in parts.ENGINES:
         tagged = lambda tag: ", ".join(sorted(h.split(":", 1)[1] for h in p.honours if h.startswith(tag + ":"))) or "-"  # noqa: E731
         lines.append(f"| `{p.name}` | {tagged('transport')} | {_yes('adapters' in p.honours)} | {tagged('pause')} | "
-                     f"{_yes('tool_choice' in p.honours)} | {', '.join(p.packages) or '-'} | {p.summary} |")
+                     f"{_yes('tool_choice' in p.honours)} | {_yes('pipeline_parallel' in p.honours)} | "
+                     f"{', '.join(p.packages) or '-'} | {p.summary} |")
     lines += ["", "| weight sync (`training.weight_sync`) | full weights | LoRA adapter alone | how |", "|---|---|---|---|"]
     adapter = {p.name for p in parts.LORA_TRANSPORTS}
     lines += [f"| `{p.name}` | {_yes('full' in p.honours)} | {_yes(p.name in adapter)} | {p.summary} |" for p in parts.TRANSPORTS]
@@ -46,7 +47,8 @@ def matrix() -> str:
         choices = ", ".join(f"`{p.name}`" + (f" ({p.summary})" if p.summary else "") for p in rows)
         lines.append(f"| {label} | `{key}` | {choices} |")
     lines += ["", "Every row is a name and a `module:Class` in `agentrl_cli/core/parts.py`; a part of your own is a "
-              "`module:Class` path in the same key, and says what it honours with a class attribute `honours`."]
+              "`module:Class` path in the same key, and says what it honours with a class attribute `honours` (an engine, "
+              "with its `capabilities`)."]
     return "\n".join(lines)
 
 

@@ -5,8 +5,8 @@ registry, the store and executor factories) load from them; the capability matri
 generated from them (`capabilities.py`).
 
 A part written by a user (`training.backend: my.mod:MyBackend`) has no row: it says what it honours
-with a class attribute `honours` (a set of the feature names below); a part without one honours
-none of them, and a knob that needs a feature it lacks is refused at load (`refused_knobs`).
+with a class attribute `honours` (a set of the feature names below; an engine with its `capabilities`);
+a part without one honours none of them, and a knob that needs a feature it lacks is refused at load (`refused_knobs`).
 
 Belongs here: the rows and the knob table. Does not: loading classes (`plugins.py`), the parts'
 code (each in its own wing).
@@ -55,7 +55,8 @@ LORA_TRANSPORTS: tuple[Part, ...] = (  # training.weight_sync with training.lora
 )
 # inference.engine: what each honours is its class's `capabilities` (engines/engine.py; a test keeps the
 # two in step): "transport:<name>" per weight-sync transport its servers take, "adapters" (LoRA adapters
-# loaded at run time), "pause:<mode>" per pause mode, "tool_choice" (a named tool_choice enforced).
+# loaded at run time), "pause:<mode>" per pause mode, "tool_choice" (a named tool_choice enforced),
+# "pipeline_parallel" (inference.pp_size above 1).
 ENGINES: tuple[Part, ...] = (
     Part("hf", "agentrl_cli.engines.embedded:EmbeddedEngine",
          frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place",
@@ -63,11 +64,11 @@ ENGINES: tuple[Part, ...] = (
          "the embedded Hugging Face server on this host's CPU, in SGLang's or vLLM's dialect (inference.dialect)"),
     Part("sglang", "agentrl_cli.engines.sglang:SGLangEngine",
          frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:retract", "pause:in_place",
-                    "tool_choice", "dialect:sglang"}),
+                    "tool_choice", "pipeline_parallel", "dialect:sglang"}),
          "SGLang servers on GPU hosts, behind sglang-router with several replicas", ("sglang", "sglang-router")),
     Part("vllm", "agentrl_cli.engines.vllm:VLLMEngine",
          frozenset({"transport:disk", "transport:distributed", "adapters", "pause:abort", "pause:wait", "pause:keep",
-                    "tool_choice", "dialect:vllm"}),
+                    "tool_choice", "pipeline_parallel", "dialect:vllm"}),
          "vLLM servers on GPU hosts, behind vllm-router with several replicas", ("vllm", "vllm-router")),
 )
 DIALECTS = ("sglang", "vllm")  # inference.dialect: the native protocols; an engine row honours "dialect:NAME"
@@ -126,6 +127,20 @@ BACKEND_KNOBS: tuple[Knob, ...] = (
     Knob("training.lora", "lora", lambda t: t.lora is not None, "unset training.lora (full fine-tuning)"),
 )
 
+ENGINE_KNOBS: tuple[Knob, ...] = (
+    Knob("inference.pp_size", "pipeline_parallel", lambda i: i.pp_size > 1,
+         "set inference.pp_size: 1 (the model whole in each server; more servers with inference.replicas)"),
+)
+
+
+def engine_features(capabilities: Any) -> frozenset[str]:
+    """An engine class's `capabilities` (engines/engine.py's `Capabilities`) as the features its row
+    would name: how a `module:Class` engine says what it honours."""
+    c = capabilities
+    flags = {"adapters": "adapters", "constrained_tool_choice": "tool_choice", "pipeline_parallel": "pipeline_parallel"}
+    return frozenset({f"transport:{t}" for t in getattr(c, "transports", ())} | {f"pause:{m}" for m in getattr(c, "pause_modes", ())}
+                     | {feature for attr, feature in flags.items() if getattr(c, attr, False)})
+
 
 def honours(rows: tuple[Part, ...], name: str, key: str) -> frozenset[str]:
     """What the part `name` honours: its row's set, or a `module:Class` part's `honours` attribute
@@ -137,6 +152,8 @@ def honours(rows: tuple[Part, ...], name: str, key: str) -> frozenset[str]:
         return frozenset()
     cls = import_target(f"{key} {name!r}", name)
     declared = frozenset(getattr(cls, "honours", ()) or ())
+    if getattr(cls, "capabilities", None) is not None:  # an engine says what it honours in its capabilities
+        declared |= engine_features(cls.capabilities)
     if hasattr(cls, "export_adapter"):  # the LoRA members (learner/backend.py) are how a backend honours lora
         declared |= {"lora"}
     return declared

@@ -13,7 +13,7 @@ import sys
 from typing import Callable
 
 from agentrl_cli.core.logstreams import level_env
-from agentrl_cli.engines.engine import SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch
+from agentrl_cli.engines.engine import SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch, Setting
 from agentrl_cli.engines.inference.launcher import cpu_thread_split, thread_env
 from agentrl_cli.engines.registry import engine_ref
 from agentrl_cli.engines.sglang_dialect import SGLangDialect
@@ -27,7 +27,8 @@ def hf_command(cfg, model_path: str, port: int, batch_window_ms: float, dtype: s
            "--model", str(model_path),
            "--host", cfg.host, "--port", str(port), "--batch-window-ms", str(batch_window_ms),
            "--max-batch-size", str(cfg.max_batch_size), "--dtype", dtype, "--context-length", str(context_length),
-           "--weight-version", "0", "--prefix-cache-tokens", str(cfg.prefix_cache_tokens)]
+           "--weight-version", "0", "--prefix-cache-tokens", str(cfg.prefix_cache_tokens),
+           "--set", f"inference.enable_metrics={str(cfg.enable_metrics).lower()}"]
     return cmd  # no key: argv is readable by every user of the host; `key_env` hands it over
 
 
@@ -80,6 +81,15 @@ class EmbeddedEngine(SGLangDialect):
 
     def tp_size(self, inference) -> int:
         return 1  # one process, one rank, whatever inference.tp_size says
+
+    def expected_settings(self, config) -> dict[str, Setting]:
+        """What `server_launch` hands an embedded server and it reports (one process: no tp, dp or pp)."""
+        m, inf = config.model, config.inference
+        return {"dtype": Setting(m.dtype, "model.dtype"), "context_length": Setting(m.context_length, "model.context_length"),
+                "max_batch_size": Setting(inf.max_batch_size, "inference.max_batch_size"),
+                "batch_window_ms": Setting(config.rollout.batch_window_ms, "rollout.batch_window_ms"),
+                "pp_size": Setting(inf.pp_size, "inference.pp_size"),
+                "enable_metrics": Setting(inf.enable_metrics, "inference.enable_metrics")}
 
     def serve(self, config, model_path: str, options: ServeOptions, say: Callable[[str], None]) -> None:
         """The embedded server in the foreground. With inference.api_key it requires one of its keys on

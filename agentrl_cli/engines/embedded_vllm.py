@@ -10,7 +10,7 @@ Does not: the wire (`vllm_dialect.py`), the server (`inference/`), how the embed
 from __future__ import annotations
 
 from agentrl_cli.engines.embedded import EmbeddedEngine
-from agentrl_cli.engines.engine import Capabilities
+from agentrl_cli.engines.engine import Capabilities, Setting
 from agentrl_cli.engines.vllm_dialect import VLLMDialect
 
 
@@ -21,3 +21,11 @@ class EmbeddedVLLMEngine(VLLMDialect, EmbeddedEngine):
     dialect = "vllm"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True, pause_modes=("abort", "keep"),
                                 constrained_tool_choice=False, host_cpu=True)
+
+    def expected_settings(self, config) -> dict[str, Setting]:
+        """What `server_launch` hands an embedded server, by the names vLLM's /server_info uses."""
+        m, inf = config.model, config.inference
+        return {"dtype": Setting(m.dtype, "model.dtype"), "max_model_len": Setting(m.context_length, "model.context_length"),
+                "max_num_seqs": Setting(inf.max_batch_size, "inference.max_batch_size"),
+                "pipeline_parallel_size": Setting(inf.pp_size, "inference.pp_size"),
+                "enable_prefix_caching": Setting(inf.prefix_cache_tokens != 0, "inference.prefix_cache_tokens")}

@@ -7,9 +7,10 @@ The launcher, the client, the weight sync, the image lock, the network plan, `ag
 inference` and stages 2 and 4 ask the engine object instead of comparing its name.
 
 Belongs here: the Protocol and its records (routes, metric names, capabilities, a server's launch,
-its ports, the options of a foreground serve). Does not: any engine's code (one module per engine:
-`embedded.py`, `sglang.py`), SGLang's wire format shared by both (`sglang_dialect.py`), starting
-processes (`inference/launcher.py`).
+its ports, a setting it must report, the options of a foreground serve). Does not: any engine's
+code (one module per engine: `embedded.py`, `sglang.py`), SGLang's wire format shared by both
+(`sglang_dialect.py`), starting processes (`inference/launcher.py`), comparing what servers report
+(`settings.py`).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Capabilities:
     pause_modes: tuple[str, ...]       # pause modes its pause route takes ("abort", "retract", "in_place")
     constrained_tool_choice: bool      # a named tool_choice constrains the output to a call of that tool
     host_cpu: bool                     # its servers run torch on this host's CPU cores, shared with the trainer
+    pipeline_parallel: bool = False    # its servers split the model's layers over inference.pp_size GPUs
 
 
 @dataclass
@@ -99,6 +101,15 @@ class WireCall:
     query: dict | None = None                  # query parameters
     reads: tuple[str, ...] = ()                # fields of the answer the client reads
     always: bool = False                       # in a sequence: sent even when an earlier call failed (a resume)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A setting a server started from the config must report (`expected_settings`): its value and
+    the config key it comes from, named when a server reports another value."""
+
+    value: object
+    key: str = ""                              # "model.context_length"; "" = not one key of the config
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,16 @@ class InferenceEngine(Protocol):
 
     def busy_seconds(self, server_info: dict) -> float | None:
         """Seconds spent inside a batch, from a `routes.server_info` answer."""
+
+    # ---- settings (optional: without them stage 4 skips its settings check, saying why) ----------
+    def expected_settings(self, config) -> dict[str, Setting]:
+        """What a server started from `config` must report, keyed by the names `reported_settings`
+        gives them: each setting of the config the engine's launch carries (a plain value stands for
+        a `Setting` without a key)."""
+
+    def reported_settings(self, server_info: dict) -> dict[str, object]:
+        """The settings a `routes.server_info` answer reports, by name, in the config's spelling
+        (a dtype as "bfloat16", not "torch.bfloat16")."""
 
     # ---- conformance ---------------------------------------------------------------------------
     def wire_calls(self, config) -> list[WireCall]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.core.errors import ConfigError
-from agentrl_cli.engines.engine import ROUTER, SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch
+from agentrl_cli.engines.engine import ROUTER, SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch, Setting
 from agentrl_cli.engines.inference.launcher import InferenceUnavailable
 from agentrl_cli.engines.sglang_dialect import SGLangDialect
 
@@ -20,19 +20,27 @@ ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_load
 TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of Hermes `<tool_call>` blocks: the convention agentrl's chat renderer and embedded server use
 
 
-def sglang_command(cfg, model_path: str, port: int, lora=None, key_dir: Path | None = None) -> list[str]:
-    """SGLang's command line for `cfg` (the inference section). With `lora` (training.lora) the server
+def sglang_command(cfg, model_path: str, port: int, lora=None, key_dir: Path | None = None, *, model=None,
+                   seed: int | None = None) -> list[str]:
+    """SGLang's command line for `cfg` (the inference section). With `model` (the model section) the
+    server serves in `model.dtype` with `model.context_length` tokens of context; with `seed`
+    (training.seed) its sampling is seeded. With `lora` (training.lora) the server
     takes LoRA adapters loaded at run time (`--enable-lora`), sized for them: `--max-lora-rank` and
     `--lora-target-modules` are fixed at launch, and an adapter of a higher rank or other modules is refused.
     The key (inference.api_key) never goes on the command line, which every user of the host can read:
-    it goes into a YAML file only this user can read, in `key_dir`, that SGLang reads with `--config`."""
+    it goes into a YAML file only this user can read, in `key_dir`, that SGLang reads with `--config`.
+    `config_command` builds it from the whole config, as a run and `agentrl serve inference` start it."""
     if lora is not None and cfg.dp_size > 1:
         raise ConfigError(f"SGLang loads LoRA adapters at run time only with one data-parallel rank (its "
                           f"load_lora_adapter asserts dp_size == 1); inference.dp_size is {cfg.dp_size}",
                           "set inference.dp_size: 1 and start more servers with inference.replicas, or unset training.lora")
     cmd = [cfg.python, "-m", "sglang.launch_server", "--model-path", str(model_path), "--host", cfg.host,
-           "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--weight-version", "0",
-           "--tool-call-parser", TOOL_CALL_PARSER]
+           "--port", str(port), "--tp-size", str(cfg.tp_size), "--dp-size", str(cfg.dp_size), "--pp-size", str(cfg.pp_size),
+           "--weight-version", "0", "--tool-call-parser", TOOL_CALL_PARSER]
+    if model is not None:
+        cmd += ["--dtype", model.dtype, "--context-length", str(model.context_length)]
+    if seed is not None:
+        cmd += ["--random-seed", str(seed)]
     if cfg.mem_fraction_static is not None:
         cmd += ["--mem-fraction-static", str(cfg.mem_fraction_static)]
     if cfg.max_running_requests is not None:
@@ -46,6 +54,14 @@ def sglang_command(cfg, model_path: str, port: int, lora=None, key_dir: Path | N
     if lora is not None:
         cmd += ["--enable-lora", "--max-lora-rank", str(lora.rank), "--lora-target-modules", *lora.target_modules]
     return cmd
+
+
+def config_command(config, model_path: str, port: int, key_dir: Path | None = None) -> list[str]:
+    """SGLang's command line from the whole config: the inference section's flags, the model's dtype
+    and context length, training.seed, training.lora and observe.log_level (docs/engines.md lists
+    which key becomes which flag)."""
+    return sglang_command(config.inference, model_path, port, config.training.lora, key_dir, model=config.model,
+                          seed=config.training.seed) + ["--log-level", config.observe.log_level]
 
 
 def sglang_key_file(key: str, key_dir: Path | None, port: int) -> Path:
@@ -106,7 +122,8 @@ class SGLangEngine(SGLangDialect):
     name = "sglang"
     title = "SGLang"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
-                                pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=True, host_cpu=False)
+                                pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=True, host_cpu=False,
+                                pipeline_parallel=True)
     lock_packages = ("sglang", "sglang-router")
     import_modules = ("sglang", "sglang_router")
 
@@ -115,8 +132,7 @@ class SGLangEngine(SGLangDialect):
 
     def server_launch(self, config, model_path: str, port: int, *, key_dir, beside_trainer: bool = False) -> ServerLaunch:
         inf = config.inference
-        cmd = sglang_command(inf, model_path, port, config.training.lora, key_dir) + ["--log-level", config.observe.log_level]
-        launch = ServerLaunch(cmd)
+        launch = ServerLaunch(config_command(config, model_path, port, key_dir))
         if inf.api_key is not None:  # a restart needs the key file again, briefly
             launch.before_start, launch.after_healthy = key_file_hooks(inf, key_dir, port)
         return launch
@@ -138,13 +154,25 @@ class SGLangEngine(SGLangDialect):
     def tp_size(self, inference) -> int:
         return inference.tp_size
 
+    def expected_settings(self, config) -> dict[str, Setting]:
+        """What `config_command` puts on SGLang's command line and its /server_info reports back
+        (the resolved ServerArgs)."""
+        m, inf = config.model, config.inference
+        return {"dtype": Setting(m.dtype, "model.dtype"), "context_length": Setting(m.context_length, "model.context_length"),
+                "tp_size": Setting(inf.tp_size, "inference.tp_size"), "dp_size": Setting(inf.dp_size, "inference.dp_size"),
+                "pp_size": Setting(inf.pp_size, "inference.pp_size"), "random_seed": Setting(config.training.seed, "training.seed"),
+                "enable_metrics": Setting(inf.enable_metrics, "inference.enable_metrics")}
+
     def serve(self, config, model_path: str, options: ServeOptions, say: Callable[[str], None]) -> None:
-        """Exec SGLang's launcher with the config's settings (the embedded server's batching flags do
-        not apply to it)."""
+        """Exec SGLang's launcher with the config's settings and the command's --host, --dtype,
+        --context-length and --prefix-cache-tokens (the embedded server's batching flags do not apply to it)."""
         from agentrl_cli.config.load import with_overrides
 
-        inf = with_overrides(config, {"inference.host": options.host}, "--host").inference
-        check_sglang(inf.python)
-        cmd = sglang_command(inf, str(model_path), options.port, config.training.lora)
+        o = options
+        overrides = {"inference.host": o.host, "model.dtype": o.dtype or None, "model.context_length": o.context_length or None,
+                     "inference.prefix_cache_tokens": None if o.prefix_cache_tokens < 0 else o.prefix_cache_tokens}
+        config = with_overrides(config, {k: v for k, v in overrides.items() if v is not None}, "agentrl serve inference")
+        check_sglang(config.inference.python)
+        cmd = config_command(config, str(model_path), o.port)
         say("exec: " + " ".join(cmd))
         os.execvp(cmd[0], cmd)

@@ -53,6 +53,11 @@ def parse_generation(data: dict, latency: float, server: str, retries: int) -> G
                       prompt_tokens=int(meta.get("prompt_tokens", 0) or 0), server=server, retries=retries, meta=meta)
 
 
+# SGLang's other spellings of a dtype (its --dtype choices, torch's names) as the config spells it
+DTYPE_NAMES = {"half": "float16", "float": "float32", "torch.float16": "float16", "torch.bfloat16": "bfloat16",
+               "torch.float32": "float32"}
+
+
 def _gauge(name: str) -> re.Pattern:
     return re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", re.M)
 
@@ -123,3 +128,13 @@ class SGLangDialect:
         states = (server_info.get("internal_states") if isinstance(server_info, dict) else None) or [{}]
         value = states[0].get(self.metrics.busy_seconds) if self.metrics.busy_seconds else None
         return float(value) if value is not None else None
+
+    def reported_settings(self, server_info: dict) -> dict[str, object]:
+        """The settings at the top of a /server_info answer (SGLang's resolved ServerArgs; the embedded
+        server reports the same names), a dtype in the config's spelling."""
+        if not isinstance(server_info, dict):
+            return {}
+        reported = {k: v for k, v in server_info.items() if k != "internal_states"}
+        if isinstance(reported.get("dtype"), str):
+            reported["dtype"] = DTYPE_NAMES.get(reported["dtype"], reported["dtype"])
+        return reported

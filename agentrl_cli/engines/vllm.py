@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.core.errors import ConfigError
-from agentrl_cli.engines.engine import ROUTER, SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch
+from agentrl_cli.engines.engine import ROUTER, SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch, Setting
 from agentrl_cli.engines.inference.launcher import InferenceUnavailable
 from agentrl_cli.engines.vllm_dialect import PAUSE_MODES, VLLMDialect
 
@@ -53,7 +53,7 @@ def vllm_command(config, model_path: str, port: int) -> list[str]:
     inf, model, lora = config.inference, config.model, config.training.lora
     cmd = [inf.python, "-m", "vllm.entrypoints.cli.main", "serve", str(model_path), "--host", inf.host, "--port", str(port),
            "--served-model-name", str(model_path),
-           "--tensor-parallel-size", str(inf.tp_size), "--pipeline-parallel-size", str(getattr(inf, "pp_size", 1)),
+           "--tensor-parallel-size", str(inf.tp_size), "--pipeline-parallel-size", str(inf.pp_size),
            "--data-parallel-size", str(inf.dp_size), "--dtype", model.dtype, "--max-model-len", str(model.context_length),
            "--seed", str(config.training.seed), "--enable-auto-tool-choice", "--tool-call-parser", TOOL_CALL_PARSER,
            "--weight-transfer-config", json.dumps({"backend": WEIGHT_TRANSFER_BACKEND}, separators=(",", ":"))]
@@ -110,7 +110,7 @@ class VLLMEngine(VLLMDialect):
     name = "vllm"
     title = "vLLM"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True, pause_modes=PAUSE_MODES,
-                                constrained_tool_choice=True, host_cpu=False)
+                                constrained_tool_choice=True, host_cpu=False, pipeline_parallel=True)
     lock_packages = ("vllm", "vllm-router")
     import_modules = ("vllm", "vllm_router")
 
@@ -124,6 +124,19 @@ class VLLMEngine(VLLMDialect):
                               "set inference.dp_size: 1 and start more servers with inference.replicas, or unset training.lora")
         cmd = vllm_command(config, model_path, port) + ["--uvicorn-log-level", config.observe.log_level.lower()]
         return ServerLaunch(cmd, vllm_env(config.inference, config.training.lora))
+
+    def expected_settings(self, config) -> dict[str, Setting]:
+        """What `vllm_command` puts on vLLM's command line and its /server_info reports back."""
+        m, inf = config.model, config.inference
+        expected = {"dtype": Setting(m.dtype, "model.dtype"), "max_model_len": Setting(m.context_length, "model.context_length"),
+                    "tensor_parallel_size": Setting(inf.tp_size, "inference.tp_size"),
+                    "pipeline_parallel_size": Setting(inf.pp_size, "inference.pp_size"),
+                    "data_parallel_size": Setting(inf.dp_size, "inference.dp_size"),
+                    "seed": Setting(config.training.seed, "training.seed"),
+                    "enable_prefix_caching": Setting(inf.prefix_cache_tokens != 0, "inference.prefix_cache_tokens")}
+        if inf.max_running_requests is not None:
+            expected["max_num_seqs"] = Setting(inf.max_running_requests, "inference.max_running_requests")
+        return expected
 
     def needs_router(self, replicas: int) -> bool:
         return replicas > 1
@@ -141,7 +154,7 @@ class VLLMEngine(VLLMDialect):
         return ServerLaunch(router_command(inference, worker_urls, port))
 
     def tp_size(self, inference) -> int:
-        return inference.tp_size * getattr(inference, "pp_size", 1)  # every GPU of a server joins the transfer
+        return inference.tp_size * inference.pp_size  # every GPU of a server joins the transfer
 
     def serve(self, config, model_path: str, options: ServeOptions, say: Callable[[str], None]) -> None:
         """Exec `vllm serve` with the config's settings (the embedded server's batching flags do not apply)."""

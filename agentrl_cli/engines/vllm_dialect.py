@@ -19,6 +19,7 @@ import re
 
 from agentrl_cli.engines.engine import MetricNames, Routes, WireCall
 from agentrl_cli.engines.generation import Generation, SamplingParams
+from agentrl_cli.engines.sglang_dialect import DTYPE_NAMES
 
 ROUTES = Routes(
     health="/health", ready="/health", generate="/inference/v1/generate",
@@ -195,6 +196,23 @@ class VLLMDialect:
 
     def busy_seconds(self, server_info: dict) -> float | None:
         return None  # vLLM reports no time spent inside batches
+
+    # ---- settings ------------------------------------------------------------------------------
+    server_info_query = {"config_format": "json"}  # /server_info's config as JSON, not its repr
+
+    def reported_settings(self, server_info: dict) -> dict[str, object]:
+        """vLLM's config sections (`vllm_config` of /server_info?config_format=json) flattened: model,
+        parallel, scheduler and cache settings by their own names, a dtype in the config's spelling."""
+        config = server_info.get("vllm_config") if isinstance(server_info, dict) else None
+        if not isinstance(config, dict):
+            return {}
+        out: dict[str, object] = {}
+        for section in ("model_config", "parallel_config", "scheduler_config", "cache_config"):
+            out.update(config.get(section) or {})
+        if isinstance(out.get("dtype"), str):
+            name = out["dtype"].removeprefix("torch.")
+            out["dtype"] = DTYPE_NAMES.get(name, name)
+        return out
 
     # ---- conformance ---------------------------------------------------------------------------
     def wire_calls(self, config) -> list[WireCall]:

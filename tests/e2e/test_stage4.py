@@ -30,6 +30,7 @@ def test_stage_4_passes_with_the_embedded_server(cli, tmp_path):
     assert by_name["log-probs match a forward pass"]["measured"]["max_abs_diff"] < 1e-4
     assert by_name["weight update round trip"]["measured"]["versions"] == ["0", "stage4-perturbed", "stage4-restored"]
     assert by_name["tokens/s under load"]["measured"]["tokens_per_s"] > 0
+    assert by_name["server settings match the config"]["measured"]["compared"]["context_length"] == 2048
 
 
 def test_stage_4_with_sglang_missing_says_how_to_install(cli):

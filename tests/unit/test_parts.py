@@ -100,4 +100,6 @@ def test_the_engine_rows_say_what_the_engine_classes_honour():
         assert {h for h in row.honours if h.startswith("pause:")} == {f"pause:{m}" for m in caps.pause_modes}
         assert ("adapters" in row.honours) == caps.adapters
         assert ("tool_choice" in row.honours) == caps.constrained_tool_choice
+        assert ("pipeline_parallel" in row.honours) == caps.pipeline_parallel
+        assert parts.engine_features(caps) == row.honours  # what a `module:Class` engine's capabilities say
         assert row.packages == tuple(import_target(row.name, row.target).lock_packages)

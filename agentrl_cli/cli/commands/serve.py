@@ -128,14 +128,18 @@ def inference(
     from agentrl_cli.engines.registry import ENGINES, engine_named
     from agentrl_cli.model.resolve import resolve_model_path
 
-    cfg = _protected(load(config, sets))
     if dialect and dialect not in DIALECTS:
         raise UsageError(f"bad --dialect {dialect!r}", f"use {' or '.join(DIALECTS)} (the embedded server speaks either)")
     try:
-        served = engine_named(engine, dialect or cfg.inference.dialect)
+        engine_named(engine)
     except NotFoundError as exc:
         raise UsageError(f"bad --engine {engine!r} ({exc.message})",
                          f"use {' or '.join(ENGINES)}, or the module:Class path of an engine") from None
+    # the engine served is the config's: a key it does not honour (inference.pp_size...) or a dialect it
+    # does not speak is refused
+    chosen = [f"inference.engine={engine}", *([f"inference.dialect={dialect}"] if dialect else [])]
+    cfg = _protected(load(config, [*(sets or []), *chosen]))
+    served = engine_named(engine, cfg.inference.dialect)
     path = resolve_model_path(model or cfg.model.path, cfg.model.cache_dir)
     options = ServeOptions(host=host or cfg.inference.host, port=port or cfg.inference.port, batch_window_ms=batch_window_ms,
                            max_batch_size=max_batch_size, dtype=dtype, context_length=context_length,

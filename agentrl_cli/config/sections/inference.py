@@ -24,6 +24,7 @@ class InferenceConfig(Section):
     python: str = Field("python3", description="Interpreter that has the engine (SGLang or vLLM) installed: they often live in their own environment")
     tp_size: int = Field(1, ge=1, description="Tensor-parallel size per server (SGLang, vLLM)")
     dp_size: int = Field(1, ge=1, description="Data-parallel size per server (SGLang, vLLM)")
+    pp_size: int = Field(1, ge=1, description="Pipeline-parallel size per server: the model's layers split over this many GPUs (SGLang's --pp-size, vLLM's --pipeline-parallel-size; the embedded server runs one process and refuses more than 1)")
     mem_fraction_static: float | None = Field(None, gt=0, lt=1, description="Fraction of GPU memory for weights and KV cache (SGLang's --mem-fraction-static, vLLM's --gpu-memory-utilization; None = automatic)")
     max_running_requests: int | None = Field(None, ge=1, description="Cap on concurrently running requests per server (None = automatic)")
     api_key: SecretStr | None = Field(None, description="Bearer token the servers require (never written to reports)")
