@@ -139,7 +139,8 @@ def engine_features(capabilities: Any) -> frozenset[str]:
     c = capabilities
     flags = {"adapters": "adapters", "constrained_tool_choice": "tool_choice", "pipeline_parallel": "pipeline_parallel"}
     return frozenset({f"transport:{t}" for t in getattr(c, "transports", ())} | {f"pause:{m}" for m in getattr(c, "pause_modes", ())}
-                     | {feature for attr, feature in flags.items() if getattr(c, attr, False)})
+                     | {feature for attr, feature in flags.items() if getattr(c, attr, False)}
+                     | {f"dialect:{d}" for d in getattr(c, "dialects", ())})
 
 
 def honours(rows: tuple[Part, ...], name: str, key: str) -> frozenset[str]:

@@ -54,7 +54,8 @@ class EmbeddedEngine(SGLangDialect):
     title = "the embedded server"
     dialect = "sglang"  # the native protocol its servers speak (`inference.dialect`; `embedded_vllm.py` speaks vLLM's)
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
-                                pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=False, host_cpu=True)
+                                pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=False, host_cpu=True,
+                                dialects=("sglang", "vllm"))
     lock_packages: tuple[str, ...] = ()
     import_modules: tuple[str, ...] = ()
 

@@ -20,7 +20,8 @@ class EmbeddedVLLMEngine(VLLMDialect, EmbeddedEngine):
     title = "the embedded server (vLLM's protocol)"
     dialect = "vllm"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True, pause_modes=("abort", "keep"),
-                                constrained_tool_choice=False, host_cpu=True)
+                                constrained_tool_choice=False, host_cpu=True,
+                                dialects=("vllm", "sglang"))
 
     def expected_settings(self, config) -> dict[str, Setting]:
         """What `server_launch` hands an embedded server, by the names vLLM's /server_info uses."""

@@ -63,6 +63,7 @@ class Capabilities:
     constrained_tool_choice: bool      # a named tool_choice constrains the output to a call of that tool
     host_cpu: bool                     # its servers run torch on this host's CPU cores, shared with the trainer
     pipeline_parallel: bool = False    # its servers split the model's layers over inference.pp_size GPUs
+    dialects: tuple[str, ...] = ()     # the native protocols its servers speak (inference.dialect; the first is its own)
 
 
 @dataclass

@@ -123,7 +123,7 @@ class SGLangEngine(SGLangDialect):
     title = "SGLang"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
                                 pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=True, host_cpu=False,
-                                pipeline_parallel=True)
+                                pipeline_parallel=True, dialects=("sglang",))
     lock_packages = ("sglang", "sglang-router")
     import_modules = ("sglang", "sglang_router")
 

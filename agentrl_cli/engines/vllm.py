@@ -110,7 +110,8 @@ class VLLMEngine(VLLMDialect):
     name = "vllm"
     title = "vLLM"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True, pause_modes=PAUSE_MODES,
-                                constrained_tool_choice=True, host_cpu=False, pipeline_parallel=True)
+                                constrained_tool_choice=True, host_cpu=False, pipeline_parallel=True,
+                                dialects=("vllm",))
     lock_packages = ("vllm", "vllm-router")
     import_modules = ("vllm", "vllm_router")
 

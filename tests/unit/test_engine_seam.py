@@ -182,10 +182,11 @@ def test_every_engine_keeps_the_contract(name, tmp_path):
 
     engine = engine_named(name)
     assert isinstance(engine, InferenceEngine) and engine.name and engine.title
-    assert all(isinstance(p, str) and p.startswith("/") for p in dataclasses.astuple(engine.routes) if isinstance(p, str))
+    # a path, or "" where the engine has no such route (vLLM cannot read a parameter back)
+    assert all(p == "" or p.startswith("/") for p in dataclasses.astuple(engine.routes) if isinstance(p, str))
     assert all(p.startswith("/") for p in (*engine.routes.weight_version, *engine.routes.openai))
     caps = engine.capabilities
-    assert caps.transports <= set(TRANSPORTS) and set(caps.pause_modes) <= {"abort", "retract", "in_place"}
+    assert caps.transports <= set(TRANSPORTS) and set(caps.pause_modes) <= {"abort", "retract", "in_place", "wait", "keep"}
     cfg = config(f"inference.api_key={KEY}", "inference.replicas=2", "inference.port=31000")
     uses = engine.ports(cfg.inference)
     assert uses[0].first == 31000 and uses[0].role == SERVER and any(u.serves_clients for u in uses)
