@@ -154,6 +154,13 @@ class VLLMEngine(VLLMDialect):
     def router_launch(self, inference, worker_urls: list[str], port: int) -> ServerLaunch:
         return ServerLaunch(router_command(inference, worker_urls, port))
 
+    def trainer_group(self):
+        """How the trainer opens rank 0 of the weight-transfer group its servers join: vLLM's own
+        (`vllm_transfer.py`), not agentrl's (`weight_group.open_group`)."""
+        from agentrl_cli.engines.vllm_transfer import open_vllm_group
+
+        return open_vllm_group
+
     def tp_size(self, inference) -> int:
         return inference.tp_size * inference.pp_size  # every GPU of a server joins the transfer
 

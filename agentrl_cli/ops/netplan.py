@@ -5,8 +5,8 @@ render from it, so a port added here appears in all three.
 
 The same config runs in one of two layouts:
 - `hosts` (controlplane.executor local or slurm): a run starts its inference servers on its own host
-  (inference.host, ports inference.port, +1, ... and the SGLang router on the next one when there are
-  several SGLang replicas) unless inference.urls names servers elsewhere; its gateway on 127.0.0.1;
+  (inference.host, ports inference.port, +1, ... and the engine's router after them when there are
+  several SGLang or vLLM replicas: `InferenceEngine.ports`) unless inference.urls names servers elsewhere; its gateway on 127.0.0.1;
   reward and sandbox in its own process unless reward.service_url / sandbox.service_url name
   services; its trainer ranks over cluster.nodes hosts (the `deepspeed` launcher, pdsh over ssh).
 - `kubernetes`: what `agentrl controlplane render` renders: a pod per server on its Service port

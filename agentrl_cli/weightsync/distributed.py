@@ -83,8 +83,11 @@ class DistributedTransport:
         world = 1 + len(self.client.urls) * self.ranks_per_server
         sock = listen(self.master_address, 0)
         port, cancelled = sock.getsockname()[1], threading.Event()
+        # the engine's own rendezvous where its servers join differently (vLLM's), agentrl's otherwise
+        opener = getattr(self.client.engine, "trainer_group", None)
         joining = asyncio.ensure_future(asyncio.to_thread(
-            open_group, self.master_address, port, 0, world, group_name=self.group_name, backend=self.backend,
+            opener() if opener is not None else open_group, self.master_address, port, 0, world,
+            group_name=self.group_name, backend=self.backend,
             timeout_s=self.timeout_s, listener=sock, cancelled=cancelled))
         asking = asyncio.ensure_future(self.client.init_weights_update_group(
             self.master_address, port, world, group_name=self.group_name, backend=self.backend,

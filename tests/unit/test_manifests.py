@@ -225,3 +225,18 @@ def test_render_writes_one_file_per_object_and_validate_checks_them(cli, cfg, tm
 def test_render_for_slurm_prints_the_partition_lines(cli):
     result = cli("controlplane", "render", "--executor", "slurm")
     assert result.exit_code == 0 and "PartitionName=rollout" in result.stdout and "Licenses=rollout_jobs:2,train_jobs:1" in result.stdout
+
+
+def test_vllm_pods_are_sized_as_sglangs_and_serve_vllm(cfg):
+    """The inference pods of a vLLM run: the same resources, accelerators and probes as SGLang's, the
+    container serving `--engine vllm` (which execs vLLM's server with the mounted config)."""
+    def inference_container(engine: str) -> dict:
+        c = cfg.model_copy(update={"inference": cfg.inference.model_copy(update={"engine": engine, "replicas": 2})})
+        docs = render_all(c)
+        validate_documents(docs)
+        return next(x for p in pod_specs(docs) for x in p["containers"] if x["name"] == "inference")
+
+    sglang, vllm = inference_container("sglang"), inference_container("vllm")
+    assert vllm["resources"] == sglang["resources"] and "nvidia.com/gpu" in vllm["resources"]["limits"]
+    assert vllm["readinessProbe"] == sglang["readinessProbe"] and vllm["startupProbe"] == sglang["startupProbe"]
+    assert vllm["command"][vllm["command"].index("--engine") + 1] == "vllm"

@@ -109,3 +109,18 @@ def test_a_dialect_the_engine_does_not_speak_is_refused_at_load():
     assert "inference.dialect" in info.value.message and "sglang" in info.value.message
     assert engine_for(config("inference.dialect=vllm")).dialect == "vllm"
     assert engine_for(config("inference.engine=vllm", "inference.dialect=vllm")).title == "vLLM"
+
+
+def test_the_trainer_opens_vllms_transfer_with_vllms_own_rendezvous_and_says_what_it_needs():
+    """vLLM's workers join through vLLM's StatelessProcessGroup; the trainer's rank 0 must too. Where
+    vLLM or CUDA is missing (this machine), opening it names both and the disk transport."""
+    from agentrl_cli.engines.embedded_vllm import EmbeddedVLLMEngine
+    from agentrl_cli.engines.weight_group import listen
+
+    opener = VLLMEngine().trainer_group()
+    sock = listen("127.0.0.1")
+    with pytest.raises(RuntimeError) as info:
+        opener("127.0.0.1", sock.getsockname()[1], 0, 2, listener=sock)
+    assert "vLLM" in str(info.value) and "training.weight_sync: disk" in str(info.value)
+    assert sock.fileno() == -1  # the reserved port was handed back for vLLM's store
+    assert not hasattr(EmbeddedVLLMEngine(), "trainer_group")  # the embedded server joins agentrl's own group
