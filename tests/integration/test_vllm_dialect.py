@@ -341,3 +341,36 @@ def wait_up(urls: list[str], procs, deadline_s: float = 90.0) -> None:
             pass
         time.sleep(0.2)
     pytest.fail(f"not healthy within {deadline_s} s: {urls}")
+
+
+def test_an_aborted_generation_hands_back_its_tokens_and_is_resumed(served):
+    """/abort_requests mid-generation: vLLM's answer hands the request back (finish reason abort, with
+    the tokens generated so far), and the rollout's resume path finishes it to the full length."""
+    from collections import Counter
+
+    from agentrl_cli.engines.resume import ResumePolicy, generate_resumable
+
+    vllm_url, _, engine = served
+    sampling = SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)
+
+    async def go():
+        c = client(vllm_url)
+        counters: Counter = Counter()
+        try:
+            task = asyncio.create_task(generate_resumable(c, [1, 2, 3], sampling, ResumePolicy(), counters))
+            while not engine.snapshot()["num_running_reqs"] and not task.done():
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.05)  # a few tokens in: the answer carries them
+            await asyncio.to_thread(engine.pause, "in_place")  # held mid-generation, so the abort finds it running
+            async with httpx.AsyncClient() as http:
+                aborted = (await http.post(vllm_url + "/abort_requests", json={})).json()
+            engine.resume()
+            return aborted, await asyncio.wait_for(task, 120), counters
+        finally:
+            await c.close()
+
+    aborted, gen, counters = asyncio.run(go())
+    assert aborted == {"status": "aborted", "aborted": 1}
+    assert len(gen.output_ids) == 160 and len(gen.output_logprobs) == 160
+    # handed back and sent again (continued from its partial tokens when some had been generated)
+    assert counters["aborted_generations"] == 1 and counters["lost_generations"] == 0
