@@ -37,3 +37,20 @@ def test_a_server_reporting_another_context_length_fails_naming_it_and_the_confi
     finally:
         for s in servers:
             s.stop()
+
+
+def test_in_vllms_dialect_the_check_reads_vllms_server_info_and_names_max_model_len(tmp_path, random_model_dir):
+    sets = [f"model.path={random_model_dir}", f"inference.port={free_port()}", "inference.cpu_threads=1",
+            "inference.dialect=vllm"]
+    started_from = load_config(None, [*sets, "model.context_length=1024"], env={}).config
+    servers, _ = launch(started_from, str(random_model_dir), tmp_path / "logs")
+    try:
+        failed = settings_check(load_config(None, [*sets, "model.context_length=2048"], env={}).config)
+        assert failed.status == CheckStatus.FAIL, failed
+        assert "max_model_len: the server reports 1024, the config says 2048 (model.context_length)" in failed.detail
+        passed = settings_check(started_from)
+        assert passed.status == CheckStatus.PASS, passed
+        assert {"dtype", "max_model_len", "max_num_seqs", "pipeline_parallel_size"} <= set(passed.measured["compared"])
+    finally:
+        for s in servers:
+            s.stop()
