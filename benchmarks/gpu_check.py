@@ -37,7 +37,7 @@ On a lent machine (the working tree travels; `.gpu-wheels` is ignored by git and
 
 `--pack DIR` builds the wheels (`gpu_pack.py` says which and why; it fails, naming the largest, when
 they are over 64 MiB: on a bare target the stage runs' pyarrow and matplotlib alone are about 78
-MiB, so pack `--parts core` there and the stage figures are skipped); `--install DIR` installs
+MiB, so pack `--pack-parts core` there and the stage figures are skipped); `--install DIR` installs
 them with pip from DIR alone. `--device cpu` is the dry run: every part at tiny sizes on the CPU
 (a random tiny model, streams 2, 4 and 8, stage runs of 2 steps), as `tests/integration/test_gpu_check.py` runs it.
 
@@ -165,7 +165,7 @@ def stage_parts(args, p: dict, model: Path, figs: dict, label: str = "") -> None
     for name, stage in STAGE_RUNS:
         key = f"{name}{label}"
         if missing:
-            figs[f"{key}_checks_passed"] = skipped(f"{', '.join(missing)} not installed (packed with --parts core?)")
+            figs[f"{key}_checks_passed"] = skipped(f"{', '.join(missing)} not installed (packed with --pack-parts core?)")
             continue
         sets = [f"model.path={model}", f"inference.port={free_port()}", 'harnesses=[{"name": "tool_api_like"}]',
                 f"training.precision={p['precision']}", *p["stage_sets"]]

@@ -3,10 +3,12 @@ wheels it needs there, `install` installs them there offline. Both run through `
 (`--pack DIR`, `--install DIR`).
 
 What is carried: agentrl itself (`pip wheel --no-deps` of this checkout) and every package the
-check's parts import that the target does not already have, at the versions installed here (known
-to work with this checkout), with the dependencies they pull in. The target is assumed to hold
-PyTorch, transformers and peft and their own dependencies (`PROVIDED`), and whatever `--target-has`
-adds. Each part's roots are in `PARTS`; they were read off the modules that the parts' processes
+check's parts import, at the versions installed here (known to work with this checkout), with the
+dependencies they pull in, less what the target surely has: PyTorch, transformers and peft
+(`PROVIDED`), what every version of those requires (`PROVIDED_DEPS`: numpy, tokenizers, ...), and
+whatever `--target-has` names. `install` installs agentrl, then the parts' roots unpinned
+(requirements.txt) from the pack alone: a package the target already has at a version that
+satisfies them is left as it is, so a carried wheel may go unused. Each part's roots are in `PARTS`; they were read off the modules that the parts' processes
 import (the check, the embedded server, `agentrl stage run 0` and `8`), leaving out what they import
 only when it happens to be installed (mlflow through DeepSpeed, boto3 through accelerate,
 OpenTelemetry through fastapi). Versions and dependency lists come from this environment's
@@ -17,7 +19,7 @@ none). The built-in model, when it is built here, travels too (a few MB), for th
 
 The carry limit is 64 MiB (`LIMIT_MIB`): `pack` prints the total and fails, naming the largest
 wheels, when the pack is over it. On a bare target the stage runs do not fit: pyarrow alone is about
-52 MiB and matplotlib with its dependencies about 26 MiB; pack `--parts core`, or name what the
+52 MiB and matplotlib with its dependencies about 26 MiB; pack `--pack-parts core`, or name what the
 target has with `--target-has` (the device image of this workplace has both: `--target-has
 cuda-image`).
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,9 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT_MIB = 64.0
 PROVIDED = ("torch", "transformers", "peft")
+# what those require in every version, so whatever versions the target has: never carried
+PROVIDED_DEPS = ("numpy", "packaging", "pyyaml", "filelock", "typing-extensions", "sympy", "networkx", "jinja2", "markupsafe",
+                 "mpmath", "fsspec", "huggingface-hub", "tokenizers", "safetensors", "regex", "tqdm", "psutil", "accelerate")
 PARTS = {
     # the engine, the DeepSpeed and FSDP steps, the weight transfer and its server process (`agentrl serve inference`)
     "core": ("deepspeed", "pydantic", "PyYAML", "typer", "rich", "fastapi", "uvicorn", "httpx", "aiohttp",
@@ -88,15 +92,16 @@ def closure(roots, python_version: str, stop: set[str] = frozenset()) -> dict[st
     return found
 
 
-def plan(parts: list[str], target_has: list[str], python_version: str) -> dict[str, str]:
-    """What to carry: name -> version, for the roots of `parts`, less what the target has."""
+def plan(parts: list[str], target_has: list[str], python_version: str) -> tuple[list[str], dict[str, str]]:
+    """(the roots `install` installs, the wheels to carry: name -> version): `parts`' roots and what they
+    require, less PROVIDED, what every version of those requires (PROVIDED_DEPS) and what the target has."""
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
         raise PackError(f"unknown part(s) {unknown}; the parts are {', '.join(PARTS)}")
     has = [n for item in target_has for n in TARGETS.get(item, (item,))]
-    provided = set(closure(PROVIDED, python_version)) | {canonicalize_name(n) for n in has}
-    roots = [r for p in parts for r in PARTS[p]]
-    return {n: v for n, v in sorted(closure(roots, python_version, provided).items()) if n not in provided}
+    stop = {canonicalize_name(n) for n in (*PROVIDED, *PROVIDED_DEPS, *has)}
+    roots = [canonicalize_name(r) for p in parts for r in PARTS[p] if canonicalize_name(r) not in stop]
+    return roots, dict(sorted(closure(roots, python_version, stop).items()))
 
 
 def _pip(*args: str) -> None:
@@ -131,7 +136,7 @@ def fetch(name: str, version: str, dest: Path, python_version: str) -> None:
 def pack(dest: Path, parts: list[str], target_has: list[str], python_version: str, say=print) -> dict:
     """Fill `dest` (made empty first) with the wheels, requirements.txt (what `install` installs),
     the built-in model when built here, and manifest.json; returns the manifest. PackError when over LIMIT_MIB."""
-    wanted = plan(parts, target_has, python_version)
+    roots, wanted = plan(parts, target_has, python_version)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -140,13 +145,14 @@ def pack(dest: Path, parts: list[str], target_has: list[str], python_version: st
     for name, version in wanted.items():
         say(f"fetching {name}=={version}")
         fetch(name, version, dest, python_version)
-    (dest / "requirements.txt").write_text("\n".join(f"{n}=={v}" for n, v in wanted.items()) + "\n")
+    # the roots unpinned: what the target already has at a version that satisfies them stays as it is
+    (dest / "requirements.txt").write_text("".join(f"{n}\n" for n in roots))
     model = _builtin_model()
     if model is not None:
         shutil.copytree(model, dest / "model" / model.name)
     files = sorted((p for p in dest.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
     total = sum(p.stat().st_size for p in files) / 2**20
-    manifest = {"parts": parts, "target_has": target_has, "python_version": python_version, "packages": wanted,
+    manifest = {"parts": parts, "target_has": target_has, "python_version": python_version, "roots": roots, "wheels": wanted,
                 "builtin_model": model.name if model is not None else None, "total_mib": round(total, 2),
                 "limit_mib": LIMIT_MIB}
     (dest / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -154,7 +160,7 @@ def pack(dest: Path, parts: list[str], target_has: list[str], python_version: st
     if total > LIMIT_MIB:
         largest = ", ".join(f"{p.name} {p.stat().st_size / 2**20:.1f} MiB" for p in files[:4])
         raise PackError(f"the pack is {total:.1f} MiB, over the {LIMIT_MIB:g} MiB carry limit; largest: {largest}. "
-                        "Pack fewer parts (--parts core leaves the stage runs out) or name what the target already has "
+                        "Pack fewer parts (--pack-parts core leaves the stage runs out) or name what the target already has "
                         f"(--target-has NAME,..., or {', '.join(TARGETS)})")
     return manifest
 
@@ -179,9 +185,11 @@ def install(src: Path, say=print) -> None:
         raise PackError(f"{src} holds no agentrl wheel or requirements.txt: make it here with "
                         f"`python benchmarks/gpu_check.py --pack {src}`")
     base = ["install", "--no-index", "--find-links", str(src), "--no-cache-dir", "--disable-pip-version-check", "-q"]
-    say(f"installing {wheels[-1].name} and {len(re.findall(r'==', (src / 'requirements.txt').read_text()))} packages from {src}")
+    roots = (src / "requirements.txt").read_text().split()
+    say(f"installing {wheels[-1].name} and {', '.join(roots) or 'nothing else'} (what is missing of them and their needs) from {src}")
     _pip(*base, "--no-deps", str(wheels[-1]))
-    _pip(*base, "-r", str(src / "requirements.txt"))
+    if roots:
+        _pip(*base, "-r", str(src / "requirements.txt"))
     say("installed")
 
 
