@@ -72,3 +72,25 @@ def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir):
     assert widths[-1] <= 5 + 300  # the last step attends over the long row's own tokens only
     assert got["output_ids"] == reference["output_ids"]
     assert max(abs(a - b) for a, b in zip(got["output_logprobs"], reference["output_logprobs"])) < 1e-4
+
+
+def test_the_engine_decodes_on_the_device_it_is_given_and_cpu_is_the_default(model_dir):
+    sampling = {"max_new_tokens": 6, "temperature": 1.0, "sampling_seed": 3, "ignore_eos": True, "top_k": 5}
+    results = []
+    for kwargs in ({}, {"device": "cpu"}):
+        engine = HFEngine(model_dir, batch_window_ms=1, **kwargs)
+        try:
+            assert engine.device.type == "cpu" and next(engine._model.parameters()).device.type == "cpu"
+            results.append(engine.submit([5, 6, 7], sampling, True).result(timeout=120))
+        finally:
+            engine.close()
+    assert results[0]["output_ids"] == results[1]["output_ids"]
+    assert results[0]["output_logprobs"] == results[1]["output_logprobs"]
+
+
+def test_a_cuda_engine_without_cuda_is_refused_with_the_fix(model_dir, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="device='cpu'"):
+        HFEngine(model_dir, device="cuda")

@@ -27,6 +27,12 @@ from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, chec
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
 
+def _device_of(model) -> torch.device:
+    """The device of the model's weights (cpu for a model without any)."""
+    first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    return first.device if first is not None else torch.device("cpu")
+
+
 @dataclass(eq=False)
 class Request:
     rid: str
@@ -85,7 +91,8 @@ class BatchRun:
         self.model, self.tokenizer, self.hooks, self.pad_id, self.max_rows = model, tokenizer, hooks, pad_id, max_rows
         self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
         self.active = list(reqs)
-        self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size)
+        self.device = _device_of(model)  # where the batch's tensors are made: the model's
+        self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size, self.device)
         self.generated = 0
         self.leaving: list[tuple[Request, dict]] = []  # finished rows, reported once `_select` drops them
         # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
@@ -116,7 +123,7 @@ class BatchRun:
                 break
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             pos = pos + 1
-            out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long)[:, None], attention_mask=mask,
+            out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None], attention_mask=mask,
                              position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
             logits = out.logits[:, -1, :]
             joining = self.hooks.admit(self.max_rows - len(self.active))
@@ -172,7 +179,7 @@ class BatchRun:
         cached = [(r, h) for r, h in zip(self.active, hits) if h is not None]
         if missed:  # rows in the order of the merged batch; the sampler follows them
             self.active = missed + [r for r, _ in cached]
-            self.sampler = BatchSampler([r.params for r in self.active], self.model.config.vocab_size)
+            self.sampler = BatchSampler([r.params for r in self.active], self.model.config.vocab_size, self.device)
         on_top = self._forward([r for r, _ in cached], [h for _, h in cached])
         return self._merge(self._forward(missed), on_top) if missed else on_top
 
@@ -189,8 +196,9 @@ class BatchRun:
             ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
             mask[i, past + width - len(rest):] = 1
             mask[i, past - c:past] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)  # filled here, moved once
         new = mask[:, past:]
-        positions = (new.cumsum(-1) - 1).clamp(min=0) + torch.tensor(done, dtype=torch.long)[:, None]
+        positions = (new.cumsum(-1) - 1).clamp(min=0) + torch.tensor(done, dtype=torch.long, device=self.device)[:, None]
         whole_prompt = any(r.return_logprob and r.logprob_start_len == 0 for r in reqs)
         cache = new_cache(self.model.config)
         if past:
@@ -256,7 +264,7 @@ class BatchRun:
         if not keep:
             return logits, cache, mask, pos
         self.sampler.select(keep)
-        idx = torch.tensor(keep, dtype=torch.long)
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         cache.batch_select_indices(idx)
         return logits[idx], cache, self._trim(cache, mask[idx]), pos[idx]
 

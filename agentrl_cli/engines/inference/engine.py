@@ -91,12 +91,18 @@ def _eos_ids(model, tokenizer) -> set[int]:
 
 
 class HFEngine:
-    """Batching generation over one model directory; thread-safe; `close()` when done."""
+    """Batching generation over one model directory; thread-safe; `close()` when done. `device`
+    ("cpu", "cuda", "cuda:1") holds the model, its KV cache and the batch's tensors; weights that
+    arrive (from disk, from tensors, LoRA adapters) are copied onto it."""
 
     def __init__(self, model_path, dtype: str = "float32", max_batch_size: int = 64, batch_window_ms: float = 10.0,
-                 context_length: int | None = None, weight_version: str = "default", prefix_cache_tokens: int = 0) -> None:
+                 context_length: int | None = None, weight_version: str = "default", prefix_cache_tokens: int = 0,
+                 device: str = "cpu") -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} needs CUDA, which this process does not have; use device='cpu'")
         self.model_path = self.tokenizer_path = str(model_path)
         self.dtype, self.max_batch_size, self.batch_window_s = dtype, max_batch_size, batch_window_ms / 1000.0
         with _LOAD_LOCK:
@@ -132,6 +138,7 @@ class HFEngine:
             dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
             with _LOAD_LOCK:
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            model.to(self.device)  # a copy of the serving model (_same_architecture) is there already
         model.eval().requires_grad_(False)
         on_meta = [name for name, p in model.named_parameters() if p.device.type == "meta"]
         if on_meta:

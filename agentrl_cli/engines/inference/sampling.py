@@ -84,29 +84,31 @@ def check_finished(params: GenParams, output_ids: list[int], tokenizer) -> dict 
 
 
 class BatchSampler:
-    """Vectorised sampling for the rows of one batch; `select` keeps rows when others finish."""
+    """Vectorised sampling for the rows of one batch; `select` keeps rows when others finish. Its
+    tensors live on `device`, the logits' (each row's random stream stays on the CPU)."""
 
-    def __init__(self, params: list[GenParams], vocab_size: int) -> None:
+    def __init__(self, params: list[GenParams], vocab_size: int, device: torch.device | str = "cpu") -> None:
         self.params = list(params)
         self.vocab = vocab_size
-        f = lambda name: torch.tensor([getattr(p, name) for p in params], dtype=torch.float32)  # noqa: E731
-        self.greedy = torch.tensor([p.greedy for p in params])
-        self.temperature = torch.where(self.greedy, torch.ones(len(params), dtype=torch.float32), f("temperature"))
+        self.device = device = torch.device(device)
+        f = lambda name: torch.tensor([getattr(p, name) for p in params], dtype=torch.float32, device=device)  # noqa: E731
+        self.greedy = torch.tensor([p.greedy for p in params], device=device)
+        self.temperature = torch.where(self.greedy, torch.ones(len(params), dtype=torch.float32, device=device), f("temperature"))
         self.top_p, self.min_p = f("top_p"), f("min_p")
-        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params])
+        self.top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab_size for p in params], device=device)
         self.freq, self.pres = f("frequency_penalty"), f("presence_penalty")
         self.penalised = bool((self.freq != 0).any() or (self.pres != 0).any())
-        self.counts = torch.zeros((len(params), vocab_size), dtype=torch.float32) if self.penalised else None
+        self.counts = torch.zeros((len(params), vocab_size), dtype=torch.float32, device=device) if self.penalised else None
         self.generators = [_Uniforms(p.seed) for p in params]
         # rows with no top-k / top-p / min-p truncation sample from the unsorted distribution
         self.plain = (self.top_k >= vocab_size) & (self.top_p >= 1.0) & (self.min_p <= 0.0)
-        self.banned = torch.zeros((len(params), vocab_size), dtype=torch.bool)
+        self.banned = torch.zeros((len(params), vocab_size), dtype=torch.bool, device=device)
         for i, p in enumerate(params):
             if p.min_new_tokens > 0:
                 self.banned[i, [t for t in p.stop_ids if t < vocab_size]] = True
 
     def select(self, keep: list[int]) -> None:
-        idx = torch.tensor(keep, dtype=torch.long)
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
         self.params = [self.params[i] for i in keep]
         self.generators = [self.generators[i] for i in keep]
         for name in ("greedy", "plain", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
@@ -121,8 +123,9 @@ class BatchSampler:
         for name in ("greedy", "plain", "temperature", "top_p", "min_p", "top_k", "freq", "pres", "banned"):
             setattr(self, name, torch.cat([getattr(self, name), getattr(other, name)]))
         if self.counts is not None or other.counts is not None:
-            mine = self.counts if self.counts is not None else torch.zeros((len(self.params) - len(other.params), self.vocab))
-            theirs = other.counts if other.counts is not None else torch.zeros((len(other.params), self.vocab))
+            mine = self.counts if self.counts is not None else torch.zeros((len(self.params) - len(other.params), self.vocab),
+                                                                           device=self.device)
+            theirs = other.counts if other.counts is not None else torch.zeros((len(other.params), self.vocab), device=self.device)
             self.counts = torch.cat([mine, theirs])
             self.penalised = True
 
@@ -131,7 +134,7 @@ class BatchSampler:
         logits = logits.float()
         if self.counts is not None:
             logits = logits - self.freq[:, None] * self.counts - self.pres[:, None] * (self.counts > 0)
-        early = torch.tensor([n < p.min_new_tokens for n, p in zip(produced, self.params)])
+        early = torch.tensor([n < p.min_new_tokens for n, p in zip(produced, self.params)], device=logits.device)
         if early.any():
             logits = logits.masked_fill(self.banned & early[:, None], float("-inf"))
         return logits / self.temperature[:, None]
@@ -145,7 +148,7 @@ class BatchSampler:
         if len(rows):
             tokens[rows] = self._draw(scaled[rows], rows.tolist())
         if self.counts is not None:
-            self.counts[torch.arange(len(tokens)), tokens] += 1
+            self.counts[torch.arange(len(tokens), device=tokens.device), tokens] += 1
         return tokens.tolist(), logprobs.gather(1, tokens[:, None]).squeeze(1).tolist()
 
     def _draw(self, scaled: torch.Tensor, rows: list[int]) -> torch.Tensor:
@@ -153,13 +156,13 @@ class BatchSampler:
         distribution when the row truncates nothing, else over its top-k / top-p / min-p filtered one.
         Which path a row takes depends only on its own parameters, never on its batch-mates."""
         probs = torch.softmax(scaled, dim=-1)
-        u = torch.tensor([self.generators[r].next() for r in rows], dtype=torch.float32)
-        out = torch.empty(len(rows), dtype=torch.long)
+        u = torch.tensor([self.generators[r].next() for r in rows], dtype=torch.float32, device=scaled.device)
+        out = torch.empty(len(rows), dtype=torch.long, device=scaled.device)
         plain = self.plain[rows]
         if plain.any():
             cdf = probs[plain].cumsum(-1)
             pick = torch.searchsorted(cdf, (u[plain] * cdf[:, -1])[:, None].contiguous(), right=True)
-            out[plain] = torch.minimum(pick, torch.tensor(cdf.shape[-1] - 1)).squeeze(1)
+            out[plain] = torch.minimum(pick, torch.tensor(cdf.shape[-1] - 1, device=pick.device)).squeeze(1)
         if not plain.all():
             cut = ~plain
             sub = [r for r, p in zip(rows, plain.tolist()) if not p]
@@ -168,7 +171,7 @@ class BatchSampler:
 
     def _draw_truncated(self, probs: torch.Tensor, rows: list[int], u: torch.Tensor) -> torch.Tensor:
         sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
-        ranks = torch.arange(sorted_p.shape[-1])[None, :]
+        ranks = torch.arange(sorted_p.shape[-1], device=sorted_p.device)[None, :]
         keep = ranks < self.top_k[rows][:, None]
         keep &= (sorted_p.cumsum(-1) - sorted_p) <= self.top_p[rows][:, None]
         keep &= sorted_p >= self.min_p[rows][:, None] * sorted_p[:, :1]
@@ -201,7 +204,7 @@ def prompt_logprobs(logits: torch.Tensor, input_ids: list[int], temperature: flo
     `logits` are the prefill logits of the prompt's own positions (no padding)."""
     scale = 1.0 if temperature < GREEDY_BELOW else temperature
     lp = torch.log_softmax(logits[:-1].float() / scale, dim=-1).clamp(min=torch.finfo(torch.float32).min)
-    picked = lp.gather(1, torch.tensor(input_ids[1:], dtype=torch.long)[:, None]).squeeze(1)
+    picked = lp.gather(1, torch.tensor(input_ids[1:], dtype=torch.long, device=lp.device)[:, None]).squeeze(1)
     return [None, *picked.tolist()]
 
 

@@ -1,0 +1,62 @@
+"""`benchmarks/gpu_check.py --device cpu`, the GPU check's dry run: every part runs on the CPU at tiny
+sizes and reports each figure as a number, or as skipped with its reason, and none as failed; and
+the pack's plan, offline: what it carries and what it leaves to the target."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+# a throughput-free test, but it starts a dozen processes (workers, servers, two stage runs) for about two minutes
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+
+STREAMS = (2, 4)
+MEASURED = ["matmul_tflops", "deepspeed_step_s", "deepspeed_step_mfu", "fsdp_step_s", "fsdp_step_mfu",
+            "weight_transfer_gloo_s", "weight_transfer_gloo_first_s", "weight_transfer_gloo_share_of_step",
+            "stage0_checks_passed", "stage0_wall_s", "stage8_smoke_checks_passed", "stage8_smoke_wall_s", "check_wall_s",
+            *(f"engine_{kind}_{n}_streams" for n in STREAMS for kind in ("tokens_per_s", "mfu"))]
+SKIPPED = ["weight_transfer_nccl_s", "stage0_smollm2_checks_passed", "stage8_smoke_smollm2_checks_passed"]
+
+
+def test_the_dry_run_measures_every_part_on_the_cpu():
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--json", "--streams",
+                           ",".join(map(str, STREAMS)), "--smollm2", "none", "--wheels", "/nonexistent"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout)["figures"]
+    failed = {k: f["unit"] for k, f in figures.items() if f["value"] == "failed"}
+    assert not failed, failed
+    assert figures["device"]["value"] == "cpu"
+    for name in MEASURED:
+        value = figures[name]["value"]
+        assert isinstance(value, (int, float)) and value >= 0, (name, figures.get(name))
+    for name in SKIPPED:
+        assert figures[name]["value"] == "skipped" and figures[name]["unit"], (name, figures[name])
+    assert figures["weight_transfer_gloo_s"]["met"] is True  # every sync was read back from the server
+    assert 0 < figures["weight_transfer_gloo_share_of_step"]["value"] < 1
+    assert figures["stage0_checks_passed"]["value"] >= 1
+
+
+def test_an_unknown_part_is_refused_before_anything_runs():
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--parts", "engine,warp"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "warp" in proc.stderr
+
+
+def test_the_pack_carries_deepspeed_and_leaves_the_targets_packages_to_it():
+    from benchmarks.gpu_pack import PROVIDED, PROVIDED_DEPS, plan
+
+    roots, wheels = plan(["core", "stages"], [], "3.12")
+    assert "deepspeed" in roots and "deepspeed" in wheels and "pyarrow" in wheels
+    assert not set(wheels) & {*PROVIDED, *PROVIDED_DEPS}  # torch, transformers, peft and what they need stay there
+    _, on_image = plan(["core", "stages"], ["cuda-image"], "3.12")
+    assert "pyarrow" not in on_image and "deepspeed" in on_image
+    core_roots, _ = plan(["core"], [], "3.12")
+    assert "pyarrow" not in core_roots and "fastapi" in core_roots
