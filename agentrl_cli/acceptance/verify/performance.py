@@ -67,6 +67,10 @@ def compare(probe: dict, baseline: dict, max_drift: float) -> list[Check]:
     for f in FIGURES:
         now, base = get(probe, f.path), get(baseline, f.path)
         name = f"{f.name} vs baseline"
+        if base is None and now is None:  # never measured here: the servers do not expose it
+            out.append(Check.skipped(name, f"neither the baseline nor this measurement has {f.name}: the inference "
+                                           "servers do not report it (vLLM's report no time spent in batches)"))
+            continue
         if base is None or now is None:
             missing = "the baseline" if base is None else "this measurement"
             out.append(Check.skipped(name, f"{missing} has no {f.name} (an older stage 0 wrote it): rerun `agentrl stage run 0`"))
