@@ -116,8 +116,8 @@ def test_out_of_range_value_names_the_bound(write_yaml):
 
 
 def test_literal_value_lists_the_choices():
-    e = _error(overrides=["inference.engine=vllm"])
-    assert "inference.engine" in e.message and "one of hf, sglang" in e.hint
+    e = _error(overrides=["inference.engine=tgi"])
+    assert "inference.engine" in e.message and "one of hf, sglang, vllm" in e.hint
 
 
 @pytest.mark.parametrize("item", ["no-equals-sign", "=5", "rollout..concurrency=1"])
