@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import importlib.metadata
 import json
 import re
@@ -24,6 +25,8 @@ import sys
 
 from probe_code import IMPORTED, SOURCE, Code, Fields, Route
 from probe_handlers import handler_takes
+
+RULES = {"sglang": "probe_sglang", "vllm": "probe_vllm"}  # each engine's knowledge, one module each
 
 
 def item(kind: str, what: str, problem: str | None, where: str, path: str, note: str = "") -> dict:
@@ -251,12 +254,9 @@ def check_read(code: Code, path: str, read: str, segments: list[str], answer) ->
 # ---- main ----------------------------------------------------------------------------------------
 def run(request: dict) -> dict:
     engine = request["engine"]
-    if engine == "sglang":
-        import probe_sglang as rules_module
-    elif engine == "vllm":
-        import probe_vllm as rules_module
-    else:
-        raise SystemExit(f"probe: unknown engine {engine!r} (sglang, vllm)")
+    if engine not in RULES:
+        raise SystemExit(f"probe: unknown engine {engine!r} ({', '.join(RULES)})")
+    rules_module = importlib.import_module(RULES[engine])
     rules_module.setup()
     rules = rules_module.Rules()
     code = Code(rules.package)
