@@ -6,6 +6,7 @@ what it honours. Does not: starting and watching processes (`inference/launcher.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Callable
 from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.engines.engine import ROUTER, SERVER, Capabilities, PortUse, ServeOptions, ServerLaunch, Setting
 from agentrl_cli.engines.inference.launcher import InferenceUnavailable
-from agentrl_cli.engines.sglang_dialect import SGLangDialect
+from agentrl_cli.engines.sglang_dialect import METRICS, ROUTES, SGLangDialect
 
 ROUTER_POLICY = {"least_loaded": "power_of_two"}  # the router has no least_loaded; power-of-two is its nearest
 TOOL_CALL_PARSER = "qwen25"  # SGLang's parser of Hermes `<tool_call>` blocks: the convention agentrl's chat renderer and embedded server use
@@ -124,6 +125,10 @@ class SGLangEngine(SGLangDialect):
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
                                 pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=True, host_cpu=False,
                                 pipeline_parallel=True, dialects=("sglang",))
+    # SGLang 0.5.23 (engines/conformance VERIFIED) reads a weight version back at /model_info only (it has no
+    # /get_weight_version), and its /server_info has no busy-seconds counter: `agentrl engine verify` says so
+    routes = dataclasses.replace(ROUTES, weight_version=("/model_info",))
+    metrics = dataclasses.replace(METRICS, busy_seconds="")
     lock_packages = ("sglang", "sglang-router")
     import_modules = ("sglang", "sglang_router")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from agentrl_cli.engines.engine import MetricNames, Routes
+from agentrl_cli.engines.engine import MetricNames, Routes, WireCall
 from agentrl_cli.engines.generation import Generation, SamplingParams
 
 ROUTES = Routes(
@@ -138,3 +138,38 @@ class SGLangDialect:
         if isinstance(reported.get("dtype"), str):
             reported["dtype"] = DTYPE_NAMES.get(reported["dtype"], reported["dtype"])
         return reported
+
+    # ---- conformance ---------------------------------------------------------------------------
+    def wire_calls(self, config) -> list[WireCall]:
+        """One of each request the client, the weight sync, server-load measurement and stage 4 send,
+        built by the body methods above, with the answer fields they read (engines/conformance/)."""
+        r = self.routes
+        sampling = SamplingParams(max_new_tokens=8, temperature=1.0, top_p=1.0, top_k=-1, stop=["</s>"],
+                                  stop_token_ids=[2], seed=7, ignore_eos=True)
+        generate = self.generate_body([1, 2, 3], sampling, rid="r1", adapter="policy-lora")
+        calls = [
+            WireCall("generate", "POST", r.generate, generate,
+                     reads=("output_ids", "text", "meta_info.output_token_logprobs", "meta_info.finish_reason",
+                            "meta_info.weight_version", "meta_info.prompt_tokens")),
+            WireCall("disk weight update", "POST", r.update_weights_from_disk, self.disk_update_body("/ckpt/3", "3", True)),
+            WireCall("join the weight-update group", "POST", r.init_weights_update_group,
+                     self.group_init_body("127.0.0.1", 29500, 1, 2, "agentrl", "nccl")),
+            WireCall("distributed weight update", "POST", r.update_weights_from_distributed,
+                     self.distributed_update_body(["w"], ["float32"], [(2, 2)], "3", group_name="agentrl",
+                                                  load_format=None, abort_all_requests=True, flush_cache=True)),
+            WireCall("leave the weight-update group", "POST", r.destroy_weights_update_group, self.group_destroy_body("agentrl")),
+            WireCall("read a weight back", "POST", r.get_weights_by_name, self.weights_by_name_body("w", 4)),
+            WireCall("relabel the weights", "POST", r.update_weight_version, self.version_update_body("3", True)),
+            WireCall("load an adapter", "POST", r.load_lora_adapter, self.adapter_load_body("policy-lora", "/adapters/3")),
+            WireCall("unload an adapter", "POST", r.unload_lora_adapter, self.adapter_unload_body("policy-lora")),
+            *[WireCall(f"pause ({mode})", "POST", r.pause, self.pause_body(mode)) for mode in self.capabilities.pause_modes],
+            WireCall("resume", "POST", r.resume, {}),
+            WireCall("health", "GET", r.health),
+            WireCall("ready", "GET", r.ready),
+            *[WireCall("weight version", "GET", path, reads=("weight_version",)) for path in r.weight_version],
+            WireCall("server info", "GET", r.server_info,
+                     reads=(f"internal_states[].{self.metrics.busy_seconds}",) if self.metrics.busy_seconds else ()),
+            WireCall("metrics", "GET", r.metrics, reads=(self.metrics.queue, self.metrics.running)),
+        ]
+        return calls + [WireCall("OpenAI API", "GET" if path.endswith("/models") else "POST", path) for path in r.openai]
+
