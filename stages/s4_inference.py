@@ -57,6 +57,8 @@ def run(ctx: StageContext) -> StageReport:
         checks.append(available)
         if available.status != CheckStatus.PASS:
             return ctx.report(checks)
+        ctx.progress("engine conforms to its own code")
+        checks += _conformance(cfg)
     resolved, path = ctx.produce("model resolves", lambda: _resolve(ctx))
     checks += resolved
     if path is None:
@@ -96,6 +98,25 @@ def _start(ctx: StageContext, path: Path) -> tuple[Check, tuple[list, list[str]]
     servers, urls = launch(ctx.config, str(path), ctx.run.logs)
     return Check("server starts and is healthy", CheckStatus.PASS, {"seconds": round(time.perf_counter() - t0, 1), "urls": urls},
                  f"healthy within {ctx.config.inference.startup_timeout_s:.0f} s"), (servers, urls)
+
+
+def _conformance(cfg) -> list[Check]:
+    """A production engine installed for inference.python: agentrl's requests against its own code
+    (`agentrl engine verify`), and whether its version ever passed that check. [] for an engine of
+    agentrl's own (nothing of its own to check against)."""
+    from agentrl_cli.engines.conformance.check import probe_kind, verify
+    from agentrl_cli.engines.conformance.record import CONFORMANCE, conformance_check, version_check
+
+    engine = engine_for(cfg)
+    try:
+        probe_kind(engine)
+    except ValueError:
+        return []
+    try:
+        result = verify(engine, cfg)
+    except AgentrlError as exc:
+        return [Check(CONFORMANCE, CheckStatus.FAIL, None, "the probe runs under inference.python", exc.message, exc.hint)]
+    return [conformance_check(result), version_check(result.engine, result.version, result.python, cfg.model.cache_dir)]
 
 
 def _engine_available(cfg) -> Check | None:

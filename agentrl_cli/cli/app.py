@@ -69,6 +69,8 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                "recorded actions and compare every observation; exit 1 with a diff at the first divergence."),
     "bench": ("agentrl_cli.cli.commands.bench", "app", "group",
               "Measure collectives, checkpoint storage and the object store (stage 1's checks, one at a time)."),
+    "engine": ("agentrl_cli.cli.commands.engine", "app", "group",
+               "Check agentrl's requests against an inference engine's own code (`agentrl engine verify`)."),
     "image": ("agentrl_cli.cli.commands.image", "app", "group",
               "Lock exact versions per role, render Dockerfiles, verify this environment, build images."),
     "plan": ("agentrl_cli.cli.commands.plan", "plan_command", "command",

@@ -15,6 +15,7 @@ from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.engines.conformance import VERIFIED
 from agentrl_cli.engines.conformance.check import run_probe, surface
 from agentrl_cli.engines.sglang import SGLangEngine
+from agentrl_cli.engines.vllm import VLLMEngine
 
 pytestmark = pytest.mark.integration
 ROOT = Path(os.environ.get("AGENTRL_ENGINE_VENVS", Path.home() / ".cache/agentrl/engines"))
@@ -27,40 +28,13 @@ def engine_python(name: str) -> str:
     return str(python)
 
 
-VLLM_ARGV = ["-m", "vllm.entrypoints.cli.main", "serve", "/models/m", "--host", "127.0.0.1", "--port", "30000",
-             "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--data-parallel-size", "1", "--dtype", "bfloat16",
-             "--max-model-len", "2048", "--gpu-memory-utilization", "0.8", "--seed", "0", "--max-num-seqs", "64", "--enable-lora",
-             "--max-lora-rank", "8", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-             "--weight-transfer-config", '{"backend":"nccl"}', "--served-model-name", "/models/m"]
-VLLM_GENERATE = {"token_ids": [1, 2, 3], "request_id": "r1", "model": "policy-lora",
-                 "sampling_params": {"max_tokens": 8, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "seed": 7, "stop": ["</s>"],
-                                     "stop_token_ids": [2], "ignore_eos": False, "logprobs": 0, "skip_special_tokens": False}}
-
-
-def call(what, method, route, body=None, query=None, reads=()):
-    return {"what": what, "method": method, "route": route, "body": body, "query": query, "reads": list(reads)}
-
-
-VLLM_CALLS = [
-    call("generate", "POST", "/inference/v1/generate", VLLM_GENERATE,
-         reads=("choices[].token_ids", "choices[].logprobs.content[].logprob", "choices[].finish_reason",
-                "choices[].weight_versions", "prompt_token_ids")),
-    call("join", "POST", "/init_weight_transfer_engine",
-         {"init_info": {"master_address": "127.0.0.1", "master_port": 29500, "rank_offset": 1, "world_size": 2}}),
-    call("start", "POST", "/start_weight_update"),
-    call("update", "POST", "/update_weights", {"update_info": {"names": ["w"], "dtype_names": ["float32"], "shapes": [[2, 2]]}}),
-    call("finish", "POST", "/finish_weight_update", {"weight_version": "3"}),
-    call("leave", "POST", "/shutdown_weight_transfer_engine"),
-    call("disk", "POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/3"}}),
-    call("relabel", "POST", "/update_weight_version", {"new_version": "3"}),
-    call("version", "GET", "/weight_info", reads=("weight_version",)),
-    call("load adapter", "POST", "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": "/x"}),
-    call("unload adapter", "POST", "/v1/unload_lora_adapter", {"lora_name": "a"}),
-    call("pause", "POST", "/pause", query={"mode": "keep"}),
-    call("resume", "POST", "/resume"),
-    call("abort", "POST", "/abort_requests", {"request_ids": ["r1"]}),
-    *[call(p, "GET", p) for p in ("/health", "/v1/models", "/metrics", "/server_info")],
-]
+@pytest.fixture(scope="module")
+def vllm_surface():
+    """What the vLLM engine itself sends, with LoRA and a running-request cap so those flags are checked too."""
+    config = PlatformConfig.model_validate({"inference": {"engine": "vllm", "max_running_requests": 64,
+                                                          "mem_fraction_static": 0.8},
+                                            "training": {"lora": {"rank": 8}}, "model": {"dtype": "bfloat16"}})
+    return surface(VLLMEngine(), config)
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +54,9 @@ def test_agentrl_sglang_surface_passes_against_pinned_sglang(sglang_surface):
     assert {"imported", "source"} >= {i["path"] for i in result.items}
 
 
-def test_vllm_surface_passes_against_pinned_vllm():
-    result = run_probe("vllm", engine_python("vllm"), VLLM_ARGV, VLLM_CALLS)
+def test_vllm_surface_passes_against_pinned_vllm(vllm_surface):
+    assert "--enable-lora" in vllm_surface["argv"] and "--max-num-seqs" in vllm_surface["argv"]
+    result = run_probe("vllm", engine_python("vllm"), vllm_surface["argv"], vllm_surface["calls"])
     assert result.version == VERIFIED["vllm"]
     assert result.passed, problems(result)
     rl_route = next(i for i in result.items if i["kind"] == "route" and "/init_weight_transfer_engine" in i["what"])
@@ -101,13 +76,14 @@ def test_planted_sglang_mistakes_fail_naming_the_thing_and_where(sglang_surface)
     assert any("/update_weights_from_dsk" in p and "closest: /update_weights_from_disk" in p for p in found), found
 
 
-def test_planted_vllm_mistakes_fail_naming_the_thing_and_where():
-    argv = [*VLLM_ARGV, "--tensor-paralel-size", "1"]
-    calls = json.loads(json.dumps(VLLM_CALLS))
-    calls[0]["body"]["sampling_params"]["max_tokenz"] = calls[0]["body"]["sampling_params"].pop("max_tokens")
-    calls[0]["body"]["token_idz"] = calls[0]["body"].pop("token_ids")
-    calls[3]["route"] = "/update_weights_from_dsk"
-    calls[11]["query"] = {"mode": "kep"}
+def test_planted_vllm_mistakes_fail_naming_the_thing_and_where(vllm_surface):
+    argv = [*vllm_surface["argv"], "--tensor-paralel-size", "1"]
+    calls = json.loads(json.dumps(vllm_surface["calls"]))
+    generate = next(c for c in calls if c["route"] == "/inference/v1/generate")
+    generate["body"]["sampling_params"]["max_tokenz"] = generate["body"]["sampling_params"].pop("max_tokens")
+    generate["body"]["token_idz"] = generate["body"].pop("token_ids")
+    next(c for c in calls if c["route"] == "/update_weights")["route"] = "/update_weights_from_dsk"
+    next(c for c in calls if c["route"] == "/pause")["query"] = {"mode": "kep"}
     found = problems(run_probe("vllm", engine_python("vllm"), argv, calls))
     assert any("--tensor-paralel-size" in p and "make_arg_parser" in p for p in found), found
     assert any("token_idz" in p and "GenerateRequest" in p for p in found), found
@@ -122,3 +98,16 @@ def test_sglang_wire_calls_are_built_by_the_dialects_body_methods():
     assert calls["/generate"].body["sampling_params"]["sampling_seed"] == 7
     assert calls["/update_weights_from_disk"].body == engine.disk_update_body("/ckpt/3", "3", True)
     assert all(dataclasses.is_dataclass(c) for c in calls.values())
+
+
+def test_stage_4_checks_an_installed_engine_against_its_own_code(cli, isolated, tmp_path, random_model_dir):
+    """Stage 4 with vLLM installed for inference.python: the conformance and version checks pass before
+    the server start (which needs a GPU this machine lacks)."""
+    python = engine_python("vllm")
+    result, report = cli.json("stage", "run", "4", "--set", "inference.engine=vllm", "--set", f"inference.python={python}",
+                              "--set", "inference.startup_timeout_s=5", "--set", f"model.cache_dir={tmp_path}",
+                              "--set", f"model.path={random_model_dir}")
+    assert result.exit_code == 1  # the server cannot start without a GPU
+    checks = {c["name"]: c for c in report["reports"][0]["checks"]}
+    assert checks["engine conforms to its own code"]["status"] == "pass", checks["engine conforms to its own code"]
+    assert checks["engine version verified"]["status"] == "pass"

@@ -27,8 +27,9 @@ def lock_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Write the lock of exact versions and licences per role (image.roles) from this environment:
-    Python, torch and its CUDA/ROCm build, DeepSpeed, transformers, SGLang for the inference role
-    when inference.engine is sglang, agentrl itself and everything they need. Exit 1 when a role's
+    Python, torch and its CUDA/ROCm build, DeepSpeed, transformers, SGLang or vLLM for the inference
+    role when inference.engine is sglang or vllm, agentrl itself and everything they need; and the
+    engine versions that passed the conformance check (pinned in CI, or `agentrl engine verify` here). Exit 1 when a role's
     package is missing or a licence is outside image.allowed_licences (the lock is written anyway).
 
     Examples:
@@ -40,19 +41,21 @@ def lock_cmd(
     from agentrl_cli.ops.image.lock import build_lock, image_tags, lock_checks, write_lock
 
     cfg = load(config, sets).config
-    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image)
+    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, cfg.model.cache_dir)
     path = write_lock(lock, out_path or Path(cfg.image.lock_file))
     checks = lock_checks(lock, cfg.image.allowed_licences)
     tags = image_tags(lock, cfg.cluster.image_registry)
     if json_out:
         print_json(checks_json(checks, lock_file=str(path), digest=lock["digest"], python=lock["python"],
-                               torch_build=lock["torch_build"], tags=tags,
+                               torch_build=lock["torch_build"], tags=tags, verified_engines=lock["verified_engines"],
                                roles={r: {"packages": len(b["packages"]), "missing": b["missing"]} for r, b in lock["roles"].items()}))
     else:
         t = Table("role", "packages", "tag", title=f"image lock {path} (digest {lock['digest'][:12]})", title_justify="left")
         for role, body in lock["roles"].items():
             t.add_row(role, str(len(body["packages"])), tags[role])
         print_table(out(), t)
+        out().print("engine versions verified (agentrl engine verify): " +
+                    "; ".join(f"{e} {', '.join(v)}" for e, v in lock["verified_engines"].items()))
         render_checks(out(), checks, "lock checks")
     finish(checks)
 

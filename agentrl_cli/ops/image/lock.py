@@ -156,7 +156,9 @@ def role_roots(image_config, inference_engine: str) -> dict[str, list[str]]:
     return roots
 
 
-def build_lock(image_config, inference_engine: str = "hf", base_image: str = "") -> dict:
+def build_lock(image_config, inference_engine: str = "hf", base_image: str = "", cache_dir: str | None = None) -> dict:
+    """The lock of this environment; with `cache_dir` (model.cache_dir) it lists the engine versions
+    that passed the conformance check: pinned ones and those `agentrl engine verify` recorded there."""
     dists = installed()
     overrides = {normalize(k): v for k, v in image_config.licence_overrides.items()}
     roots = role_roots(image_config, inference_engine)
@@ -173,6 +175,10 @@ def build_lock(image_config, inference_engine: str = "hf", base_image: str = "")
     lock = {"schema_version": LOCK_SCHEMA, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(), "platform": f"{sys.platform}-{platform.machine()}",
             "torch_build": torch_build(), "base_image": base_image, "roles": roles}
+    if cache_dir is not None:
+        from agentrl_cli.engines.conformance.record import verified
+
+        lock["verified_engines"] = verified(cache_dir)
     lock["digest"] = lock_digest(lock)
     return lock
 
