@@ -124,3 +124,12 @@ def test_the_trainer_opens_vllms_transfer_with_vllms_own_rendezvous_and_says_wha
     assert "vLLM" in str(info.value) and "training.weight_sync: disk" in str(info.value)
     assert sock.fileno() == -1  # the reserved port was handed back for vLLM's store
     assert not hasattr(EmbeddedVLLMEngine(), "trainer_group")  # the embedded server joins agentrl's own group
+
+
+def test_the_dialect_key_takes_exactly_the_dialects_the_rows_name():
+    from typing import get_args
+
+    from agentrl_cli.config.sections.inference import InferenceConfig
+    from agentrl_cli.core import parts
+
+    assert set(get_args(InferenceConfig.model_fields["dialect"].annotation)) == {"", *parts.DIALECTS}

@@ -14,7 +14,7 @@ from agentrl_cli.core.plugins import PLUGIN_PATH
 class InferenceConfig(Section):
     engine: str = Field("hf", description="hf = embedded server on this host; sglang = SGLang servers; vllm = vLLM servers; or the `module:Class` path of an InferenceEngine of your own (docs/engines.md)",
                         json_schema_extra={"choices": ENGINE_NAMES, "plugin": "module:Class"})
-    dialect: Literal["", *parts.DIALECTS] = Field("", description="The native HTTP protocol the servers speak: '' = the engine's own (SGLang's for hf); the embedded server (hf) speaks sglang or vllm, so the whole loop runs here through the client path of either engine")
+    dialect: Literal["", "sglang", "vllm"] = Field("", description="The native HTTP protocol the servers speak: '' = the engine's own (SGLang's for hf); the embedded server (hf) speaks sglang or vllm, so the whole loop runs here through the client path of either engine")
     host: str = Field("127.0.0.1", description="Address the inference server binds to")
     port: int = Field(30000, ge=1, le=65535, description="Port of the first inference server (replicas take the next ports)")
     replicas: int = Field(1, ge=1, le=1024, description="Number of inference servers; more than one puts the SGLang router in front")
