@@ -42,7 +42,7 @@ def engine_named(name: str, dialect: str = "") -> InferenceEngine:
 
 def engine_for(config) -> InferenceEngine:
     """The engine of a platform config (`config.inference.engine`, speaking `inference.dialect`)."""
-    return engine_named(config.inference.engine, config.inference.dialect)
+    return engine_named(config.inference.engine, getattr(config.inference, "dialect", ""))
 
 
 def engine_ref(engine) -> str:

@@ -70,7 +70,7 @@ class Seating:
 
             # an opponent's server speaks the protocol of the run's engine (the deployment's)
             self.opponents[seat] = InferenceClient(seat, timeout_s=self.ctrl.config.rollout.opponent_timeout_s,
-                                                   engine=self.ctrl.client.engine)
+                                                   engine=getattr(self.ctrl.client, "engine", None))
         return self.opponents[seat]
 
     def make_seats(self, name: str) -> dict[str, Seat]:
