@@ -143,7 +143,7 @@ def test_each_sandbox_replica_has_a_stable_address_that_the_client_config_uses(c
     ns, replicas = sts["metadata"]["namespace"], sts["spec"]["replicas"]
     assert replicas >= 2  # the plan's environment hosts for this config: the case that needs routing
     (headless,) = [d for d in by(docs, "Service", sts["spec"]["serviceName"]) if d["metadata"]["namespace"] == ns]
-    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
     assert headless["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"] == sts["spec"]["template"]["metadata"]["labels"]
     (container,) = sts["spec"]["template"]["spec"]["containers"]
     port = container["ports"][0]["containerPort"]

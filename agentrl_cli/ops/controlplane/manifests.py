@@ -356,10 +356,13 @@ def _service(cfg: PlatformConfig, role: str) -> dict:
 
 
 def _headless_service(cfg: PlatformConfig, role: str, name: str) -> dict:
-    """A Service without a cluster IP: DNS names each ready pod of a StatefulSet that names it (<pod>.<name>)."""
+    """A Service without a cluster IP: DNS names each pod of a StatefulSet that names it (<pod>.<name>),
+    ready or not: a replica that fails a readiness probe for a moment gets no new sandboxes (the
+    ClusterIP Service skips it) but still holds and serves the ones it has."""
     svc = _service(cfg, role)
     svc["metadata"]["name"] = name
-    svc["spec"] = {"clusterIP": "None", **{k: v for k, v in svc["spec"].items() if k != "type"}}
+    svc["spec"] = {"clusterIP": "None", "publishNotReadyAddresses": True,
+                   **{k: v for k, v in svc["spec"].items() if k != "type"}}
     return svc
 
 
