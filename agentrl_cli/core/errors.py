@@ -35,3 +35,13 @@ class UsageError(AgentrlError):
 
 class NotFoundError(AgentrlError):
     """A named thing (run, report, harness) does not exist."""
+
+
+class EnvironmentLost(AgentrlError):
+    """The environment an episode runs in is gone (its sandbox's service replica died or restarted):
+    the episode ends `infra_error` with `flag` (masked: the infrastructure failed, not the agent),
+    never as an error observation the agent is scored on. Raised by the environment's client, caught
+    by the episode loop (`runtime/rollout/episode_loop.py`)."""
+
+    exit_code = 1
+    flag = "environment_lost"

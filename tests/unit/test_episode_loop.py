@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 from transformers import AutoTokenizer
@@ -16,6 +18,9 @@ from transformers import AutoTokenizer
 from agentrl_cli.core.episode import Observation, TaskSpec, ToolCall
 from agentrl_cli.engines.inference.client import Generation
 from agentrl_cli.model.chat import chat_format
+from agentrl_cli.envs.sandbox.remote import SandboxLost
+from agentrl_cli.runtime.rollout.episode_scaffold import score
+from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
 from agentrl_cli.runtime.rollout.multi_episode import Seat, run_multi_episode
 from agentrl_cli.runtime.rollout.run_episode import run_episode
 
@@ -178,3 +183,42 @@ def test_a_step_past_the_deadline_ends_a_multi_agent_episode_timeout_and_its_rol
     last = played.trajectory.observations[-1]
     assert last.status == "timeout" and last.done and "step took longer than 0.3 s" in last.text
     assert played.role_rewards["solo"].score == 1.0 and played.step_roles == ["solo", "solo"]
+
+
+class LostSandbox(FlakyCreation):
+    """Created at once; by its second step its sandbox's service replica is gone."""
+
+    failures = 0
+
+    def step(self, action):
+        if self.actions:
+            raise SandboxLost("sandbox r1.7-1-ab on replica r1 at http://r1:8700 could not be reached (ConnectError)",
+                              "check the sandbox service's replicas")
+        return super().step(action)
+
+
+class LostAtCreation(FlakyCreation):
+    """Its sandbox is gone before the task's files are written (the replica restarted meanwhile)."""
+
+    def reset(self, task):
+        raise SandboxLost("sandbox r0.7-1-ab on replica r0 at http://r0:8700 answered 404: no sandbox", "a new one next time")
+
+
+def test_a_lost_sandbox_ends_the_episode_masked_as_sandbox_lost_at_once_and_not_as_a_harness_bug():
+    played = _scripted(LostSandbox(), step_timeout_s=10)
+    assert played.termination == "infra_error" and played.infra_flag == "sandbox_lost" and played.harness_error is None
+    assert len(played.trajectory.observations) == 3  # the first, one answered step, the step that found it lost: no loop
+    last = played.trajectory.observations[-1]
+    assert last.done and last.status == "error" and "could not be reached" in last.text and "harness error" not in last.text
+    errors = HarnessErrors(limit=1)  # one harness failure would stop the run: a lost sandbox is none
+    errors.record("recording_solo", played, Counter())
+    assert errors.failed is None and not errors.consecutive["recording_solo"]
+    scored = asyncio.run(score(SimpleNamespace(timers=Counter()), played.role_result("solo"), "t-1", "verifiers", None))
+    assert scored.status == "infra_error" and scored.flags == ["infra_error", "sandbox_lost"]  # masked, saying why
+
+
+def test_a_sandbox_lost_at_creation_is_retried_then_masked_as_sandbox_lost():
+    played = _scripted(LostAtCreation(), step_timeout_s=10, create_retries=1, create_backoff_s=0.01)
+    assert played.termination == "infra_error" and played.infra_flag == "sandbox_lost" and played.harness_error is None
+    assert played.counters["env_create_retries"] == 1
+    assert "environment creation failed 2 times: reset(): sandbox r0.7-1-ab on replica r0" in played.error

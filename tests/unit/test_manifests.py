@@ -39,7 +39,7 @@ def by(docs, kind, name=None):
 
 def pod_specs(docs):
     for d in docs:
-        if d["kind"] in ("Deployment", "Job"):
+        if d["kind"] in ("Deployment", "StatefulSet", "Job"):
             yield d["spec"]["template"]["spec"]
         elif d["kind"] == "JobSet":
             yield from (rj["template"]["spec"]["template"]["spec"] for rj in d["spec"]["replicatedJobs"])
@@ -95,7 +95,7 @@ def test_secrets_are_files_from_secrets_never_a_config_map_value_or_argv(cfg, tm
     trainer = by(docs, "Job")[0]["spec"]["template"]["spec"]["containers"][0]
     assert {e["name"] for e in trainer["env"]} == {"AGENTRL_INFERENCE__API_KEY_FILE", "AGENTRL_SANDBOX__API_KEY_FILE",
                                                    "AWS_SHARED_CREDENTIALS_FILE"}
-    sandbox = by(docs, "Deployment", "agentrl-sandbox")[0]["spec"]["template"]["spec"]["containers"][0]
+    sandbox = by(docs, "StatefulSet", "agentrl-sandbox")[0]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "AGENTRL_SANDBOX__API_KEY_FILE",  # it refuses to start on 0.0.0.0 without one
             "value": "/var/run/secrets/agentrl/agentrl-sandbox-api-key/api_key"} in sandbox["env"]
     config = yaml.safe_load(by(docs, "ConfigMap")[0]["data"]["agentrl.yaml"])
@@ -111,8 +111,9 @@ def test_secrets_are_files_from_secrets_never_a_config_map_value_or_argv(cfg, tm
 
 def test_every_server_has_a_service_probes_on_health_and_binds_all_interfaces_in_pods(cfg):
     docs = render_all(cfg)
-    services = {d["metadata"]["name"]: d for d in by(docs, "Service")}
+    services = {d["metadata"]["name"]: d for d in by(docs, "Service") if d["spec"].get("clusterIP") != "None"}
     assert set(services) == {f"agentrl-{r}" for r in ("controlplane", "inference", "gateway", "reward", "sandbox")}
+    assert [d["metadata"]["name"] for d in by(docs, "Service") if d not in services.values()] == ["agentrl-sandbox-headless"]
     containers = {c["name"]: c for p in pod_specs(docs) for c in p["containers"]}
     for name, svc in services.items():
         role = name.removeprefix("agentrl-")
@@ -129,6 +130,54 @@ def test_every_server_has_a_service_probes_on_health_and_binds_all_interfaces_in
     assert config["inference"]["urls"] == ["http://agentrl-train-inference-0-0.agentrl-train.rl.svc:30000"]
     assert config["sandbox"]["service_url"] == "http://agentrl-sandbox.rl-sandbox.svc:8700"
     assert PlatformConfig().sandbox.host == PlatformConfig().reward.host == PlatformConfig().gateway.host == "127.0.0.1"
+
+
+def test_each_sandbox_replica_has_a_stable_address_that_the_client_config_uses(cfg, tmp_path):
+    """The sandbox replicas keep their sandboxes in memory: a StatefulSet whose headless Service gives
+    pod i the DNS name <statefulset>-<i>.<serviceName>.<namespace>.svc, each pod names itself
+    (sandbox.replica = its pod name) in its sandboxes' ids, and the ConfigMap's sandbox.replica_url
+    turns that name into exactly that address, on the port the pods serve."""
+    docs = render_all(cfg)
+    assert not by(docs, "Deployment", "agentrl-sandbox")
+    (sts,) = by(docs, "StatefulSet", "agentrl-sandbox")
+    ns, replicas = sts["metadata"]["namespace"], sts["spec"]["replicas"]
+    assert replicas >= 2  # the plan's environment hosts for this config: the case that needs routing
+    (headless,) = [d for d in by(docs, "Service", sts["spec"]["serviceName"]) if d["metadata"]["namespace"] == ns]
+    assert headless["spec"]["clusterIP"] == "None" and headless["spec"]["publishNotReadyAddresses"] is True
+    assert headless["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"] == sts["spec"]["template"]["metadata"]["labels"]
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    port = container["ports"][0]["containerPort"]
+    assert headless["spec"]["ports"][0]["port"] == port
+    cmd = container["command"]
+    assert cmd[cmd.index("--set", cmd.index("--port")) + 1] == "sandbox.replica=$(POD_NAME)"
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in container["env"]
+    for config_map in by(docs, "ConfigMap"):  # the clients' (trainer, reward) and the sandbox pods' own
+        path = tmp_path / f"{config_map['metadata']['namespace']}.yaml"
+        path.write_text(config_map["data"]["agentrl.yaml"])
+        client = load_config(path, env={}).config.sandbox
+        assert client.service_url == f"http://agentrl-sandbox.{ns}.svc:{port}"  # creation: any replica
+        for i in range(replicas):
+            pod = f"{sts['metadata']['name']}-{i}"
+            assert client.replica_url.replace("{replica}", pod) == f"http://{pod}.{headless['metadata']['name']}.{ns}.svc:{port}"
+            # what the pod's `--set sandbox.replica=$(POD_NAME)` gives its service once the kubelet expands it
+            assert load_config(path, [cmd[-1].replace("$(POD_NAME)", pod)], env={}).config.sandbox.replica == pod
+    assert validate_documents(docs) == []
+
+
+def test_servers_that_keep_state_per_client_run_one_replica_or_route_to_each():
+    """The sandbox service (sandboxes) and the gateway (agent sessions) hold each client's state in
+    memory: several replicas only as a StatefulSet the clients address replica by replica."""
+    cfg = PlatformConfig.model_validate({"cluster": {"namespace": "rl"}})
+    docs = render_all(cfg)
+    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] in ("Deployment", "StatefulSet")}
+    for role in ("sandbox", "gateway"):
+        w = workloads[f"agentrl-{role}"]
+        assert w["spec"]["replicas"] == 1 or (w["kind"] == "StatefulSet" and by(docs, "Service", w["spec"]["serviceName"])), role
+    config = yaml.safe_load(by(docs, "ConfigMap")[0]["data"]["agentrl.yaml"])
+    assert "{replica}" in config["sandbox"]["replica_url"]
+    # a sandbox service of one's own (sandbox.service_url given) is left as configured
+    own = PlatformConfig.model_validate({"sandbox": {"service_url": "http://sandboxes.example:8700"}})
+    assert yaml.safe_load(by(render_all(own), "ConfigMap")[0]["data"]["agentrl.yaml"])["sandbox"]["replica_url"] == ""
 
 
 def test_pods_meet_the_restricted_standard_except_the_documented_sandbox(cfg):
@@ -179,6 +228,8 @@ def test_network_policies_deny_by_default_and_allow_the_roles_edges(cfg):
     (lambda d: by(d, "WorkloadPriorityClass")[0].__setitem__("value", "high"), "is not of type 'integer'"),
     (lambda d: by(d, "LocalQueue")[0]["spec"].__setitem__("clusterQueue", "nosuch"), "is not a rendered ClusterQueue"),
     (lambda d: by(d, "Role")[0]["rules"][0].pop("verbs"), "'verbs' is a required property"),
+    (lambda d: by(d, "StatefulSet")[0]["spec"].__setitem__("serviceName", "nosuch"), "is not a rendered Service"),
+    (lambda d: by(d, "StatefulSet")[0]["spec"].__setitem__("serviceNames", "x"), "'serviceNames' was unexpected"),
 ])
 def test_a_broken_manifest_fails_naming_the_field(cfg, break_it, words):
     docs = copy.deepcopy(render_all(cfg))

@@ -120,7 +120,7 @@ def test_rendered_manifests_pass_checkov_validate_and_name_only_built_images(tmp
         out.mkdir(parents=True)
         for n, doc in enumerate(docs + pod_templates_as_jobs(docs)):
             (out / f"{n:02d}-{doc['kind'].lower()}-{doc['metadata']['name']}.yaml").write_text(yaml.safe_dump(doc))
-            if doc["kind"] in ("Deployment", "Job"):
+            if doc["kind"] in ("Deployment", "StatefulSet", "Job"):
                 written[f"{doc['kind']}.{doc['metadata']['namespace']}.{doc['metadata']['name']}"] = name
     broken = broken_copy(docs)
     (tmp_path / "manifests" / "broken.yaml").write_text(yaml.safe_dump(broken))

@@ -91,7 +91,7 @@ def test_trainer_and_inference_share_the_claim_where_the_weights_are_written(run
 
 def test_other_roles_keep_their_emptydirs_and_no_claim():
     docs = render_all(config())
-    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "Job")]
+    pods = [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job")]
     assert {p["serviceAccountName"] for p in pods} == {f"agentrl-{r}" for r in ("controlplane", "reward", "gateway", "sandbox", "trainer")}
     for pod in pods:
         assert not [v for v in pod["volumes"] if "persistentVolumeClaim" in v], pod["serviceAccountName"]

@@ -135,7 +135,8 @@ def render(
 
     kubernetes: Namespaces (restricted Pod Security; the sandbox's own), ServiceAccounts and RBAC per role,
     Kueue ResourceFlavor/ClusterQueue/LocalQueue per pool, WorkloadPriorityClass per priority,
-    NetworkPolicies, a Service per server, the control-plane, reward, gateway and sandbox Deployments,
+    NetworkPolicies, a Service per server, the control-plane, reward and gateway Deployments, the sandbox
+    StatefulSet with a headless Service naming each replica,
     a Job per pool and a training JobSet, running the images `agentrl image build` tags from
     image.lock_file (else this environment's lock) - each checked against its schema (exit 1 if one fails). slurm: the slurm.conf lines
     (partitions, tiers, preemption, quota licenses), then as `#` comments the ports each node role must open

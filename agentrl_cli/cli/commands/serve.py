@@ -61,6 +61,9 @@ def sandbox(
     * `agentrl secrets rotate /etc/agentrl/sandbox.key && AGENTRL_SANDBOX__API_KEY_FILE=/etc/agentrl/sandbox.key agentrl serve sandbox --host 0.0.0.0`
 
     * `agentrl serve sandbox --insecure-loopback --set sandbox.pool_size=32`
+
+    * `agentrl serve sandbox --insecure-loopback --host 127.0.0.2 --set sandbox.replica=127.0.0.2` (one of
+      several replicas behind a load balancer; its clients set sandbox.replica_url to http://{replica}:8700)
     """
     import uvicorn
 
@@ -80,9 +83,10 @@ def sandbox(
     pool = SandboxPool(SandboxSettings.from_config(c), size=c.pool_size, max_concurrency=c.max_concurrency,
                        lease_timeout_s=c.lease_timeout_s)
     err().print(f"sandbox service on http://{host}:{port} (backend {c.backend}, pool {c.pool_size}, max {c.max_concurrency}, "
+                f"{'replica ' + c.replica + ', ' if c.replica else ''}"
                 f"{'keys ' + ', '.join(keys.ids()) if keys else 'no key: loopback only'})", markup=False)
     try:
-        uvicorn.run(create_app(pool, keys=keys, audit=AuditLog.from_config(cfg, "sandbox")), host=host, port=port,
+        uvicorn.run(create_app(pool, keys=keys, audit=AuditLog.from_config(cfg, "sandbox"), replica=c.replica), host=host, port=port,
                     log_level=cfg.observe.log_level)
     finally:
         pool.close()

@@ -43,12 +43,14 @@ class DirectProvider:
 
 
 def provider_from_config(sandbox_config) -> SandboxProvider:
-    """The remote sandbox service when sandbox.service_url is set, else local sandboxes."""
+    """The remote sandbox service when sandbox.service_url is set (its replicas by sandbox.replica_url),
+    else local sandboxes."""
     if sandbox_config.service_url:
         from agentrl_cli.envs.sandbox.remote import RemoteProvider
         from agentrl_cli.core.security.keys import client_key
 
-        return RemoteProvider(sandbox_config.service_url, api_key=client_key(sandbox_config.api_key))
+        return RemoteProvider(sandbox_config.service_url, api_key=client_key(sandbox_config.api_key),
+                              replica_url=sandbox_config.replica_url)
     return DirectProvider(SandboxSettings.from_config(sandbox_config))
 
 

@@ -2,9 +2,9 @@
 in their own pods: create, exec, files, reset (destroy and start anew), close, health, metrics.
 
 Endpoints (JSON unless noted):
-    GET  /health                         {"status": "ok", "backend", "isolated"}
+    GET  /health                         {"status": "ok", "backend", "isolated", "replica"}
     GET  /metrics                        Prometheus text: pool counters and gauges
-    POST /sandboxes                      -> {"id", "isolated", "workdir"}
+    POST /sandboxes                      -> {"id", "isolated", "workdir", "replica"}
     POST /sandboxes/{id}/exec            {"command": str | [str], "timeout", "stdin", "env", "cpu_time_s"} -> ExecResult
     PUT  /sandboxes/{id}/files?path=P    body: raw bytes -> 204
     GET  /sandboxes/{id}/files?path=P    -> raw bytes (link-safe; 400 when the path leaves the sandbox)
@@ -12,6 +12,12 @@ Endpoints (JSON unless noted):
                                             processes, open_files; null without cgroups)
     POST /sandboxes/{id}/reset           -> a new sandbox {"id", ...}; the old one is destroyed
     DELETE /sandboxes/{id}               -> 204
+
+Replicas: a service started with a `replica` name (sandbox.replica; the rendered StatefulSet gives each
+pod its own name) is one of several behind a load balancer. Its sandboxes' ids are `<replica>.<id>`
+and its answers carry `replica`, so a client sends every call after the creation to that replica
+(`remote.py`, sandbox.replica_url). A call for a sandbox this replica does not hold answers 404 (or
+421 when its id names another replica: misrouted), which the client ends as `SandboxLost`.
 
 Every endpoint but /health and /metrics takes one of `keys` (sandbox.api_key) as a bearer token (401
 otherwise); each request that changes something (create, exec, file write, reset, close) and each
@@ -75,8 +81,15 @@ def check_exposure(host: str, keys: KeyRing | None, insecure_loopback: bool) -> 
                          "rotate`), or pass --insecure-loopback to serve this host's own processes without one")
 
 
-def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: AuditLog | None = None) -> FastAPI:
-    """`keys`: the bearer keys required (None: none); `audit`: where executions, writes and refusals are recorded."""
+def owner(sid: str) -> str:
+    """The replica a sandbox id names (`<replica>.<id>`), '' for an id of a service without a replica name."""
+    return sid.rpartition(".")[0]
+
+
+def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: AuditLog | None = None,
+               replica: str = "") -> FastAPI:
+    """`keys`: the bearer keys required (None: none); `audit`: where executions, writes and refusals are
+    recorded; `replica`: this replica's name (sandbox.replica; '' = the only one)."""
     app = FastAPI(title="agentrl sandbox service")
     app.add_middleware(BearerAuth, keys=KeyRing.coerce(keys), service="sandbox", audit=audit)
     live: dict[str, Sandbox] = {}
@@ -88,20 +101,25 @@ def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: A
         with lock:
             sb = live.get(sid)
         if sb is None:
-            raise HTTPException(404, f"no sandbox {sid!r}; create one with POST /sandboxes")
+            if replica and owner(sid) != replica:
+                raise HTTPException(421, f"sandbox {sid!r} is replica {owner(sid) or '(none)'}'s, this is replica {replica!r}: "
+                                         "send a sandbox's calls to the replica that created it (sandbox.replica_url)")
+            raise HTTPException(404, f"no sandbox {sid!r}{f' on replica {replica!r}' if replica else ''} (closed, "
+                                     "or this service restarted since); create one with POST /sandboxes")
         return sb
 
-    def describe(sb: Sandbox) -> dict:
-        return {"id": sb.id, "isolated": sb.isolated, "workdir": "/work" if sb.isolated else str(sb.workdir)}
+    def describe(sid: str, sb: Sandbox) -> dict:
+        return {"id": sid, "isolated": sb.isolated, "workdir": "/work" if sb.isolated else str(sb.workdir), "replica": replica}
 
     def create() -> dict:
         try:
             sb = pool.acquire(timeout=60)
         except PoolExhausted as exc:
             raise HTTPException(503, f"{exc.message}; {exc.hint}") from None
+        sid = f"{replica}.{sb.id}" if replica else sb.id
         with lock:
-            live[sb.id] = sb
-        return describe(sb)
+            live[sid] = sb
+        return describe(sid, sb)
 
     def release(sid: str) -> None:
         with lock:
@@ -111,7 +129,7 @@ def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: A
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "backend": pool.settings.backend, "isolated": pool.settings.backend == "bwrap"}
+        return {"status": "ok", "backend": pool.settings.backend, "isolated": pool.settings.backend == "bwrap", "replica": replica}
 
     @app.get("/metrics")
     def metrics() -> Response:

@@ -18,6 +18,9 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 CONFIG_MAP, CONFIG_PATH = "agentrl-config", "/etc/agentrl/agentrl.yaml"
 SECRETS_DIR = "/var/run/secrets/agentrl"
 JOBSET = "agentrl-train"
+# the sandbox service's replicas keep their sandboxes in memory: a StatefulSet whose pods this headless
+# Service names one by one (<pod>.agentrl-sandbox-headless), so a sandbox's calls reach its replica
+SANDBOX_HEADLESS = "agentrl-sandbox-headless"
 GI = 2**30
 # (cpu cores, memory bytes) of the servers without a plan line: the reward service scores through the
 # sandbox service, the gateway holds a tokenizer and the sessions, the control plane a lease loop
@@ -48,6 +51,11 @@ def port_of(cfg: PlatformConfig, role: str) -> int:
 
 def service_url(cfg: PlatformConfig, role: str) -> str:
     return f"http://agentrl-{role}.{namespace_of(cfg, role)}.svc:{port_of(cfg, role)}"
+
+
+def sandbox_replica_url(cfg: PlatformConfig) -> str:
+    """sandbox.replica_url of the rendered StatefulSet: each replica (pod) by its name under the headless Service."""
+    return f"http://{{replica}}.{SANDBOX_HEADLESS}.{sandbox_namespace(cfg)}.svc:{port_of(cfg, 'sandbox')}"
 
 
 def inference_urls(cfg: PlatformConfig) -> list[str]:

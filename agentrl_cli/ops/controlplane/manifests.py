@@ -13,17 +13,19 @@ What is rendered, and how the config lands in it:
 - per priority: a WorkloadPriorityClass `agentrl-<name>` with its value.
 - workloads, each from the image `agentrl image build` tags for its role (`ops/image/names.py`): the
   control plane (a Deployment, two replicas on PostgreSQL, one on SQLite, which cannot be shared), the
-  reward service, the gateway and the sandbox service (Deployments), a no-op Job per pool (the
+  reward service and the gateway (Deployments), the sandbox service (a StatefulSet, see "The sandbox
+  replicas"), a no-op Job per pool (the
   template `agentrl job submit` fills in) and a JobSet for a training run (trainer x `cluster.nodes`
   with `cluster.gpus_per_node`, inference x `inference.replicas`). Every server gets a Service, binds
   0.0.0.0 by an explicit `--host` (the config's `*.host` stays loopback for one box), and is probed
   on its GET /health. The ConfigMap holds the config with the in-cluster addresses filled in where
   the config names none (inference.urls: each inference pod's JobSet hostname, so weight sync reaches
-  every server; reward and sandbox service_url: their Services) and no secret at all.
+  every server; reward and sandbox service_url: their Services; sandbox.replica_url: each sandbox
+  replica by its pod name) and no secret at all.
 - resources (requests = limits): trainer: `agentrl plan`'s training memory per rank x ranks per node
   + 1 GiB, a core per rank (x training.cpu_threads when set); inference: the plan's memory per server
   + 1 GiB, inference.cpu_threads cores (at least one); sandbox: the plan's environment cores and memory
-  split over its environment hosts (the Deployment's replicas); reward, gateway and control plane the
+  split over its environment hosts (the StatefulSet's replicas); reward, gateway and control plane the
   fixed `SERVICE_RESOURCES`; a submitted Job its `--cpus` and `JOB_MEMORY_PER_CPU` per core.
 - NetworkPolicies (`networkpolicies.py`): default deny, then the east-west allowlist the roles need.
 - the PersistentVolumeClaim `cluster.runs_volume_claim` for the runs directory (see "The runs directory").
@@ -49,6 +51,13 @@ therefore run in their own namespace labelled privileged, in a user namespace of
 (hostUsers: false, Kubernetes >= 1.33 with a runtime that supports it), with procMount Unmasked and
 seccomp/AppArmor Unconfined, and otherwise the restricted settings (non-root, no escalation, no
 capabilities, read-only root); every command inside still runs under agentrl's own seccomp filter.
+The sandbox replicas: each keeps its sandboxes in memory, so a sandbox's calls must reach the replica
+that created it. They run as a StatefulSet with the headless Service `agentrl-sandbox-headless`, which
+gives each pod a stable name (<pod>.agentrl-sandbox-headless.<namespace>-sandbox.svc); each pod serves
+with sandbox.replica = its pod name (downward API), which it puts in its sandboxes' ids and answers,
+and the clients' sandbox.replica_url names a replica that way. Creation goes to the Service
+`agentrl-sandbox` (any replica); a replica that died or restarted loses its sandboxes, whose episodes
+end `infra_error` (masked, `sandbox_lost`).
 ClusterQueues, ResourceFlavors and WorkloadPriorityClasses are cluster-scoped, for an administrator to apply.
 """
 
@@ -64,8 +73,8 @@ from agentrl_cli.ops.controlplane.executor import JobSpec
 from agentrl_cli.ops.controlplane.k8s_names import (  # noqa: F401 - callers also read these from here
     KUEUE, ROLES, SERVERS, PORTS, HEALTH_PATH, QUEUE_LABEL, PRIORITY_LABEL, COMPONENT, PART_OF,
     GPU_PRODUCT_LABEL, CONFIG_MAP, CONFIG_PATH, SECRETS_DIR, JOBSET, GI, SERVICE_RESOURCES, RUNTIME_MEMORY,
-    JOB_MEMORY_PER_CPU, sa_name, queue_name, sandbox_namespace, namespace_of, port_of, service_url,
-    inference_urls, _meta)
+    JOB_MEMORY_PER_CPU, SANDBOX_HEADLESS, sa_name, queue_name, sandbox_namespace, namespace_of, port_of, service_url,
+    sandbox_replica_url, inference_urls, _meta)
 from agentrl_cli.ops.image.names import HOME, RUN_GID, RUN_UID, WORKDIR, config_images
 from agentrl_cli.ops.netplan import in_pod
 
@@ -92,8 +101,10 @@ def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: 
     docs += _runs_claim(cfg, plan)
     docs += network_policies(cfg)
     docs += [_service(cfg, role) for role in SERVERS]
+    docs.append(_headless_service(cfg, "sandbox", SANDBOX_HEADLESS))
     docs.append(_controlplane_deployment(cfg, images))
-    docs += [_server_deployment(cfg, images, role, plan) for role in ("reward", "gateway", "sandbox")]
+    docs += [_server_deployment(cfg, images, role) for role in ("reward", "gateway")]
+    docs.append(_sandbox_statefulset(cfg, images, plan))
     for pool in cfg.controlplane.pools:
         spec = JobSpec(job_id=f"noop-{pool.name}", pool=pool.name, priority=cfg.controlplane.priorities[0].name,
                        priority_value=cfg.controlplane.priorities[0].value, command=["sh", "-c", "echo agentrl no-op job"])
@@ -211,6 +222,8 @@ def cluster_config(cfg: PlatformConfig) -> dict:
     for section in ("reward", "sandbox"):
         if not data[section]["service_url"]:
             data[section]["service_url"] = service_url(cfg, section)
+            if section == "sandbox" and not data[section]["replica_url"]:  # the rendered StatefulSet's replicas
+                data[section]["replica_url"] = sandbox_replica_url(cfg)
     return data
 
 
@@ -342,6 +355,17 @@ def _service(cfg: PlatformConfig, role: str) -> dict:
                      "ports": [{"name": "http", "port": port_of(cfg, role), "targetPort": "http", "protocol": "TCP"}]}}
 
 
+def _headless_service(cfg: PlatformConfig, role: str, name: str) -> dict:
+    """A Service without a cluster IP: DNS names each pod of a StatefulSet that names it (<pod>.<name>),
+    ready or not: a replica that fails a readiness probe for a moment gets no new sandboxes (the
+    ClusterIP Service skips it) but still holds and serves the ones it has."""
+    svc = _service(cfg, role)
+    svc["metadata"]["name"] = name
+    svc["spec"] = {"clusterIP": "None", "publishNotReadyAddresses": True,
+                   **{k: v for k, v in svc["spec"].items() if k != "type"}}
+    return svc
+
+
 def _deployment(cfg: PlatformConfig, role: str, replicas: int, pod: dict) -> dict:
     labels = _template_labels(role)
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(f"agentrl-{role}", namespace_of(cfg, role)),
@@ -358,17 +382,30 @@ def _controlplane_deployment(cfg: PlatformConfig, images: dict[str, str]) -> dic
     return _deployment(cfg, "controlplane", replicas, _pod_spec(cfg, "controlplane", container))
 
 
-def _server_deployment(cfg: PlatformConfig, images: dict[str, str], role: str, plan: dict[str, float]) -> dict:
-    replicas = 1
-    if role == "sandbox":
-        replicas = max(1, int(plan["environments hosts"]))
-        cpus = max(1, math.ceil(plan["environments CPU cores"] / replicas))
-        memory = plan["environments memory"] * 1e9 / replicas + RUNTIME_MEMORY
-    else:
-        cpus, memory = SERVICE_RESOURCES[role]
-    command = ["agentrl", "serve", role, "--config", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(port_of(cfg, role))]
-    container = _container(cfg, images, role, command, cpus, memory)
-    return _deployment(cfg, role, replicas, _pod_spec(cfg, role, container))
+def _server_command(cfg: PlatformConfig, role: str) -> list[str]:
+    return ["agentrl", "serve", role, "--config", CONFIG_PATH, "--host", "0.0.0.0", "--port", str(port_of(cfg, role))]
+
+
+def _server_deployment(cfg: PlatformConfig, images: dict[str, str], role: str) -> dict:
+    cpus, memory = SERVICE_RESOURCES[role]
+    container = _container(cfg, images, role, _server_command(cfg, role), cpus, memory)
+    return _deployment(cfg, role, 1, _pod_spec(cfg, role, container))
+
+
+def _sandbox_statefulset(cfg: PlatformConfig, images: dict[str, str], plan: dict[str, float]) -> dict:
+    """The sandbox service's replicas (the plan's environment hosts): pods agentrl-sandbox-<i> named
+    under SANDBOX_HEADLESS, each serving with sandbox.replica = its pod name."""
+    replicas = max(1, int(plan["environments hosts"]))
+    cpus = max(1, math.ceil(plan["environments CPU cores"] / replicas))
+    memory = plan["environments memory"] * 1e9 / replicas + RUNTIME_MEMORY
+    command = [*_server_command(cfg, "sandbox"), "--set", "sandbox.replica=$(POD_NAME)"]  # the kubelet expands $(POD_NAME)
+    container = _container(cfg, images, "sandbox", command, cpus, memory)
+    container["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, *container.get("env", [])]
+    labels = _template_labels("sandbox")
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta("agentrl-sandbox", namespace_of(cfg, "sandbox")),
+            "spec": {"serviceName": SANDBOX_HEADLESS, "replicas": replicas, "podManagementPolicy": "Parallel",
+                     "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": _pod_spec(cfg, "sandbox", container)}}}
 
 
 def _training_jobset(cfg: PlatformConfig, images: dict[str, str], plan: dict[str, float]) -> dict:

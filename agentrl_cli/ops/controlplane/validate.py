@@ -1,7 +1,9 @@
 """Offline validation of Kubernetes, Kueue and JobSet manifests against the schemas shipped in
 `controlplane/schemas/` (strict: unknown fields fail), plus the cross-object references a schema
 cannot see: a LocalQueue names a rendered ClusterQueue, a ClusterQueue's flavors are rendered
-ResourceFlavors, a Job's or JobSet's queue and priority-class labels name rendered objects.
+ResourceFlavors, a Job's or JobSet's queue and priority-class labels name rendered objects, a
+StatefulSet's serviceName names a rendered Service of its namespace (the headless one that gives its
+pods their names).
 Errors are strings `Kind/name: path: message`; an empty list means valid.
 """
 
@@ -20,6 +22,7 @@ SCHEMAS = Path(__file__).parent / "schemas"
 BY_KIND = {
     ("batch/v1", "Job"): "k8s/job-batch-v1.json",
     ("apps/v1", "Deployment"): "k8s/deployment-apps-v1.json",
+    ("apps/v1", "StatefulSet"): "k8s/statefulset-apps-v1.json",
     ("v1", "Namespace"): "k8s/namespace-v1.json",
     ("v1", "Service"): "k8s/service-v1.json",
     ("networking.k8s.io/v1", "NetworkPolicy"): "k8s/networkpolicy-networking-v1.json",
@@ -70,6 +73,8 @@ def _references(docs: list[dict]) -> list[str]:
         return {d.get("metadata", {}).get("name") for d in docs if d.get("kind") == kind}
 
     cqs, flavors, lqs, wpcs = names("ClusterQueue"), names("ResourceFlavor"), names("LocalQueue"), names("WorkloadPriorityClass")
+    services = {((d.get("metadata") or {}).get("namespace"), (d.get("metadata") or {}).get("name")) for d in docs
+                if d.get("kind") == "Service"}
     errors = []
     for d in docs:
         kind, spec, labels = d.get("kind"), d.get("spec") or {}, (d.get("metadata") or {}).get("labels") or {}
@@ -80,6 +85,8 @@ def _references(docs: list[dict]) -> list[str]:
                 for flavor in group.get("flavors") or []:
                     if flavor.get("name") not in flavors:
                         errors.append(f"{_label(d)}: flavor {flavor.get('name')!r} is not a rendered ResourceFlavor")
+        if kind == "StatefulSet" and ((d.get("metadata") or {}).get("namespace"), spec.get("serviceName")) not in services:
+            errors.append(f"{_label(d)}: spec/serviceName: {spec.get('serviceName')!r} is not a rendered Service of its namespace")
         if kind in ("Job", "JobSet"):
             if QUEUE_LABEL in labels and labels[QUEUE_LABEL] not in lqs:
                 errors.append(f"{_label(d)}: label {QUEUE_LABEL}={labels[QUEUE_LABEL]!r} names no rendered LocalQueue")

@@ -10,7 +10,9 @@ gateway (`agent_episode`). Each is an `Actor`; the seats and their turns are `tu
 Every harness call goes through `Episode.call`: in the executor, under the step deadline, its time
 added to `env_s`, watched as "harness NAME" (a call that returns also beats "rollout"). An
 exception from harness code ends the episode `infra_error` naming the method (`harness_failed`):
-masked, the environment failed, not the agent. A step deadline passed ends it `timeout` (scored).
+masked, the environment failed, not the agent. An `EnvironmentLost` (the episode's sandbox is gone
+with its service replica) ends it `infra_error` too, flagged with its `flag` (`sandbox_lost`) and not
+counted against the harness. A step deadline passed ends it `timeout` (scored).
 
 Belongs here: the result of one episode, its harness calls and the order of its phases. Not here:
 generating a move (`turns.py`), the controller's side of an episode (lending the harness, scoring,
@@ -26,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from agentrl_cli.core.errors import EnvironmentLost
 from agentrl_cli.core.episode import HarnessReward, Observation, Trajectory
 from agentrl_cli.core.outcomes import Termination
 from agentrl_cli.engines.resume import ResumePolicy
@@ -59,7 +62,12 @@ class EpisodeResult:
 def harness_failed(result, method: str, exc: BaseException):
     """End the episode `infra_error` (masked: the environment failed, not the agent) because the
     harness's `method` raised `exc`; the error names the method, the exception and where it was raised.
-    `result`: an `EpisodeResult` or a `multi_episode.MultiEpisodeResult`."""
+    `result`: an `EpisodeResult` or a `multi_episode.MultiEpisodeResult`. An `EnvironmentLost` is no
+    harness bug: the episode ends `infra_error` flagged with its `flag`, `harness_error` left None."""
+    if isinstance(exc, EnvironmentLost):
+        result.termination, result.infra_flag = Termination.INFRA_ERROR, exc.flag
+        result.error = f"{method}(): {exc.message}" + (f"; fix: {exc.hint}" if exc.hint else "")
+        return result
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
     result.termination = Termination.INFRA_ERROR
@@ -196,7 +204,8 @@ class Episode:
                     await asyncio.sleep(s.create_backoff_s * 2 ** attempt)
                     continue
                 harness_failed(self.result, "reset", exc)
-                self.result.error = f"environment creation failed {attempt + 1} times: {self.result.harness_error[1]}"
+                what = self.result.harness_error[1] if self.result.harness_error else self.result.error
+                self.result.error = f"environment creation failed {attempt + 1} times: {what}"
                 return None
             if stats is not None:
                 stats.record_create(self.name, time.perf_counter() - t0)
@@ -211,7 +220,8 @@ class Episode:
         ok, obs = await self.attempt("step", action)
         if not ok:
             status = "timeout" if self.result.termination == Termination.TIMEOUT else "error"
-            text = self.result.error if status == "timeout" else f"harness error: {type(self.raised).__name__}: {self.raised}"
+            text = (self.result.error if status == "timeout" or isinstance(self.raised, EnvironmentLost)
+                    else f"harness error: {type(self.raised).__name__}: {self.raised}")
             obs = Observation(text=text, status=status, done=True)
         self.trajectory.observations.append(obs)
         return ok, obs

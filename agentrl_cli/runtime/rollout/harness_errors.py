@@ -5,7 +5,8 @@ system_prompt, tools) ends that episode `infra_error` (masked, so its group stil
 the method and the exception, instead of training on nothing or waiting for groups that never fill,
 when one harness fails `rollout.max_harness_errors` episodes in a row, or more than
 `rollout.max_harness_error_rate` of its last `rollout.harness_error_window` episodes (judged once
-the window is full). Episodes lost to inference say nothing of the harness and are not counted.
+the window is full). Episodes lost to inference or with their sandbox (`EnvironmentLost`) say nothing
+of the harness and are not counted.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class HarnessErrors:
     def record(self, harness: str, result, counters: Counter) -> None:
         """Count `result`'s harness error, if any; an episode the harness played through resets the run of failures."""
         if result.harness_error is None and result.termination == Termination.INFRA_ERROR:
-            return  # lost to inference: says nothing of the harness
+            return  # lost to inference or with its sandbox: says nothing of the harness
         recent = self.recent.setdefault(harness, deque(maxlen=max(self.window, 1)))
         recent.append(result.harness_error is not None)
         if result.harness_error is None:
