@@ -96,8 +96,10 @@ def check(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = Fal
 @app.command("reclaim")
 def reclaim(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False) -> None:
     """Remove sandboxes left by processes that died without closing them (their tmpfs mounts,
-    cgroups, processes and work directories under `sandbox.root_dir`). Sandboxes of live processes
-    are never touched; every training run does this when it starts.
+    cgroups, processes and work directories under `sandbox.root_dir`), and the simulated nodes a
+    killed rehearsal left (its network namespaces, with their veths and bridge, its processes, its
+    mount points and files). What a live process owns is never touched; every training run reclaims
+    sandboxes when it starts.
 
     Examples:
 
@@ -108,11 +110,18 @@ def reclaim(config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = F
     from pathlib import Path
 
     from agentrl_cli.envs.sandbox.orphans import reclaim_orphans
+    from agentrl_cli.ops.rehearse.leftovers import reclaim as reclaim_rehearsals
 
     loaded = load(config, sets)
     counts = reclaim_orphans(Path(loaded.config.sandbox.root_dir).expanduser())
+    rehearsal = reclaim_rehearsals()
     if json_out:
-        print_json(counts)
+        print_json({**counts, "rehearsal": rehearsal})
         return
     typer.echo(f"reclaimed {counts['sandboxes']} sandboxes: {counts['mounts']} tmpfs mounts, {counts['cgroups']} cgroups, "
                f"{counts['processes']} processes" + (f"; {counts['errors']} could not be removed" if counts["errors"] else ""))
+    typer.echo(f"reclaimed {rehearsal['runs']} rehearsal runs: {rehearsal['namespaces']} network namespaces, "
+               f"{rehearsal['processes']} processes, {rehearsal['dirs']} directories"
+               + (f"; {rehearsal['errors']} could not be removed" if rehearsal["errors"] else ""))
+    if "unavailable" in rehearsal:
+        err().print(f"rehearsal leftovers remain: {rehearsal['unavailable']}", markup=False)
