@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import select
 import signal
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentrl_cli.ops.rehearse.host import alive, netns_names, unavailable
+from agentrl_cli.ops.rehearse.host import NETNS_DIR, alive, is_mountpoint, netns_names, unavailable
 from agentrl_cli.ops.rehearse.leftovers import reclaim
 from agentrl_cli.ops.rehearse.nodes import Network
 from agentrl_cli.ops.rehearse.record import STATE_DIR
@@ -38,8 +39,17 @@ def _host_network() -> dict:
             "netns": netns_names()}
 
 
-def _mounts() -> list[str]:
-    return sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+@pytest.fixture
+def mounts(tmp_path_factory):
+    """The host's mount points, less those under this test session's temporary directories (a test
+    on another pytest-xdist worker may mount a tmpfs in its own)."""
+    base = tmp_path_factory.getbasetemp()
+    session = str(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) + "/"
+
+    def now() -> list[str]:
+        points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+        return sorted(p for p in points if not p.startswith(session))
+    return now
 
 
 def _readline(proc: subprocess.Popen, deadline_s: float = 30.0) -> str:
@@ -96,21 +106,22 @@ def test_a_node_has_no_route_out_and_the_host_network_is_unchanged():
 
 
 @needs_nodes
-def test_shared_paths_are_bind_mounted_in_a_nodes_processes_only(tmp_path):
+def test_shared_paths_are_bind_mounted_in_a_nodes_processes_only(tmp_path, mounts):
     exports = tmp_path / "exports"
     exports.mkdir()
     (exports / "weights.txt").write_text("v3")
     target = tmp_path / "mnt" / "exports"
-    before = _mounts()
+    before = mounts()
     with Network.create(shared={str(target): exports}) as net:
         node = net.add_node("trainer-0")
         assert node.run(["cat", str(target / "weights.txt")], check=True).stdout == "v3"
         node.run(["sh", "-c", f"echo v4 > {target}/weights.txt"], check=True)
         assert (exports / "weights.txt").read_text() == "v4\n"  # the same directory, not a copy
-        assert not any(m.startswith(str(tmp_path)) for m in _mounts())  # no mount of it on the host
+        host = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+        assert not any(m.startswith(str(tmp_path)) for m in host)  # no mount of it on the host
         assert list(target.iterdir()) == []  # the host sees an empty mount point
     assert not (tmp_path / "mnt").exists()  # the mount points this run created are gone
-    assert _mounts() == before
+    assert mounts() == before
 
 
 REHEARSAL = """
@@ -144,14 +155,14 @@ def _reclaim_with_the_command() -> dict:
 
 @needs_nodes
 @pytest.mark.parametrize("how", ["reclaim()", "agentrl sandbox reclaim"])
-def test_a_sigkilled_rehearsal_is_reclaimed_to_the_host_as_it_was(how):
-    before, mounts = _host_network(), _mounts()
+def test_a_sigkilled_rehearsal_is_reclaimed_to_the_host_as_it_was(how, mounts):
+    before, mounts_before = _host_network(), mounts()
     facts, _ = _start_rehearsal_and_signal_it(signal.SIGKILL)
     assert set(facts["namespaces"]) <= set(netns_names())
     assert all(alive(pid, None) for pid in facts["pids"]) and Path(facts["record"]).exists()
     counts = reclaim() if how == "reclaim()" else _reclaim_with_the_command()
     assert (counts["runs"], counts["namespaces"], counts["processes"], counts["errors"]) == (1, 3, 2, 0)
-    assert _host_network() == before and _mounts() == mounts
+    assert _host_network() == before and mounts() == mounts_before
     assert not any(alive(pid, None) for pid in facts["pids"]) and not Path(facts["record"]).exists()
     assert reclaim()["runs"] == 0  # idempotent: nothing left to remove
 
@@ -169,11 +180,11 @@ def test_reclaim_never_touches_a_live_rehearsal():
 
 
 @needs_nodes
-def test_ctrl_c_tears_a_rehearsal_down_without_a_reclaim():
-    before, mounts = _host_network(), _mounts()
+def test_ctrl_c_tears_a_rehearsal_down_without_a_reclaim(mounts):
+    before, mounts_before = _host_network(), mounts()
     facts, code = _start_rehearsal_and_signal_it(signal.SIGINT)
     assert code != 0  # KeyboardInterrupt ended it, through the teardown
-    assert _host_network() == before and _mounts() == mounts
+    assert _host_network() == before and mounts() == mounts_before
     assert not any(alive(pid, None) for pid in facts["pids"]) and not Path(facts["record"]).exists()
 
 
@@ -182,12 +193,16 @@ def test_a_namespace_whose_record_is_lost_is_reclaimed_by_its_name():
     gone = subprocess.Popen(["true"])
     gone.wait()  # a pid whose process has ended: the dead owner
     name = f"agrl-{gone.pid}-abcdef-trainer-0"
-    before = _host_network()
-    subprocess.run(["ip", "netns", "add", name], check=True)
+    before, had_netns_mount, had_netns_dir = _host_network(), is_mountpoint(NETNS_DIR), NETNS_DIR.exists()
+    subprocess.run(["ip", "netns", "add", name], check=True)  # made by hand: no record says /run/netns was ours
     try:
         counts = reclaim()
         assert (counts["runs"], counts["namespaces"]) == (1, 1)
         assert name not in netns_names()
     finally:
         subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    assert _host_network()["netns"] == before["netns"]
+        if not had_netns_mount and not netns_names():
+            subprocess.run(["umount", str(NETNS_DIR)], capture_output=True)
+            if not had_netns_dir:
+                NETNS_DIR.rmdir()
+    assert _host_network() == before
