@@ -8,7 +8,9 @@ recorded, if still the same processes) and wait for them, delete the namespaces 
 and the switch's bridge go with them; the mounts inside its processes went with the processes),
 remove the run's files and the mount points it created, unmount /run/netns if this run mounted it
 and no namespace is left in it, and delete the record last. A run whose owner still runs is never
-touched.
+touched: a record names its owner's pid and start time; a namespace whose record is lost names only
+the pid, and is kept while any process has that pid (perhaps a reuse: kept, never wrongly removed).
+A rehearsal calls `reclaim()` before it builds its own network.
 
 Belongs here: what to remove and in which order. Does not: making nodes (`nodes.py`).
 """
