@@ -1,8 +1,8 @@
 """A rehearsal of a deployment on one machine: simulated nodes (network namespaces on a private
-bridge, `nodes.py`), the facts and commands of the host they are built with (`host.py`), the record
-each run keeps of what it made (`record.py`) and the removal of what a killed run left
-(`leftovers.py`, also run by `agentrl sandbox reclaim`).
+bridge, `nodes.py`), their firewall rules from the plan (`firewall.py`), the facts and commands of
+the host they are built with (`host.py`), the record each run keeps of what it made (`record.py`)
+and the removal of what a killed run left (`leftovers.py`, also run by `agentrl sandbox reclaim`).
 
-Belongs here: making, using and removing simulated nodes. Does not: the deployment's plan (`ops/plan.py`,
-`ops/netplan.py` say what the nodes run and share), starting the platform's services, firewall rules.
+Belongs here: making, using, fencing and removing simulated nodes. Does not: the deployment's plan
+(`ops/plan.py`, `ops/netplan.py` say what the nodes run, open and share), starting the platform's services.
 """

@@ -4,8 +4,8 @@ directory, or by a namespace named `agrl-<run id>-...` whose record was lost) an
 `agentrl sandbox reclaim` runs `reclaim()`.
 
 Removal is idempotent and ordered: kill every process inside the run's namespaces (and the ones it
-recorded, if still the same processes) and wait for them, delete the namespaces (a node's veth pair
-and the switch's bridge go with them; the mounts inside its processes went with the processes),
+recorded, if still the same processes) and wait for them, delete the namespaces (a node's veth pair,
+the switch's bridge and a node's firewall rules, `firewall.py`, go with them; the mounts inside its processes went with the processes),
 remove the run's files and the mount points it created, unmount /run/netns if this run mounted it
 and no namespace is left in it, and delete the record last. A run whose owner still runs is never
 touched: a record names its owner's pid and start time; a namespace whose record is lost names only

@@ -16,7 +16,7 @@ every process started in it, so `teardown()` here, or `leftovers.reclaim()` in a
 this one was killed, removes all of it.
 
 Belongs here: making a network and its nodes, starting processes in them. Does not: removing
-(`leftovers.py`), host facts (`host.py`), firewall rules between nodes (to come).
+(`leftovers.py`), host facts (`host.py`), firewall rules between nodes (`firewall.py`).
 """
 
 from __future__ import annotations
