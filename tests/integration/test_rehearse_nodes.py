@@ -129,6 +129,9 @@ import json, sys, time
 from agentrl_cli.ops.rehearse.nodes import Network
 with Network.create() as net:
     procs = [net.add_node(n).popen([sys.executable, "-c", "import time; time.sleep(300)"]) for n in ("trainer-0", "sandbox-0")]
+    deadline = time.monotonic() + 60  # until each node's start-up (mounts) has exec'd into the sleeper
+    while time.monotonic() < deadline and not all(b"sleep(300)" in open(f"/proc/{p.pid}/cmdline", "rb").read() for p in procs):
+        time.sleep(0.02)
     print(json.dumps({"run": net.run_id, "record": str(net.record.path), "pids": [p.pid for p in procs],
                       "namespaces": net.record.namespaces}), flush=True)
     time.sleep(600)
@@ -161,7 +164,8 @@ def test_a_sigkilled_rehearsal_is_reclaimed_to_the_host_as_it_was(how, mounts):
     assert set(facts["namespaces"]) <= set(netns_names())
     assert all(alive(pid, None) for pid in facts["pids"]) and Path(facts["record"]).exists()
     counts = reclaim() if how == "reclaim()" else _reclaim_with_the_command()
-    assert (counts["runs"], counts["namespaces"], counts["processes"], counts["errors"]) == (1, 3, 2, 0)
+    # the two sleepers at least (a node's short-lived start-up helper may be caught too)
+    assert (counts["runs"], counts["namespaces"], counts["errors"]) == (1, 3, 0) and counts["processes"] >= 2
     assert _host_network() == before and mounts() == mounts_before
     assert not any(alive(pid, None) for pid in facts["pids"]) and not Path(facts["record"]).exists()
     assert reclaim()["runs"] == 0  # idempotent: nothing left to remove
