@@ -7,6 +7,7 @@ retries or rotation (`inference/launcher.py`, `inference/client.py`)."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from agentrl_cli.engines.engine import MetricNames, Routes, WireCall
 from agentrl_cli.engines.generation import Generation, SamplingParams
@@ -58,8 +59,15 @@ DTYPE_NAMES = {"half": "float16", "float": "float32", "torch.float16": "float16"
                "torch.float32": "float32"}
 
 
+@lru_cache(maxsize=None)
 def _gauge(name: str) -> re.Pattern:
     return re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", re.M)
+
+
+def first_gauge(name: str, metrics_text: str) -> float | None:
+    """The value of the Prometheus gauge `name`'s first series in `metrics_text`, None when absent."""
+    m = _gauge(name).search(metrics_text)
+    return float(m.group(1)) if m else None
 
 
 class SGLangDialect:
@@ -121,8 +129,7 @@ class SGLangDialect:
         return {"mode": mode}
 
     def queue_length(self, metrics_text: str) -> float | None:
-        m = _gauge(self.metrics.queue).search(metrics_text)
-        return float(m.group(1)) if m else None
+        return first_gauge(self.metrics.queue, metrics_text)
 
     def busy_seconds(self, server_info: dict) -> float | None:
         states = (server_info.get("internal_states") if isinstance(server_info, dict) else None) or [{}]

@@ -19,7 +19,7 @@ import re
 
 from agentrl_cli.engines.engine import MetricNames, Routes, WireCall
 from agentrl_cli.engines.generation import Generation, SamplingParams
-from agentrl_cli.engines.sglang_dialect import DTYPE_NAMES
+from agentrl_cli.engines.sglang_dialect import DTYPE_NAMES, first_gauge
 
 ROUTES = Routes(
     health="/health", ready="/health", generate="/inference/v1/generate",
@@ -74,10 +74,6 @@ def parse_generation(data: dict, latency: float, server: str, retries: int) -> G
     return Generation(output_ids=ids, output_logprobs=logprobs, finish_reason=reason, weight_version=version,
                       latency=latency, text="", prompt_tokens=int(usage.get("prompt_tokens", 0) or 0), server=server,
                       retries=retries, meta=meta)
-
-
-def _gauge(name: str) -> re.Pattern:
-    return re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", re.M)
 
 
 class VLLMDialect:
@@ -191,8 +187,7 @@ class VLLMDialect:
 
     # ---- load ----------------------------------------------------------------------------------
     def queue_length(self, metrics_text: str) -> float | None:
-        m = _gauge(self.metrics.queue).search(metrics_text)
-        return float(m.group(1)) if m else None
+        return first_gauge(self.metrics.queue, metrics_text)
 
     def busy_seconds(self, server_info: dict) -> float | None:
         return None  # vLLM reports no time spent inside batches

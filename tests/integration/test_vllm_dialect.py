@@ -14,7 +14,6 @@ import sys
 
 import httpx
 import pytest
-import torch
 
 from agentrl_cli.config.models import TrainingConfig
 from agentrl_cli.core.serving import ServerThread
@@ -29,6 +28,7 @@ from agentrl_cli.weightsync.disk import DiskTransport
 from agentrl_cli.weightsync.distributed import DistributedTransport
 from agentrl_cli.weightsync.publisher import WeightPublisher
 from tests.conftest import free_port
+from tests.integration.test_weight_sync import assert_server_has_trainer_weights, perturb
 
 pytestmark = pytest.mark.integration
 
@@ -56,20 +56,6 @@ def backend(model_dir):
     b = DeepSpeedBackend(model_dir, TrainingConfig(micro_batch_size=2, learning_rate=1e-3))
     yield b
     b.close()
-
-
-def perturb(backend, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in backend.module.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.01)
-
-
-def assert_server_has_trainer_weights(engine, backend) -> None:
-    ours, theirs = backend.named_tensors(), dict(engine.named_parameters())
-    assert ours.keys() <= theirs.keys()
-    for name, tensor in ours.items():
-        assert torch.equal(theirs[name], tensor), name
 
 
 def client(url: str, engine=None) -> InferenceClient:
