@@ -139,10 +139,18 @@ def _inference(cfg: PlatformConfig, layout: str) -> list[Opening]:
                              "the control plane for health checks")]
     if inf.urls:
         out = []
+        routed = bool(inf.router_url)
         for url in inf.urls:
             host, port = _url_port(url)
-            out.append(Opening("inference", port, port, ("trainer",), HTTP, "inference.urls", _reach(host),
-                               note=f"a server this run did not start: {host}"))
+            out.append(Opening("inference", port, port, ("trainer", "inference", "gateway") if routed else ("trainer", "gateway"),
+                               HTTP, "inference.urls", _reach(host),
+                               note=f"a server this run did not start: {host}" + (
+                                   "; weight updates from the trainer, requests from the router (inference.router_url, "
+                                   "role inference)" if routed else "") + "; a gateway of its own (`agentrl serve gateway`) generates here"))
+        if routed:
+            host, port = _url_port(inf.router_url)
+            out.append(Opening("inference", port, port, ("trainer", "gateway"), HTTP, "inference.router_url", _reach(host),
+                               note=f"the router in front of inference.urls, on {host}: the run's generation requests"))
         return out
     out = []
     for use in engine_for(cfg).ports(inf):  # the engine's servers, then its router when it puts one in front
@@ -232,6 +240,14 @@ def _outward(cfg: PlatformConfig, layout: str) -> list[Opening]:
         out.append(Opening("trainer", port, port, ("prometheus",), METRICS, "observe.prometheus_port",
                            _reach(cfg.observe.prometheus_addr), note=f"bound to observe.prometheus_addr {cfg.observe.prometheus_addr}"))
     return out
+
+
+def gateway_service(cfg: PlatformConfig) -> Opening:
+    """The gateway as a service of its own (`agentrl serve gateway --port 8730`, the rendered gateway
+    Deployment): sessions from the trainer, agents' chat calls from their sandboxes."""
+    port = PORTS["gateway"]
+    return Opening("gateway", port, port, ("trainer", "sandbox"), HTTP, "", CLUSTER,
+                   note="`agentrl serve gateway` on a host of its own: sessions from the trainer, agents' chat calls from sandboxes")
 
 
 def openings(cfg: PlatformConfig, layout: str | None = None) -> list[Opening]:

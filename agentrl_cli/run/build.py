@@ -65,12 +65,12 @@ class PartsBuilder:
 
     def _servers(self) -> list[str]:
         from agentrl_cli.engines.inference.client import client_from_config
-        from agentrl_cli.engines.inference.launcher import launch
+        from agentrl_cli.engines.inference.launcher import launch, router_url
 
         self.progress("starting inference servers")
         servers, urls = launch(self.cfg, str(self.base.model_path), self.base.run_dir / "logs", beside_trainer=True)
         self.built["servers"] = tuple(servers)
-        self.built["client"] = client = client_from_config(self.cfg, urls)
+        self.built["client"] = client = client_from_config(self.cfg, urls, router_url(self.cfg, servers))
         client.watchdog = self.base.watchdog.start()
         return urls
 
@@ -117,7 +117,8 @@ class PartsBuilder:
         def limit() -> int | None:  # read from the gateway's thread: None until the rollout exists
             controller = self.built.get("controller")
             return None if controller is None else controller.agent_allowance()
-        return AgentGateway.start(self.cfg, urls, self.base.model_path, limit=limit, watchdog=self.base.watchdog)
+        return AgentGateway.start(self.cfg, urls, self.base.model_path, limit=limit, watchdog=self.base.watchdog,
+                                  router=self.built["client"].router)
 
     def _make_harness(self, name: str):
         """A harness for the rollout: one acting through sandboxes gets its harness's warm pool; one

@@ -85,7 +85,9 @@ def inference_checks(cfg, run_dir: Path) -> list[Check]:
     steps = [("GET", engine.routes.health, None),
              ("POST", engine.routes.generate, engine.generate_body([1, 2, 3], SamplingParams(max_new_tokens=2, temperature=0.0)))]
     if urls:
-        return [_http_probe(f"inference server {u}", u, fix, steps, cfg.inference.api_key) for u in urls]
+        routers = [cfg.inference.router_url] if cfg.inference.router_url else []
+        return [_http_probe(f"inference {'router' if u in routers else 'server'} {u}", u, fix, steps, cfg.inference.api_key)
+                for u in [*urls, *routers]]
     name = "inference server (embedded, started for the probe)"
 
     def probe() -> Check:

@@ -21,6 +21,7 @@ class InferenceConfig(Section):
     router_policy: Literal["round_robin", "random", "cache_aware", "power_of_two", "least_loaded"] = Field(
         "round_robin", description="How requests are spread over replicas")
     urls: list[str] = Field(default_factory=list, description="Use already running servers at these URLs instead of starting any")
+    router_url: str = Field("", description="A router already running in front of inference.urls (SGLang's or vLLM's): generation requests go to it, while weight updates, version checks and health checks go to each of inference.urls, which must then name the servers themselves ('' = no router: the client spreads requests over inference.urls)")
     python: str = Field("python3", description="Interpreter that has the engine (SGLang or vLLM) installed: they often live in their own environment")
     tp_size: int = Field(1, ge=1, description="Tensor-parallel size per server (SGLang, vLLM)")
     dp_size: int = Field(1, ge=1, description="Data-parallel size per server (SGLang, vLLM)")
@@ -45,6 +46,18 @@ class InferenceConfig(Section):
         if value not in ENGINE_NAMES and not PLUGIN_PATH.match(value):
             raise ValueError(f"must be one of {', '.join(ENGINE_NAMES)} or a `module:Class` path, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _router_needs_servers(self):
+        if self.router_url and not self.urls:
+            raise ValueError(f"inference.router_url {self.router_url!r} names a router in front of servers this run did not start, "
+                             "but inference.urls is empty: list the servers themselves in inference.urls (weight updates "
+                             "reach each of them), or unset inference.router_url (a run that starts several servers starts "
+                             "its own router)")
+        if self.router_url.rstrip("/") in [u.rstrip("/") for u in self.urls]:
+            raise ValueError("inference.router_url is also one of inference.urls: inference.urls must name the servers "
+                             "behind the router, not the router (weight updates reach each server)")
+        return self
 
     @model_validator(mode="after")
     def _dialect_of_engine(self):

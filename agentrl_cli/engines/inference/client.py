@@ -6,7 +6,10 @@ engine needs alike: retries, rotation, deadlines and LoRA adapter bookkeeping.
 Token ids in, token ids + log-probs + finish reason + weight version out. Connection errors and
 5xx answers are retried with exponential backoff, on another server when there are several;
 every request has a deadline. Without a router, requests are spread round-robin or to the server
-with the fewest requests in flight (`least_loaded`).
+with the fewest requests in flight (`least_loaded`). With one (`router`: SGLang's or vLLM's, in
+front of `urls`), every generation request goes to the router, which spreads them, while weight
+updates, pauses, version and health checks still go to each of `urls`: a router forwards requests,
+not weight updates.
 
 Rotation: `remove_url` / `add_url` change the servers requests go to while requests are in flight
 (the run's supervisor takes a dead server out at once and puts it back once it serves the run's
@@ -94,7 +97,7 @@ class PolicyAdapter:
 class InferenceClient:
     def __init__(self, urls: list[str] | str, api_key: str | None = None, timeout_s: float = 120.0, max_retries: int = 3,
                  backoff_s: float = 0.2, policy: str = "round_robin", max_connections: int = 512,
-                 adapter: PolicyAdapter | None = None, engine=None) -> None:
+                 adapter: PolicyAdapter | None = None, engine=None, router: str | None = None) -> None:
         if engine is None:  # SGLang's protocol, which the SGLang router and the embedded server speak too
             from agentrl_cli.engines.registry import engine_named
 
@@ -111,6 +114,7 @@ class InferenceClient:
         self._session_loop = None
         self.timeout_s, self.max_retries, self.backoff_s, self.policy = timeout_s, max_retries, backoff_s, policy
         self._next = 0  # round-robin position
+        self.router = router.rstrip("/") if router else None  # generation goes here when set; the rest to `urls`
         self.in_flight = {u: 0 for u in self.urls}
         self.answered: Counter = Counter()  # url -> /generate requests it answered
         self.held: frozenset[str] = frozenset()  # in `urls` for weight updates, but sent no requests yet
@@ -170,6 +174,8 @@ class InferenceClient:
         candidates = [u for u in urls if u not in exclude] or urls
         if not candidates:
             return None
+        if self.router is not None:  # the router spreads requests over the servers in rotation
+            return self.router
         if self.policy == "least_loaded":
             return min(candidates, key=lambda u: self.in_flight.get(u, 0))
         for _ in range(len(urls)):
@@ -440,14 +446,15 @@ def policy_adapter(urls: list[str]) -> PolicyAdapter:
     return _POLICY_ADAPTERS.setdefault(key, PolicyAdapter())
 
 
-def client_from_config(config, urls: list[str]) -> InferenceClient:
+def client_from_config(config, urls: list[str], router: str | None = None) -> InferenceClient:
     """The client a run uses: `inference.engine` (its routes and wire), `inference.api_key`,
     `request_timeout_s`, `max_retries` and, over several servers with no router in front,
-    `router_policy`; the servers' shared PolicyAdapter."""
+    `router_policy`; the servers' shared PolicyAdapter. `router`: the router the run started in
+    front of `urls`, else `inference.router_url` (when set, `urls` are the servers behind it)."""
     from agentrl_cli.engines.registry import engine_for
 
     inf = config.inference
     return InferenceClient(urls, api_key=client_key(inf.api_key),
                            timeout_s=inf.request_timeout_s, max_retries=inf.max_retries,
                            policy=CLIENT_POLICY.get(inf.router_policy, "round_robin"), adapter=policy_adapter(urls),
-                           engine=engine_for(config))
+                           engine=engine_for(config), router=router or inf.router_url or None)

@@ -166,17 +166,26 @@ def wait_reachable(urls: list[str], deadline_s: float, path: str = "/health") ->
                                    "start those servers (`agentrl serve inference`) or correct inference.urls")
 
 
+def router_url(config, servers: list[ServerProcess]) -> str | None:
+    """Where generation requests go instead of spreading them over the servers: the router this run
+    started (`launch`), else `inference.router_url`; None without a router."""
+    started = next((s.url for s in servers if s.name == ROUTER), None)
+    return started or config.inference.router_url.rstrip("/") or None
+
+
 def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) -> tuple[list[ServerProcess], list[str]]:
-    """Start what the config asks for; returns (processes, the URLs clients should use: the router's
-    when there is one, else every server's, for the client to spread requests over).
+    """Start what the config asks for; returns (processes, the servers' URLs). When the engine puts a
+    router in front of several servers it is the last process (named `router`; `router_url`), and the
+    client sends generation there while weight updates go to every server's URL.
     `beside_trainer`: a trainer runs on this host too, so embedded servers take their share of the
     cores only (`cpu_thread_split`)."""
     from agentrl_cli.engines.registry import engine_for
 
     cfg, engine = config.inference, engine_for(config)
-    if cfg.urls:  # servers this run did not start: wait for them, start nothing
+    if cfg.urls:  # servers this run did not start (and the router in front of them): wait for them, start nothing
         urls = [u.rstrip("/") for u in cfg.urls]
-        wait_reachable(urls, cfg.startup_timeout_s, engine.routes.health)
+        wait_reachable(urls + ([cfg.router_url.rstrip("/")] if cfg.router_url else []), cfg.startup_timeout_s,
+                       engine.routes.health)
         return [], urls
     servers: list[ServerProcess] = []
     try:
@@ -193,9 +202,9 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
         router = next((p for p in engine.ports(cfg) if p.role == ROUTER), None) if engine.needs_router(cfg.replicas) else None
         if router is not None:
             spec = engine.router_launch(cfg, [s.url for s in servers], router.first)
-            servers.append(start_process("router", spec.cmd, f"http://{cfg.host}:{router.first}", logs, spec.env))
+            servers.append(start_process(ROUTER, spec.cmd, f"http://{cfg.host}:{router.first}", logs, spec.env))
             wait_healthy(servers[-1:], cfg.startup_timeout_s, path=engine.routes.health)
-            return servers, [servers[-1].url]
+            return servers, [s.url for s in servers[:-1]]
         return servers, [s.url for s in servers]
     except BaseException:
         for s in servers:

@@ -116,14 +116,15 @@ class AgentGateway:
         self._expired: OrderedDict[str, SessionRecord] = OrderedDict()  # records of sessions that idled out
 
     @classmethod
-    def start(cls, cfg, urls: list[str], model_path, *, limit: Callable[[], int | None], watchdog=None) -> "AgentGateway":
+    def start(cls, cfg, urls: list[str], model_path, *, limit: Callable[[], int | None], watchdog=None,
+              router: str | None = None) -> "AgentGateway":
         from transformers import AutoTokenizer
 
         from agentrl_cli.engines.gateway.app import create_app
         from agentrl_cli.engines.inference.client import client_from_config
         from agentrl_cli.core.serving import ServerThread
 
-        client = client_from_config(cfg, urls)
+        client = client_from_config(cfg, urls, router)  # the run's router, when it started one
         client.watchdog = watchdog
         context = min(cfg.model.context_length, cfg.training.seq_len_limit)
         inner = ClientBackend(client, AutoTokenizer.from_pretrained(str(model_path)), model_name=cfg.model.path,
