@@ -194,6 +194,12 @@ def _services(cfg: PlatformConfig, layout: str) -> list[Opening]:
         host, port = _url_port(cfg.sandbox.service_url)
         clients = ("trainer", "reward") if cfg.reward.service_url else ("trainer",)
         out.append(Opening("sandbox", port, port, clients, HTTP, "sandbox.service_url", _reach(host)))
+        if cfg.sandbox.replica_url:  # each replica by name: its sandboxes' calls, and the balancer's (role sandbox)
+            host, port = _url_port(cfg.sandbox.replica_url.replace("{replica}", "replica"))
+            out.append(Opening("sandbox", port, port, (*clients, "sandbox"), HTTP, "sandbox.replica_url",
+                               LOOPBACK if _is_loopback(host) else CLUSTER,
+                               note="each replica by its name: every call after a sandbox's creation from the clients; "
+                                    "creations and health checks from the load balancer at sandbox.service_url (role sandbox)"))
     if _needs_gateway(cfg):
         port = cfg.gateway.port
         out.append(Opening("gateway", *((port, port) if port else EPHEMERAL), ("trainer", "sandbox"), HTTP, "gateway.port", LOOPBACK,

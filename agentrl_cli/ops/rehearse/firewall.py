@@ -5,10 +5,11 @@ the planned openings between roles, and record what was refused so a rehearsal c
 Each node gets one nftables table, `inet agentrl`, in its own network namespace (`ip netns exec NS
 nft -f -`; the host's ruleset is never touched). Its `input` chain has policy drop and accepts:
 packets of connections already accepted (ct state established,related), the loopback interface, and
-for every opening of reach `cluster` whose listening role is placed on this node, the opening's
+for every opening of reach `cluster` whose listening role is placed on this node (or of reach `outside`
+whose service, S3 or PostgreSQL, a rehearsal placed on it), the opening's
 ports (a range as first-last) from the addresses of its client roles' nodes; a client that is no
 role (a Prometheus server) is any address, as the NetworkPolicies let any pod in. Openings of reach
-`loopback` stay inside a node and `outside` ones are no node's to accept. A new TCP connection that
+`loopback` stay inside a node. A new TCP connection that
 no rule accepts is added to the dynamic set `refused` (source address . destination port) and
 answered with a TCP reset, so the client fails at once (connection refused) rather than after a
 timeout; anything else not accepted is dropped by the policy. `refused(node)` reads the set back,
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 from agentrl_cli.core.report import Check
 from agentrl_cli.ops.controlplane.k8s_names import ROLES
-from agentrl_cli.ops.netplan import CLUSTER, Opening
+from agentrl_cli.ops.netplan import CLUSTER, LOOPBACK, Opening
 from agentrl_cli.ops.rehearse.host import NodesUnavailable
 from agentrl_cli.ops.rehearse.host import unavailable as nodes_unavailable
 from agentrl_cli.ops.rehearse.nodes import Node
@@ -67,7 +68,7 @@ def ruleset(plan: Sequence[Opening], placement: Mapping[str, Sequence[str]], add
     here = {role for role, addrs in placement.items() if address in addrs}
     accepts = []
     for o in plan:
-        if o.reach != CLUSTER or o.listener not in here:
+        if o.reach == LOOPBACK or o.listener not in here:  # an outside service (S3, PostgreSQL) placed on a node counts
             continue
         ports = str(o.first) if o.first == o.last else f"{o.first}-{o.last}"
         proto = o.protocol.lower()
