@@ -139,7 +139,7 @@ def render(
     StatefulSet with a headless Service naming each replica,
     a Job per pool and a training JobSet, running the images `agentrl image build` tags from
     image.lock_file (else this environment's lock) - each checked against its schema (exit 1 if one fails). slurm: the slurm.conf lines
-    (partitions, tiers, preemption, quota licenses), then as `#` comments the ports each node role must open
+    (partitions, tiers, preemption, quota licenses; a job may span cluster.nodes nodes), then as `#` comments the ports each node role must open
     between nodes and out, and the paths they must share (the cross-node plan `agentrl plan` prints).
 
     Examples:
@@ -160,7 +160,7 @@ def render(
     if kind == "slurm":
         from agentrl_cli.ops.netplan import HOSTS, network_dict
 
-        lines, notes = pool_lines(cfg.controlplane), network_notes(cfg)
+        lines, notes = pool_lines(cfg.controlplane, max_nodes=cfg.cluster.nodes), network_notes(cfg)
         if json_out:
             print_json({"executor": "slurm", "slurm_conf": lines, "notes": notes, "network": network_dict(on_slurm(cfg), HOSTS)})
         else:

@@ -40,7 +40,7 @@ def _audit(cfg, action: str) -> None:
 
 
 def _row(job: dict) -> dict:
-    keep = ("id", "pool", "priority", "state", "reason", "executor", "external_id", "exit_code", "restarts", "command",
+    keep = ("id", "pool", "priority", "state", "reason", "executor", "external_id", "exit_code", "restarts", "nodes", "command",
             "log_path", "submitted_at", "started_at", "ended_at", "fence")
     return {k: job.get(k) for k in keep}
 
@@ -51,6 +51,8 @@ def submit(
     pool: Annotated[str, typer.Option("--pool", help="Pool to run in (controlplane.pools).")],
     priority: Annotated[Optional[str], typer.Option("--priority", help="Priority class (controlplane.priorities; default: the lowest).")] = None,
     cpus: Annotated[int, typer.Option("--cpus", min=1, help="CPUs the job needs.")] = 1,
+    training: Annotated[bool, typer.Option("--training", help="The training job: it spans cluster.nodes nodes (Slurm: "
+                                           "sbatch --nodes=cluster.nodes; the command runs on the first, `srun` reaches all).")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the job finishes; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 3600.0,
     config: ConfigOpt = None,
@@ -66,6 +68,8 @@ def submit(
     * `agentrl job submit --pool train --priority high --wait -- agentrl stage run 8`
 
     * `agentrl job submit --pool rollout --json -- sleep 60`
+
+    * `agentrl job submit --pool train --training --set controlplane.executor=slurm --set cluster.nodes=2 -- srun hostname`
     """
     command = list(ctx.args)
     if not command:
@@ -76,9 +80,15 @@ def submit(
         raise UsageError(f"--cpus {cpus} is more than pool {pool} has ({capacity})",
                          f"ask for at most {capacity}, or raise the pool's capacity (controlplane.pools)")
     name, value = priority_value(cfg.controlplane, priority)
+    nodes = cfg.cluster.nodes if training else 1
+    if nodes > 1 and cfg.controlplane.executor != "slurm":
+        raise UsageError(f"--training spans cluster.nodes={nodes} nodes, and only the slurm executor places one job on "
+                         f"several nodes (controlplane.executor is {cfg.controlplane.executor})",
+                         "set controlplane.executor: slurm; on Kubernetes apply the training JobSet "
+                         "`agentrl controlplane render` writes; or set cluster.nodes: 1")
     cfg, store, executor = _context(config, sets)
     registry = Registry(store)
-    job = registry.submit_job(pool, name, value, command, cpus, cfg.controlplane.executor, cfg.controlplane.jobs_dir)
+    job = registry.submit_job(pool, name, value, command, cpus, cfg.controlplane.executor, cfg.controlplane.jobs_dir, nodes)
     _audit(cfg, "submit")
     advance_once(cfg, store, executor)
     job = registry.job(job["id"])

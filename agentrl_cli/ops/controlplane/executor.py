@@ -32,6 +32,7 @@ class JobSpec:
     command: list[str]
     cpus: int = 1
     log_path: str = ""
+    nodes: int = 1  # nodes the job spans: the training job spans cluster.nodes (Slurm: sbatch --nodes)
     env: dict[str, str] = field(default_factory=dict)
 
 

@@ -32,14 +32,15 @@ class Registry:
 
     # -- requests (any client) -------------------------------------------------------------------
     def submit_job(self, pool: str, priority: str, priority_value: int, command: list[str], cpus: int, executor: str,
-                   log_dir: str) -> dict:
+                   log_dir: str, nodes: int = 1) -> dict:
         job_id = new_job_id()
         now = time.time()
         log_path = os.path.join(os.path.abspath(log_dir), f"{job_id}.log")  # absolute: the scheduler may run elsewhere
         with self.store.transaction() as tx:
             tx.execute("INSERT INTO jobs (id, pool, priority, priority_value, command_json, cpus, state, executor, log_path,"
-                       " submitted_at, updated_at, cancel_requested) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
-                       (job_id, pool, priority, priority_value, json.dumps(command), cpus, QUEUED, executor, log_path, now, now))
+                       " submitted_at, updated_at, cancel_requested, nodes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                       (job_id, pool, priority, priority_value, json.dumps(command), cpus, QUEUED, executor, log_path, now, now,
+                        nodes))
         return self.job(job_id)
 
     def request_cancel(self, job_id: str) -> dict:
@@ -100,14 +101,14 @@ class Registry:
 
 def spec_of(job: dict) -> JobSpec:
     return JobSpec(job_id=job["id"], pool=job["pool"], priority=job["priority"], priority_value=int(job["priority_value"]),
-                   command=list(job["command"]), cpus=int(job["cpus"]), log_path=job["log_path"])
+                   command=list(job["command"]), cpus=int(job["cpus"]), log_path=job["log_path"], nodes=int(job.get("nodes") or 1))
 
 
 def _job(row: dict) -> dict:
     job = dict(row)
     job["command"] = json.loads(job.pop("command_json"))
     job["cancel_requested"] = bool(job.get("cancel_requested"))
-    for k in ("priority_value", "cpus", "restarts", "fence"):
+    for k in ("priority_value", "cpus", "restarts", "fence", "nodes"):
         job[k] = int(job[k]) if job.get(k) is not None else None
     if job.get("exit_code") is not None:
         job["exit_code"] = int(job["exit_code"])

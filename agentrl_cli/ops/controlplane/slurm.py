@@ -1,7 +1,9 @@
 """The Slurm executor: `sbatch --parsable` to submit, `squeue --json` to read state, `scancel` to cancel.
 
 Pools are partitions; a job's priority class value becomes its Slurm job priority (`--priority`, which
-needs an operator; other users get the same order through `--nice`); the pool's quota is the license
+needs an operator; other users get the same order through `--nice`); a job spans `spec.nodes` nodes
+(`--nodes`: the training job, `agentrl job submit --training`, spans cluster.nodes; its command runs
+on the first node, and `srun` in it starts a step on each); the pool's quota is the license
 `<pool>_jobs` every job of the pool requests; preemption is the cluster's (partition PriorityTier with
 PreemptMode=REQUEUE: a preempted job goes back to pending and runs again, its restart count up by one).
 `agentrl controlplane render --executor slurm` prints the slurm.conf lines that make a cluster match
@@ -83,7 +85,7 @@ class SlurmExecutor:
         if existing:  # a submission that went through before a leader change: do not run it twice
             return str(existing[0]["job_id"])
         argv = ["sbatch", "--parsable", f"--partition={spec.pool}", f"--job-name={name}", f"--cpus-per-task={spec.cpus}",
-                "--requeue", f"--output={spec.log_path}", f"--export=ALL,AGENTRL_JOB_ID={spec.job_id},"
+                f"--nodes={spec.nodes}", "--requeue", f"--output={spec.log_path}", f"--export=ALL,AGENTRL_JOB_ID={spec.job_id},"
                 f"AGENTRL_JOB_POOL={spec.pool},AGENTRL_JOB_PRIORITY={spec.priority}"]
         if license_name(spec.pool) in self.licenses():
             argv.append(f"--licenses={license_name(spec.pool)}:1")

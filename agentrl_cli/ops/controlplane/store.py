@@ -47,6 +47,9 @@ MIGRATIONS: list[list[str]] = [
         " updated_at DOUBLE PRECISION NOT NULL, fence BIGINT NOT NULL DEFAULT 0, cancel_requested BIGINT NOT NULL DEFAULT 0)",
         "CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state)",
     ],
+    [  # 2: the nodes a job spans (the training job: cluster.nodes)
+        "ALTER TABLE jobs ADD COLUMN nodes BIGINT NOT NULL DEFAULT 1",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,8 +1,10 @@
 """A rehearsal of a deployment on one machine: simulated nodes (network namespaces on a private
-bridge, `nodes.py`), their firewall rules from the plan (`firewall.py`), the facts and commands of
+bridge, `nodes.py`), their firewall rules from the plan (`firewall.py`), Slurm across them
+(`slurm.py`: slurmctld on a node of its own, a slurmd per compute node), the facts and commands of
 the host they are built with (`host.py`), the record each run keeps of what it made (`record.py`)
 and the removal of what a killed run left (`leftovers.py`, also run by `agentrl sandbox reclaim`).
 
-Belongs here: making, using, fencing and removing simulated nodes. Does not: the deployment's plan
+Belongs here: making, using, fencing and removing simulated nodes, and the cluster software a
+rehearsal runs on them (Slurm's daemons). Does not: the deployment's plan
 (`ops/plan.py`, `ops/netplan.py` say what the nodes run, open and share), starting the platform's services.
 """
