@@ -256,6 +256,22 @@ class Rehearsal:
                                        all(v for v in counts.values()), counts, "each replica handed out sandboxes",
                                        "see logs/sandbox-lb.log and the replicas' logs"))
 
+    def _fence(self, before: list[firewall.Refusal]) -> None:
+        """A connection the plan does not open is refused where it arrives: the sandbox node (where
+        agents' code runs) to the trainer's rendezvous port, after the workload."""
+        port = self.cfg.training.master_port if hasattr(self, "cfg") else None
+        if port is None or "sandbox-0" not in self.net.nodes:
+            return
+        got = self.ask("sandbox-0", {"op": "up", "targets": [{"name": "rendezvous", "tcp": f"trainer-0:{port}"}], "timeout": 3})
+        why = (got.get("down") or {}).get("rendezvous", "")
+        new = [r for r in self.refused() if (r.source, r.port) not in {(b.source, b.port) for b in before}]
+        named = [r.message for r in new]
+        ok = "refused" in why.lower() and [(r.clients, r.port) for r in new] == [(("sandbox",), port)]
+        self.checks.append(Check.judge("fence: sandbox node to the trainer's rendezvous port is refused", ok,
+                                       {"probe": why or got, "refusals": named},
+                                       f"connection refused, and named as sandbox -> trainer port {port}",
+                                       "the rules let a connection in that the plan does not open: see `nft list ruleset` in the node"))
+
     # ---- the end ---------------------------------------------------------------------------------
 
     def _finish(self, seconds: float) -> None:
@@ -268,6 +284,7 @@ class Rehearsal:
                 self.checks.append(Check.skipped("firewall: roles use only planned ports", str(exc)))
             else:
                 self.checks.append(firewall.check(refusals))
+                self._fence(refusals)
         nodes = [] if self.net is None else [{"name": n.name, "address": n.address, "roles": list(dict(topology.NODES)[n.name])}
                                             for n in self.net.nodes.values()]
         ok = bool(self.checks) and all(c.status != CheckStatus.FAIL for c in self.checks)
