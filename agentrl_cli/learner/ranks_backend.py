@@ -21,6 +21,11 @@ Choices worth knowing:
 - One host: gloo binds to the loopback interface, the rendezvous is on 127.0.0.1, and without GPUs
   each rank gets `training.cpu_threads` OpenMP threads (auto: the cores split between the ranks and
   the embedded servers the run starts on this host).
+- Several hosts: the `deepspeed` launcher starts every rank (this host's too) over pdsh and ssh, so
+  a rank's environment is the ssh session's plus what the launcher exports: PYTHON* variables and
+  the lines of its `.deepspeed_env` file. The variables set here that it would drop (the accelerator,
+  OpenMP threads, the collectives' interface, the log level) go in `<control>/deepspeed_env`, named by
+  DS_ENV_FILE, followed by the lines of the user's own `.deepspeed_env` (theirs win).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from multiprocessing.connection import Client
 from pathlib import Path
 
 from agentrl_cli.core.errors import AgentrlError, ConfigError
+from agentrl_cli.core.logstreams import LEVEL_ENV
 from agentrl_cli.learner import rank_worker
 from agentrl_cli.learner.process_group import free_port as _free_port, loopback_ifname as _loopback_ifname
 
@@ -48,6 +54,10 @@ STOP_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000
 HOSTFILE_ENV = "DLTS_HOSTFILE"  # the `deepspeed` launcher's own variable; default /job/hostfile
 DEFAULT_HOSTFILE = "/job/hostfile"
+ENV_FILE_ENV, DEFAULT_ENV_FILE = "DS_ENV_FILE", ".deepspeed_env"  # the launcher's file name, looked for in ~ and its cwd
+ENV_FILE = "deepspeed_env"  # in the control directory
+# what rank_environment may set that the launcher's pdsh path does not export (it exports PYTHON*, MLFLOW*, MV2*, UCX*)
+REMOTE_VARIABLES = ("DS_ACCELERATOR", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", LEVEL_ENV)
 
 
 class TrainerRanksFailed(AgentrlError):
@@ -164,6 +174,21 @@ def rank_environment(cfg, env: dict | None = None) -> dict[str, str]:
     return env
 
 
+def with_remote_environment(env: dict[str, str], control: Path) -> dict[str, str]:
+    """`env` for the `deepspeed` launcher over several hosts: the REMOTE_VARIABLES it holds written to
+    `<control>/deepspeed_env`, then the lines of the `.deepspeed_env` files the launcher would have
+    read (in ~ and its working directory), and DS_ENV_FILE naming that file."""
+    name = env.get(ENV_FILE_ENV, DEFAULT_ENV_FILE)
+    lines = [f"{key}={env[key]}" for key in REMOTE_VARIABLES if env.get(key)]
+    for base in (Path("~").expanduser(), Path.cwd()):
+        own = base / name
+        if own.is_file():
+            lines += [line.strip() for line in own.read_text(encoding="utf-8").splitlines() if "=" in line]
+    path = Path(control).absolute() / ENV_FILE
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return {**env, ENV_FILE_ENV: str(path)}
+
+
 class RanksBackend:
     """`training.world_size` ranks under a launcher; this object stands for rank 0 in the run's
     process (`rank` 0, so weight sync talks to the servers from here)."""
@@ -192,6 +217,8 @@ class RanksBackend:
         key.write_bytes(self._authkey)
         cmd = launcher_command(cfg, Path(model_path), self.control)
         env = rank_environment(cfg)
+        if cfg.cluster.nodes > 1:
+            env = with_remote_environment(env, self.control)
         with self.log_path.open("ab") as log:
             log.write(f"$ {' '.join(cmd)}\n".encode())
             self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

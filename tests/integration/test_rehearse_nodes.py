@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from agentrl_cli.core.errors import UsageError
 from agentrl_cli.ops.rehearse.host import NETNS_DIR, alive, is_mountpoint, netns_names, unavailable
 from agentrl_cli.ops.rehearse.leftovers import reclaim
 from agentrl_cli.ops.rehearse.nodes import Network
@@ -123,6 +124,29 @@ def test_shared_paths_are_bind_mounted_in_a_nodes_processes_only(tmp_path, mount
     assert not (tmp_path / "mnt").exists()  # the mount points this run created are gone
     assert mounts() == before
 
+
+
+@needs_nodes
+def test_a_nodes_own_mounts_are_seen_by_that_node_only(tmp_path, mounts):
+    config = tmp_path / "client.conf"
+    config.write_text("host's")
+    generated, keys = tmp_path / "generated.conf", tmp_path / "keys"
+    generated.write_text("node's")
+    keys.mkdir()
+    (keys / "id").write_text("key")
+    missing = tmp_path / "mnt" / "keys"
+    before = mounts()
+    with Network.create() as net:
+        mounted = net.add_node("trainer-0", mounts={str(config): generated, str(missing): keys})
+        plain = net.add_node("trainer-1")
+        assert mounted.run(["cat", str(config), str(missing / "id")], check=True).stdout == "node'skey"
+        assert plain.run(["cat", str(config)], check=True).stdout == "host's"
+        assert config.read_text() == "host's" and list(missing.iterdir()) == []  # the host sees its own file, an empty mount point
+        with pytest.raises(UsageError, match="node mount"):  # a directory over a file: refused before the node is made
+            net.add_node("trainer-2", mounts={str(config): keys})
+        assert "trainer-2" not in net.nodes
+    assert not (tmp_path / "mnt").exists()  # the mount point this run created is gone
+    assert mounts() == before
 
 REHEARSAL = """
 import json, sys, time

@@ -7,9 +7,11 @@ knows its subnet (from the benchmarking range 198.18.0.0/15, RFC 2544) and nothi
 A process started in a node (`Node.popen`, `Node.run`) runs with `ip netns exec` in the node's
 network namespace, in a new UTS namespace (its hostname is the node's name) and a private mount
 namespace where the network's /etc/hosts (every node's name and address) and the shared paths (the
-plan's runs volume, weight exports, checkpoints, model: host directories) are bind-mounted; none
-of these mounts is visible outside it, and they end with it. Everything else is the host's file
-system: a node is a network, a name and a set of mounts, not a container.
+plan's runs volume, weight exports, checkpoints, model: host directories), and the node's own
+mounts (`add_node(name, mounts=...)`: a generated file or directory over a host path, e.g. a client
+configuration), are bind-mounted; none of these mounts is visible outside it, and they end with it.
+Everything else is the host's file system: a node is a network, a name and a set of mounts, not a
+container.
 
 Every namespace is named `agrl-<run id>-<name>` and recorded (`record.py`) before it is made, with
 every process started in it, so `teardown()` here, or `leftovers.reclaim()` in a later process after
@@ -54,6 +56,7 @@ class Node:
     netns: str
     address: str
     prefixlen: int
+    mounts: tuple[tuple[str, str], ...] = ()  # (target, source) bind-mounted in this node only, after the shared paths
 
     @property
     def hostname(self) -> str:
@@ -61,10 +64,11 @@ class Node:
 
     def argv(self, cmd: Sequence[str]) -> list[str]:
         """The command line that runs `cmd` inside this node."""
-        binds = [str(x) for target, source in self.network.shared.items() for x in (source, target)]
+        pairs = [*self.network.shared.items(), *self.mounts]
+        binds = [str(x) for target, source in pairs for x in (source, target)]
         return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--mount", "--propagation", "private", "--",
                 "/bin/sh", "-c", LAUNCH, "agrl-node", self.name, str(self.network.hosts_file),
-                str(len(self.network.shared)), *binds, *[str(c) for c in cmd]]
+                str(len(pairs)), *binds, *[str(c) for c in cmd]]
 
     def popen(self, cmd: Sequence[str], **kwargs) -> subprocess.Popen:
         """Start `cmd` inside this node (keyword arguments as subprocess.Popen's); the network records
@@ -149,8 +153,11 @@ class Network:
         ip("link", "add", "br0", "type", "bridge", netns=self.switch)
         ip("link", "set", "br0", "up", netns=self.switch)
 
-    def add_node(self, name: str) -> Node:
-        """A new node named `name` (its hostname), with the subnet's next address, plugged into the switch."""
+    def add_node(self, name: str, mounts: Mapping[str, str | Path] | None = None) -> Node:
+        """A new node named `name` (its hostname), with the subnet's next address, plugged into the switch.
+        `mounts` maps a path only this node's processes see to the host file or directory bind-mounted
+        there; a missing mount point of a directory is created (and removed at teardown), a file's
+        must exist."""
         if not NODE_NAME.match(name) or name == SWITCH or name in self.nodes:
             raise UsageError(f"bad node name {name!r}: taken, {SWITCH!r}, or not 1-31 of a-z, 0-9 and '-' starting with a letter",
                              "name each node once, e.g. trainer-0, inference-0, sandbox-0")
@@ -158,9 +165,14 @@ class Network:
         hosts = list(self.subnet.hosts())
         if index >= len(hosts):
             raise UsageError(f"subnet {self.subnet} has no address left for node {name!r}", "create the network with a larger subnet")
-        node = Node(self, name, self.record.netns(name), str(hosts[index]), self.subnet.prefixlen)
+        own = _own_mounts(mounts or {})
+        node = Node(self, name, self.record.netns(name), str(hosts[index]), self.subnet.prefixlen, tuple(own.items()))
+        made = [d for d in _missing(Path(t) for t, src in own.items() if Path(src).is_dir()) if d not in self.record.made_dirs]
+        self.record.made_dirs.extend(made)
         self.record.namespaces.append(node.netns)
         self.record.save()
+        for d in made:
+            Path(d).mkdir(exist_ok=True)
         veth = f"v{index}"
         ip("netns", "add", node.netns)
         ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", node.netns, netns=self.switch)
@@ -221,6 +233,19 @@ def _shared(shared: Mapping[str, str | Path]) -> dict[str, str]:
             raise UsageError(f"shared path {target} -> {source}: the target must be absolute and the source an existing directory",
                              "map each path the nodes share to a host directory, e.g. {'/data/runs': '/srv/runs'}")
         out[str(Path(target))] = str(Path(source).resolve())
+    return out
+
+
+def _own_mounts(mounts: Mapping[str, str | Path]) -> dict[str, str]:
+    out = {}
+    for target, source in mounts.items():
+        src = Path(source)
+        dest = Path(target)
+        ok = str(target).startswith("/") and (src.is_file() and dest.is_file() or src.is_dir() and not dest.is_file())
+        if not ok:
+            raise UsageError(f"node mount {target} -> {source}: the target must be absolute, the source must exist, and a "
+                             "file's target must be an existing file", "mount a generated file over an existing one, or a directory")
+        out[str(Path(target))] = str(src.resolve())
     return out
 
 
