@@ -161,7 +161,10 @@ def sandbox_check(cfg) -> Check:
         finally:
             provider.release(sb)
         left = sorted(sb.processes()) if hasattr(sb, "processes") else []
-        gone = workdir is None or not Path(workdir).exists()
+        if hasattr(sb, "held"):  # a remote sandbox: its work directory is on the service's host, which says
+            gone = sb.held() is False
+        else:
+            gone = workdir is None or not Path(workdir).exists()
         ok = result.exit_code == 0 and "verify-ok" in result.stdout and not left and gone
         return Check.judge(name, ok, {"exit_code": result.exit_code, "processes_left": len(left), "workdir_removed": gone},
                            "create, exec, reclaim; nothing left", fix, detail=result.stderr[-300:])

@@ -112,6 +112,15 @@ class RemoteSandbox:
             return None
         return data if isinstance(data, dict) else None
 
+    def held(self) -> bool | None:
+        """Whether the service (this sandbox's replica) still holds it, closed or not: the work directory
+        lives on the service's host, so only the service can say; None when it does not answer."""
+        try:
+            r = self._client.get(f"/sandboxes/{self.id}/resources")
+        except httpx.HTTPError:
+            return None
+        return None if r.status_code >= 500 else r.status_code not in LOST
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

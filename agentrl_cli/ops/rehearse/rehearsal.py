@@ -30,7 +30,7 @@ from agentrl_cli.core.report import Check, CheckStatus, checks_to_json
 from agentrl_cli.ops import netplan
 from agentrl_cli.ops.rehearse import firewall, leftovers, services, topology, trainers
 from agentrl_cli.ops.rehearse.host import NodesUnavailable
-from agentrl_cli.ops.rehearse.nodes import Network, Node
+from agentrl_cli.ops.rehearse.nodes import Network
 
 REPORT_SCHEMA = 1
 PROBE = [sys.executable, "-m", "agentrl_cli.ops.rehearse.probe"]
@@ -102,8 +102,11 @@ class Rehearsal:
         resolve_model_path(o.config.model.path, o.config.model.cache_dir)
         self.net = net = Network.create(subnet=o.subnet, shared=topology.shared_paths(o.config, o.out_dir))
         o.progress(f"rehearsal {net.run_id}: {len(topology.NODES)} nodes on {o.subnet}, files in {o.out_dir}")
+        # the trainer nodes first (trainer-0 takes the first address), each with what ssh needs mounted
+        self.trainer_hosts = trainers.add_trainers(net, topology.TRAINERS, slots=cfg.training.world_size // len(topology.TRAINERS))
         for name, _ in topology.NODES:
-            net.add_node(name)
+            if name not in net.nodes:
+                net.add_node(name)
         self.addresses = {n.name: n.address for n in net.nodes.values()}
         self.placement = topology.placement(self.addresses)
         planned = netplan.openings(cfg) + [netplan.gateway_service(cfg)]
@@ -124,18 +127,24 @@ class Rehearsal:
                         s.reward_service(n["reward-0"], c, ports, logs, env), s.gateway(n["gateway-0"], c, ports, logs, env)):
             self.started[started.name] = started
         o.progress("services started: " + ", ".join(f"{k} ({v.node})" for k, v in self.started.items()))
-        self.trainer_hosts = trainers.start(net, [n[x] for x in topology.TRAINERS], slots=cfg.training.world_size // 2)
+        self.trainer_hosts.start_sshd()
         o.progress("trainer nodes reachable over ssh for the launcher: " + ", ".join(topology.TRAINERS))
 
     # ---- asking from a node ----------------------------------------------------------------------
 
     def ask(self, node: str, request: dict, timeout: float = 60.0) -> dict:
         """`probe.py`'s answer to `request`, asked from `node`."""
-        done = self.net.nodes[node].run([*PROBE, json.dumps(request)], timeout=timeout)
+        with self.net.nodes[node].popen([*PROBE, json.dumps(request)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, env=self.env) as proc:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
         try:
-            return json.loads(done.stdout.strip().splitlines()[-1])
+            return json.loads(out.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            return {"error": f"probe exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}"}
+            return {"error": f"probe exited {proc.returncode}: {(err or out)[-500:]}"}
 
     def refused(self) -> list[firewall.Refusal]:
         return firewall.refusals(self.net.nodes.values(), self.plan, self.placement)
@@ -168,7 +177,7 @@ class Rehearsal:
     # ---- the workload ----------------------------------------------------------------------------
 
     def _workload(self) -> None:
-        o, p, cfg = self.opts, self.ports, self.cfg
+        o, p = self.opts, self.ports
         bucket = self.ask("trainer-0", {"op": "bucket", "endpoint": f"http://s3-0:{p.s3}", "bucket": topology.BUCKET})
         self.checks.append(Check.judge("trajectory store bucket on the S3 node", "error" not in bucket, bucket,
                                        "created from the trainer's node", "see logs/s3-0.log"))

@@ -79,7 +79,7 @@ def base_env(keys_env: dict[str, str]) -> dict[str, str]:
     caller's (the rehearsal's config decides), the key files, moto's stand-in AWS credentials."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTRL_", "AWS_"))}
     env.update(keys_env)
-    env.update(AWS_ACCESS_KEY_ID="rehearsal", AWS_SECRET_ACCESS_KEY="rehearsal",
+    env.update(AWS_ACCESS_KEY_ID="rehearsal", AWS_SECRET_ACCESS_KEY=secrets.token_hex(16),  # moto takes any
                AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
                PYTHONUNBUFFERED="1")
     return env
