@@ -11,6 +11,9 @@ Requests (`op`):
   the bearer token); answers `{"status", "text"}` or `{"error"}`.
 - `bucket`: `endpoint`, `bucket`: creates the S3 bucket unless it exists (boto3, credentials from
   the environment); answers `{"created": bool}`.
+- `ledger`: `config` (a config file), `run_id`, `phase`, `ledger` (a checkpoint's directory, holding ledger.json): the
+  run's trajectories in its trajectory store against the draws the ledger says were trained
+  (`acceptance/chaos/losses.py`): stored, trained, missing (trained, not stored), stored twice.
 
 Belongs here: the few client calls a rehearsal makes from a node. Does not: which node asks what
 (`rehearsal.py`).
@@ -67,6 +70,21 @@ def _bucket(req: dict) -> dict:
     return {"created": True}
 
 
+def _ledger(req: dict) -> dict:
+    from agentrl_cli.acceptance.chaos.losses import loss_ledger
+    from agentrl_cli.config.load import load_config
+    from agentrl_cli.runtime.data.stores import open_store
+
+    cfg = load_config(Path(req["config"])).config
+    from agentrl_cli.run.loop.ledger import read_ledger
+
+    entries = read_ledger(Path(req["ledger"])) or []
+    found = loss_ledger(open_store(cfg.data), run_id=req["run_id"], phase=req["phase"], ledger=entries, reference=entries,
+                        attempts=[])
+    return {k: found[k] for k in ("stored", "trained", "trained_masked", "missing", "duplicated", "stored_twice",
+                                  "trained_not_stored", "spooled_not_uploaded")}
+
+
 def answer(req: dict) -> dict:
     timeout = float(req.get("timeout", 5.0))
     op = req.get("op")
@@ -76,6 +94,8 @@ def answer(req: dict) -> dict:
         return _http(req, timeout)
     if op == "bucket":
         return _bucket(req)
+    if op == "ledger":
+        return _ledger(req)
     return {"error": f"unknown op {op!r}"}
 
 

@@ -187,6 +187,8 @@ class Rehearsal:
         self._job()
         self._verify()
         self._replicas()
+        self._servers()
+        self._ledger()
 
     def _agentrl(self, node: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         env = {**self.env, **self.trainer_hosts.env}
@@ -281,6 +283,43 @@ class Rehearsal:
                                        f"connection refused, and named as sandbox -> trainer port {port}",
                                        "the rules let a connection in that the plan does not open: see `nft list ruleset` in the node"))
 
+    def _servers(self) -> None:
+        """Both inference servers behind the router answered the run's generations and serve the
+        weight version the run published last (weight updates reach each server, not the router)."""
+        stage8 = self.opts.out_dir / "runs" / self.run_id / "stage8"
+        published = sorted(p.name for p in (stage8 / "weights").glob("v*"))
+        serving, answered = {}, {}
+        for name in topology.SERVERS:
+            url = f"http://{name}:{self.ports.inference}"
+            got = self.ask("trainer-0", {"op": "http", "url": f"{url}/get_weight_version", "timeout": 10})
+            try:
+                serving[name] = str(json.loads(got["text"])["weight_version"])
+            except (KeyError, ValueError, TypeError):
+                serving[name] = None
+            log = self.started[name].log.read_text(errors="replace") if name in self.started else ""
+            answered[name] = log.count('"POST /generate')
+        last = str(int(published[-1][1:])) if published else None
+        self.server_versions = {"published_last": last, "serving": serving, "generate_requests": answered}
+        self.checks.append(Check.judge("both inference servers behind the router served the run and its weights",
+                                       last is not None and all(v == last for v in serving.values()) and all(answered.values()),
+                                       self.server_versions, "each server answered generations through the router and serves "
+                                       "the last published weight version", "see logs/router-0.log and the servers' logs"))
+
+    def _ledger(self) -> None:
+        """Every trajectory the run trained on is in the store on the S3 node, none stored twice."""
+        checkpoints = self.opts.out_dir / "runs" / self.run_id / "stage8" / "checkpoints"
+        latest = sorted(checkpoints.glob("step-*"))
+        if not latest:
+            self.checks.append(Check.skipped("ledger: nothing lost or stored twice", f"no checkpoint with a ledger in {checkpoints}"))
+            return
+        inside = f"{topology.RUNS}/{self.run_id}/stage8/checkpoints/{latest[-1].name}"
+        got = self.ask("trainer-0", {"op": "ledger", "config": str(self.config_path), "run_id": self.run_id, "phase": "smoke",
+                                     "ledger": inside}, timeout=120)
+        self.ledger = got
+        ok = "error" not in got and got.get("trained", 0) > 0 and got.get("missing") == 0 and got.get("duplicated") == 0
+        self.checks.append(Check.judge("ledger: nothing lost or stored twice", ok, got,
+                                       "every trained trajectory in the S3 store once", "see the run's logs and logs/s3-0.log"))
+
     # ---- the end ---------------------------------------------------------------------------------
 
     def _finish(self, seconds: float) -> None:
@@ -305,7 +344,8 @@ class Rehearsal:
             "workload": {"run_id": getattr(self, "run_id", None), "job": getattr(self, "job", None),
                          "verify": getattr(self, "verify", None), "gateway": getattr(self, "gateway_result", None),
                          "sandbox_replicas": getattr(self, "replica_counts", None),
-                         "trainer_rank_hosts": getattr(self, "trainer_ranks_hosts", None)},
+                         "trainer_rank_hosts": getattr(self, "trainer_ranks_hosts", None),
+                         "inference_servers": getattr(self, "server_versions", None), "ledger": getattr(self, "ledger", None)},
             "services": {k: {"node": v.node, "url": v.url, "log": str(v.log), "exit": v.proc.poll()} for k, v in self.started.items()},
             "faults": [],
             "checks": checks_to_json(self.checks),
