@@ -41,35 +41,76 @@ def _host_state() -> dict:
             "routes": out("ip", "route", "show", "table", "all"), "mounts": mounts}
 
 
-def _settings(tmp_path: Path) -> list[str]:
-    """Small and quick: a few episodes, the smoke phase."""
-    return ["--set", f"observe.runs_dir={tmp_path / 'runs'}", "--set", "rollout.concurrency=4"]
+# the stage 8 checks that say the deployment trained: what a random model cannot change
+DEPLOYMENT_CHECKS = ("loss finite", "checkpoint written", "reloaded and resumed", "no trajectory stored twice")
+MODEL_QUALITY = "reward distribution not degenerate"  # a random model's rewards are all alike: it fails, never passes quietly
 
 
-def test_the_rehearsal_passes_across_the_nodes(tmp_path):
-    before = _host_state()
-    done = subprocess.run([*AGENTRL, "rehearse", "--json", "--dir", str(tmp_path / "rehearsal"), *_settings(tmp_path)],
+def _settings(tmp_path: Path, model: Path | None = None) -> list[str]:
+    """Small and quick: a few episodes, short turns; `model` (a directory) instead of the built-in model."""
+    sets = ["--set", f"observe.runs_dir={tmp_path / 'runs'}", "--set", "rollout.concurrency=4"]
+    if model is not None:
+        sets += ["--set", f"model.path={model}", "--set", "inference.max_new_tokens=16", "--set", "stages.smoke_steps=4",
+                 "--set", "rollout.max_steps_per_trajectory=2", "--set", "rollout.group_size=2",
+                 "--set", "training.micro_batch_size=2"]
+    return sets
+
+
+def _rehearse(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    done = subprocess.run([*AGENTRL, "rehearse", "--json", "--dir", str(tmp_path / "rehearsal"), *args],
                           capture_output=True, text=True, timeout=1800)
     assert done.stdout.strip(), done.stderr[-3000:]
-    report = json.loads(done.stdout)
-    failed = [c for c in report["checks"] if c["status"] == "fail"]
-    assert done.returncode == 0 and report["ok"], json.dumps(failed, indent=1)[:6000] + done.stderr[-2000:]
+    return done, json.loads(done.stdout)
+
+
+def _deployment_passed(report: dict, before: dict) -> dict:
+    """Every check of the deployment passed: the roles on their nodes, the traffic between them, the
+    rules; returns the checks by name."""
+    checks = {c["name"]: c for c in report["checks"]}
     nodes = {n["name"]: n for n in report["nodes"]}
     assert len(nodes) == 12 and len({n["address"] for n in nodes.values()}) == 12
     assert all(n["address"].startswith("198.18.") for n in nodes.values())
     work = report["workload"]
     assert sorted(work["trainer_rank_hosts"]) == ["trainer-0", "trainer-1"]  # one rank on each trainer node
     assert all(v and v > 0 for v in work["sandbox_replicas"].values()), work["sandbox_replicas"]  # both replicas served
-    assert work["job"]["job"]["state"] == "succeeded" and work["verify"]["exit"] == 0
-    assert work["gateway"]["chat"] == 200
+    assert work["gateway"]["chat"] == 200  # an agent's call from a sandbox node through the gateway node
     assert report["refusals"] == []  # the workload used only planned openings
     fence = next(c for c in report["checks"] if c["name"].startswith("fence"))
     assert fence["status"] == "pass"  # and the sandbox node cannot reach the trainer's rendezvous port
-    assert _host_state() == before
+    for name in ("services up on their nodes", "trajectory store bucket on the S3 node", "ledger: nothing lost or stored twice",
+                 "both inference servers behind the router served the run and its weights"):
+        assert checks[name]["status"] == "pass", checks[name]
+    assert report["teardown"]["errors"] == 0 and _host_state() == before
+    return checks
 
 
-def test_a_plan_without_an_opening_fails_naming_role_and_port(tmp_path):
-    cfg = PlatformConfig.model_validate({"observe": {"runs_dir": str(tmp_path / "runs")}})
+def test_the_rehearsal_trains_across_the_nodes(tmp_path, random_model_dir):
+    """CI's rehearsal, on a random model (the built-in one is built once, in about 10 minutes): the
+    deployment's checks all pass and stage 8 trained across the nodes; the one check a random model
+    fails is the reward's spread, and with it the job and verify."""
+    before = _host_state()
+    done, report = _rehearse(tmp_path, *_settings(tmp_path, random_model_dir))
+    _deployment_passed(report, before)
+    stage8 = json.loads(Path(report["workload"]["job"]["stage8_report"]).read_text())
+    status = {c["name"]: c["status"] for c in stage8["checks"]}
+    assert all(status[n] == "pass" for n in DEPLOYMENT_CHECKS), status
+    assert [n for n, v in status.items() if v == "fail"] in ([], [MODEL_QUALITY])
+    assert report["ok"] == (done.returncode == 0) == (status[MODEL_QUALITY] == "pass")
+
+
+@pytest.mark.builtin
+def test_the_rehearsal_passes_with_the_built_in_model(tmp_path):
+    """`agentrl rehearse --json` as a user runs it: every check passes, the job, stage 8 and verify included."""
+    before = _host_state()
+    done, report = _rehearse(tmp_path, *_settings(tmp_path))
+    failed = [c for c in report["checks"] if c["status"] == "fail"]
+    assert done.returncode == 0 and report["ok"], json.dumps(failed, indent=1)[:6000] + done.stderr[-2000:]
+    _deployment_passed(report, before)
+    assert report["workload"]["job"]["job"]["state"] == "succeeded" and report["workload"]["verify"]["exit"] == 0
+
+
+def test_a_plan_without_an_opening_fails_naming_role_and_port(tmp_path, random_model_dir):
+    cfg = PlatformConfig.model_validate({"observe": {"runs_dir": str(tmp_path / "runs")}, "model": {"path": str(random_model_dir)}})
     report = Rehearsal(Options(config=cfg, out_dir=tmp_path / "rehearsal", drop=("reward:8710",), up_deadline_s=240)).run()
     assert not report["ok"]
     assert [(r["clients"], r["listeners"], r["port"]) for r in report["refusals"]] == [(["controlplane", "trainer"], ["reward"], 8710)]
@@ -78,9 +119,9 @@ def test_a_plan_without_an_opening_fails_naming_role_and_port(tmp_path):
     assert report["workload"]["job"] is None  # failed at bring-up, before the workload
 
 
-def test_a_killed_rehearsal_is_reclaimed(tmp_path):
+def test_a_killed_rehearsal_is_reclaimed(tmp_path, random_model_dir):
     before = _host_state()
-    proc = subprocess.Popen([*AGENTRL, "rehearse", "--dir", str(tmp_path / "rehearsal"), *_settings(tmp_path)],
+    proc = subprocess.Popen([*AGENTRL, "rehearse", "--dir", str(tmp_path / "rehearsal"), *_settings(tmp_path, random_model_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
     try:

@@ -16,6 +16,9 @@ from agentrl_cli.cli.render import print_table
 def rehearse_command(
     subnet: Annotated[str, typer.Option("--subnet", help="The simulated nodes' subnet, inside 198.18.0.0/15 (RFC 2544's benchmarking range).")] = "198.18.0.0/24",
     timeout: Annotated[float, typer.Option("--timeout", min=60, help="Seconds the workload (stage 8 smoke as a job) may take.")] = 1800.0,
+    chaos: Annotated[bool, typer.Option("--chaos", help="Node faults while the run trains: inference-1's link cut, the sandbox replica on sandbox-1 killed, every process of inference-0 killed; each undone after --chaos-hold-s and judged recovered within --chaos-bound-s; the ledger checks nothing was lost or stored twice.")] = False,
+    chaos_hold_s: Annotated[float, typer.Option("--chaos-hold-s", min=1, help="Seconds each fault lasts before it is undone.")] = 10.0,
+    chaos_bound_s: Annotated[float, typer.Option("--chaos-bound-s", min=10, help="Seconds each fault's recovery may take.")] = 180.0,
     out_dir: Annotated[Optional[Path], typer.Option("--dir", help="Where the rehearsal's files go (default: <observe.runs_dir>/rehearsals/<time>).", show_default=False)] = None,
     config: ConfigOpt = None,
     sets: SetOpt = None,
@@ -41,6 +44,8 @@ def rehearse_command(
     * `sudo -E agentrl rehearse`
 
     * `agentrl rehearse --json --set rollout.concurrency=4`
+
+    * `agentrl rehearse --chaos --json`
     """
     from agentrl_cli.ops.rehearse.rehearsal import Options, Rehearsal
 
@@ -48,7 +53,8 @@ def rehearse_command(
     cfg = loaded.config
     where = out_dir or Path(cfg.observe.runs_dir) / "rehearsals" / time.strftime("%Y%m%d-%H%M%S")
     console = err()
-    opts = Options(config=cfg, out_dir=where.absolute(), subnet=subnet, deadline_s=timeout,
+    opts = Options(config=cfg, out_dir=where.absolute(), subnet=subnet, deadline_s=timeout, chaos=chaos,
+                   chaos_hold_s=chaos_hold_s, chaos_bound_s=chaos_bound_s,
                    progress=lambda msg: console.print(f"rehearse: {msg}", markup=False, highlight=False))
     report = Rehearsal(opts).run()
     if json_out:

@@ -57,6 +57,9 @@ class Options:
     drop: tuple[str, ...] = ()
     deadline_s: float = 1800.0
     up_deadline_s: float = 300.0
+    chaos: bool = False
+    chaos_hold_s: float = 10.0
+    chaos_bound_s: float = 180.0
     progress: Callable[[str], None] = lambda msg: None
 
 
@@ -93,7 +96,7 @@ class Rehearsal:
         o = self.opts
         ports = topology.Ports.of(o.config)
         self.ports = ports
-        self.cfg = cfg = topology.rehearsal_config(o.config, ports)
+        self.cfg = cfg = topology.rehearsal_config(o.config, ports, chaos=o.chaos)
         self.config_path = o.out_dir / "agentrl.yaml"
         self.config_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
         o.progress(f"model {o.config.model.path}: resolving (a built-in model is built once into {o.config.model.cache_dir})")
@@ -121,7 +124,7 @@ class Rehearsal:
         s = services
         for started in (s.postgres(n["postgres-0"], ports, files, logs, env, o.subnet), s.s3(n["s3-0"], ports, logs, env),
                         *[s.inference_server(n[x], c, ports, logs, env) for x in topology.SERVERS],
-                        s.router(n["router-0"], ports, logs, env),
+                        s.router(n["router-0"], ports, logs, env, cfg.inference.request_timeout_s),
                         *[s.sandbox_replica(n[x], c, ports, logs, env) for x in topology.REPLICAS],
                         s.load_balancer(n["sandbox-lb"], ports, files, logs, env),
                         s.reward_service(n["reward-0"], c, ports, logs, env), s.gateway(n["gateway-0"], c, ports, logs, env)):
@@ -206,8 +209,26 @@ class Rehearsal:
     def _job(self) -> None:
         c, o = str(self.config_path), self.opts
         stage = [*services.AGENTRL, "stage", "run", "8", "--config", c, "--run-id", self.run_id]
-        done = self._agentrl("trainer-0", ["job", "submit", "--json", "--config", c, "--pool", "train", "--wait",
-                                           "--timeout", str(int(o.deadline_s)), "--", *stage], o.deadline_s + 60)
+        chaos = None
+        if o.chaos:
+            from agentrl_cli.ops.rehearse.chaos import Chaos
+
+            chaos = Chaos(self, o.out_dir / "runs" / self.run_id / "stage8" / "metrics.jsonl", hold_s=o.chaos_hold_s,
+                          bound_s=o.chaos_bound_s)
+            chaos.start()
+            o.progress(f"chaos: {', '.join(f'{f.kind} ({f.node})' for f in chaos.faults)}, each once training moves, "
+                       f"held {o.chaos_hold_s:.0f} s, recovered within {o.chaos_bound_s:.0f} s")
+        try:
+            done = self._agentrl("trainer-0", ["job", "submit", "--json", "--config", c, "--pool", "train", "--wait",
+                                               "--timeout", str(int(o.deadline_s)), "--", *stage], o.deadline_s + 60)
+        finally:
+            if chaos is not None:
+                chaos.stop()
+                self.faults = [f.to_dict() for f in chaos.faults]
+                for f in chaos.faults:
+                    self.checks.append(Check.judge(f"chaos: {f.kind} ({f.node}) recovered", f.injected and f.recovered, f.to_dict(),
+                                                   f"injected while training, recovered within {f.bound_s:.0f} s",
+                                                   "see the run's logs/agentrl.log and the node's service log", detail=f.detail))
         job = _last_json(done.stdout)
         (o.out_dir / "logs" / "job-submit.log").write_text(done.stdout + done.stderr, encoding="utf-8")
         report = o.out_dir / "runs" / self.run_id / "reports" / "stage-8.json"
@@ -347,7 +368,7 @@ class Rehearsal:
                          "trainer_rank_hosts": getattr(self, "trainer_ranks_hosts", None),
                          "inference_servers": getattr(self, "server_versions", None), "ledger": getattr(self, "ledger", None)},
             "services": {k: {"node": v.node, "url": v.url, "log": str(v.log), "exit": v.proc.poll()} for k, v in self.started.items()},
-            "faults": [],
+            "faults": getattr(self, "faults", []),
             "checks": checks_to_json(self.checks),
         }
         if self.net is not None:

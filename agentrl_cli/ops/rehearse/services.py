@@ -99,10 +99,14 @@ def inference_server(node: Node, config: Path, ports: Ports, logs: Path, env: di
     return _start(node.name, node, argv, logs, env, f"http://{node.name}:{ports.inference}")
 
 
-def router(node: Node, ports: Ports, logs: Path, env: dict) -> Started:
+def router(node: Node, ports: Ports, logs: Path, env: dict, request_timeout_s: float) -> Started:
+    """The SGLang router over both servers, round robin; a worker that fails two health checks 2 s
+    apart is taken out until it answers again (the router's defaults wait far longer)."""
     argv = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls",
             *[f"http://{n}:{ports.inference}" for n in SERVERS], "--policy", "round_robin",
-            "--host", node.address, "--port", str(ports.router)]
+            "--host", node.address, "--port", str(ports.router), "--health-check-interval-secs", "2",
+            "--health-failure-threshold", "2", "--health-check-timeout-secs", "2",
+            "--request-timeout-secs", str(int(request_timeout_s))]
     return _start(node.name, node, argv, logs, env, f"http://{node.name}:{ports.router}")
 
 

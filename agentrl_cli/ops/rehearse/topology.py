@@ -65,10 +65,14 @@ def placement(addresses: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def rehearsal_config(cfg: PlatformConfig, ports: Ports) -> PlatformConfig:
+CHAOS_SMOKE_STEPS = 150  # long enough for three faults and their recoveries while it trains
+
+
+def rehearsal_config(cfg: PlatformConfig, ports: Ports, *, chaos: bool = False) -> PlatformConfig:
     """`cfg` as the nodes run it: two trainer nodes, the services at their nodes' names, the trajectory
     store on S3, the control plane's state in PostgreSQL, the runs directory and the model cache at
-    the shared paths. Secrets stay out (each process reads its key file)."""
+    the shared paths; with `chaos`, a smoke phase long enough for the faults. Secrets stay out (each
+    process reads its key file)."""
     from agentrl_cli.config.load import secret_keys
 
     data = cfg.model_dump(mode="json")
@@ -86,6 +90,8 @@ def rehearsal_config(cfg: PlatformConfig, ports: Ports) -> PlatformConfig:
                                 executor="local", jobs_dir=f"{RUNS}/jobs")
     data["observe"].update(runs_dir=RUNS)
     data["model"].update(cache_dir=CACHE)
+    if chaos:
+        data["stages"].update(smoke_steps=max(CHAOS_SMOKE_STEPS, cfg.stages.smoke_steps))
     return PlatformConfig.model_validate(data)
 
 
