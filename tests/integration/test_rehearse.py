@@ -109,6 +109,23 @@ def test_the_rehearsal_passes_with_the_built_in_model(tmp_path):
     assert report["workload"]["job"]["job"]["state"] == "succeeded" and report["workload"]["verify"]["exit"] == 0
 
 
+@pytest.mark.long
+def test_the_rehearsal_recovers_from_node_faults(tmp_path, random_model_dir):
+    """`agentrl rehearse --chaos` (about 2 minutes here): inference-1's link cut, the sandbox replica on
+    sandbox-1 killed, every process of inference-0 killed, each while the run trains; each recovered
+    within its bound, and nothing lost or stored twice."""
+    before = _host_state()
+    done, report = _rehearse(tmp_path, "--chaos", *_settings(tmp_path, random_model_dir))
+    checks = _deployment_passed(report, before)
+    faults = {f["kind"]: f for f in report["faults"]}
+    assert set(faults) == {"link cut", "replica kill", "node kill"}
+    for f in faults.values():
+        assert f["injected"] and f["recovered"] and f["recovery_s"] <= f["bound_s"], f
+        assert checks[f"chaos: {f['kind']} ({f['node']}) recovered"]["status"] == "pass"
+    ledger = report["workload"]["ledger"]
+    assert ledger["missing"] == 0 and ledger["duplicated"] == 0 and ledger["trained"] > 0
+
+
 def test_a_plan_without_an_opening_fails_naming_role_and_port(tmp_path, random_model_dir):
     cfg = PlatformConfig.model_validate({"observe": {"runs_dir": str(tmp_path / "runs")}, "model": {"path": str(random_model_dir)}})
     report = Rehearsal(Options(config=cfg, out_dir=tmp_path / "rehearsal", drop=("reward:8710",), up_deadline_s=240)).run()
