@@ -68,8 +68,7 @@ COMMANDS: dict[str, tuple[str, str, str, str]] = {
                "Rebuild the harness at the recorded version with the recorded task and seed, replay the "
                "recorded actions and compare every observation; exit 1 with a diff at the first divergence."),
     "rehearse": ("agentrl_cli.cli.commands.rehearse", "rehearse_command", "command",
-                 "Rehearse the deployment on simulated nodes of this machine: each role on its node behind firewall "
-                 "rules from the plan, stage 8 smoke and verify across them, everything torn down."),
+                 "Rehearse the deployment before applying it: bring up each role on a simulated node of this machine"),
     "bench": ("agentrl_cli.cli.commands.bench", "app", "group",
               "Measure collectives, checkpoint storage and the object store (stage 1's checks, one at a time)."),
     "engine": ("agentrl_cli.cli.commands.engine", "app", "group",

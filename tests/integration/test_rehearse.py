@@ -23,7 +23,7 @@ import pytest
 from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.ops.rehearse.host import netns_names
 from agentrl_cli.ops.rehearse.record import PREFIX, STATE_DIR
-from agentrl_cli.ops.rehearse.rehearsal import Options, Rehearsal, unavailable
+from agentrl_cli.acceptance.rehearsal.rehearsal import Options, Rehearsal, unavailable
 
 _problem = unavailable()
 pytestmark = [pytest.mark.integration, pytest.mark.exclusive,

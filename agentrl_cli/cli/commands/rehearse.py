@@ -47,7 +47,7 @@ def rehearse_command(
 
     * `agentrl rehearse --chaos --json`
     """
-    from agentrl_cli.ops.rehearse.rehearsal import Options, Rehearsal
+    from agentrl_cli.acceptance.rehearsal.rehearsal import Options, Rehearsal
 
     loaded = load(config, sets)
     cfg = loaded.config

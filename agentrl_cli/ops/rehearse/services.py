@@ -4,7 +4,7 @@ PostgreSQL), bound to its node's address, its output in `<rehearsal>/logs/<name>
 `Node.popen` so the network's teardown (or a later reclaim) stops it.
 
 Belongs here: each service's command line, environment and files. Does not: where they run
-(`topology.py`), waiting for them (`rehearsal.py`, through `probe.py` from a node).
+(`topology.py`), waiting for them (`acceptance/rehearsal/`, through its probe from a node).
 """
 
 from __future__ import annotations

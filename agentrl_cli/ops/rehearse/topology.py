@@ -14,7 +14,7 @@ The nodes, one role each unless said otherwise:
   `data.s3.endpoint_url`), postgres-0 (`controlplane.state_store`).
 
 Belongs here: names, placement, ports, shared paths and the rehearsal's config. Does not: starting
-anything (`services.py`), the run (`rehearsal.py`).
+anything (`services.py`), the rehearsal itself (`acceptance/rehearsal/`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ with the plan entry to add, and everything is torn down (a later rehearsal or `a
 reclaim` removes what a killed one left).
 
 Belongs here: the order of a rehearsal, its checks and its report. Does not: the nodes, the rules,
-the services' command lines (the other modules of this package).
+the services' command lines (`ops/rehearse/`), the faults (`faults.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from agentrl_cli.ops.rehearse.host import NodesUnavailable
 from agentrl_cli.ops.rehearse.nodes import Network
 
 REPORT_SCHEMA = 1
-PROBE = [sys.executable, "-m", "agentrl_cli.ops.rehearse.probe"]
+PROBE = [sys.executable, "-m", "agentrl_cli.acceptance.rehearsal.probe"]
 
 
 def unavailable() -> NodesUnavailable | None:
@@ -211,7 +211,7 @@ class Rehearsal:
         stage = [*services.AGENTRL, "stage", "run", "8", "--config", c, "--run-id", self.run_id]
         chaos = None
         if o.chaos:
-            from agentrl_cli.ops.rehearse.chaos import Chaos
+            from agentrl_cli.acceptance.rehearsal.faults import Chaos
 
             chaos = Chaos(self, o.out_dir / "runs" / self.run_id / "stage8" / "metrics.jsonl", hold_s=o.chaos_hold_s,
                           bound_s=o.chaos_bound_s)

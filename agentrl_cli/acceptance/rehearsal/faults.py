@@ -14,8 +14,8 @@ Each fault waits until training has moved `progress_steps` steps since the last 
 lands while the run trains. What the run lost is judged afterwards by the ledger (`rehearsal.py`):
 every trained trajectory in the store, none twice.
 
-Belongs here: the faults, their order and their recovery conditions. Does not: the nodes (`nodes.py`),
-starting services (`services.py`), the rest of the rehearsal (`rehearsal.py`).
+Belongs here: the faults, their order and their recovery conditions. Does not: the nodes (`ops/rehearse/nodes.py`),
+starting services (`ops/rehearse/services.py`), the rest of the rehearsal (`rehearsal.py`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a rehearsal asks from inside a node, as a role's process there would: `python -m
-agentrl_cli.ops.rehearse.probe REQUEST` (one JSON object) prints one JSON answer. The rehearsal's own
+agentrl_cli.acceptance.rehearsal.probe REQUEST` (one JSON object) prints one JSON answer. The rehearsal's own
 process lives in the host's network namespace, which has no route to the nodes, so every look at a
 service (is it up, how many sandboxes did a replica hand out, a gateway session) is made from the
 node of a role the plan lets connect.
