@@ -75,6 +75,7 @@ def _deployment_passed(report: dict, before: dict) -> dict:
     assert all(v and v > 0 for v in work["sandbox_replicas"].values()), work["sandbox_replicas"]  # both replicas served
     assert work["gateway"]["chat"] == 200  # an agent's call from a sandbox node through the gateway node
     assert report["refusals"] == []  # the workload used only planned openings
+    assert {u["node"] for u in report["openings"]["used"]} == set(nodes)  # and every node let planned traffic in
     fence = next(c for c in report["checks"] if c["name"].startswith("fence"))
     assert fence["status"] == "pass"  # and the sandbox node cannot reach the trainer's rendezvous port
     for name in ("services up on their nodes", "trajectory store bucket on the S3 node", "ledger: nothing lost or stored twice",

@@ -353,6 +353,7 @@ class Rehearsal:
                 self.checks.append(Check.skipped("firewall: roles use only planned ports", str(exc)))
             else:
                 self.checks.append(firewall.check(refusals))
+                self.used = [{"node": n.name, **u} for n in self.net.nodes.values() for u in firewall.used(n)]
                 self._fence(refusals)
         nodes = [] if self.net is None else [{"name": n.name, "address": n.address, "roles": list(dict(topology.NODES)[n.name])}
                                             for n in self.net.nodes.values()]
@@ -360,7 +361,8 @@ class Rehearsal:
         self.report = {
             "schema_version": REPORT_SCHEMA, "rehearsal": None if self.net is None else self.net.run_id, "ok": ok,
             "seconds": round(seconds, 1), "dir": str(o.out_dir), "config": str(getattr(self, "config_path", "")),
-            "nodes": nodes, "openings": {"planned": [p.to_dict() for p in getattr(self, "plan", [])], "left_out": getattr(self, "dropped", [])},
+            "nodes": nodes, "openings": {"planned": [p.to_dict() for p in getattr(self, "plan", [])], "left_out": getattr(self, "dropped", []),
+                         "used": getattr(self, "used", [])},
             "refusals": [r.to_dict() for r in refusals],
             "workload": {"run_id": getattr(self, "run_id", None), "job": getattr(self, "job", None),
                          "verify": getattr(self, "verify", None), "gateway": getattr(self, "gateway_result", None),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -56,6 +57,10 @@ def rehearse_command(
     opts = Options(config=cfg, out_dir=where.absolute(), subnet=subnet, deadline_s=timeout, chaos=chaos,
                    chaos_hold_s=chaos_hold_s, chaos_bound_s=chaos_bound_s,
                    progress=lambda msg: console.print(f"rehearse: {msg}", markup=False, highlight=False))
+    def stop(signum, frame):  # SIGTERM as Ctrl-C: the nodes are torn down on the way out
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     report = Rehearsal(opts).run()
     if json_out:
         print_json(report)

@@ -20,8 +20,8 @@ connection is judged once, where it arrives.
 The rules live in the node's namespace and are deleted with it: a teardown or `leftovers.reclaim()`
 removes them with nothing more to do.
 
-Belongs here: rendering a node's rules from the plan, applying them, reading the refusals and
-naming the fix. Does not: which roles run on which node (the caller's `placement`: role -> node
+Belongs here: rendering a node's rules from the plan, applying them, reading what each planned
+opening let in (`used`: every accept rule counts), reading the refusals and naming the fix. Does not: which roles run on which node (the caller's `placement`: role -> node
 addresses), making nodes (`nodes.py`), the plan itself (`ops/netplan.py`).
 """
 
@@ -77,10 +77,10 @@ def ruleset(plan: Sequence[Opening], placement: Mapping[str, Sequence[str]], add
         sources = _addresses(roles, placement)
         what = f"{o.listener} {o.ports} {o.purpose} ({o.key or 'fixed port'}) from"
         if sources:
-            accepts.append(f"ip saddr {{ {', '.join(sources)} }} {proto} dport {ports} accept "
+            accepts.append(f"ip saddr {{ {', '.join(sources)} }} {proto} dport {ports} counter accept "
                            f"comment {_quote(' '.join([what, *roles]))}")
         if others:
-            accepts.append(f"{proto} dport {ports} accept comment {_quote(' '.join([what, *others]))}")
+            accepts.append(f"{proto} dport {ports} counter accept comment {_quote(' '.join([what, *others]))}")
     lines = [f"table inet {TABLE} {{",
              f"  set {REFUSED} {{ type ipv4_addr . inet_service; flags dynamic; size 65535; }}",
              "  chain input {",
@@ -123,6 +123,22 @@ def refused(node: Node) -> list[tuple[str, int]]:
                 source, port = elem["concat"]
                 out.add((str(source), int(port)))
     return sorted(out)
+
+
+def used(node: Node) -> list[dict]:
+    """The node's planned openings that let connections in, each `{"opening": its rule's comment (listener,
+    ports, purpose, key, clients), "packets"}`: each accept rule counts what it let in (the first packet
+    of each connection; the rest are accepted as established)."""
+    found = json.loads(_nft(node, "-j", "list", "chain", "inet", TABLE, "input"))
+    out = []
+    for item in found.get("nftables", []):
+        rule = item.get("rule")
+        if not rule or "comment" not in rule:
+            continue
+        packets = sum(e["counter"].get("packets", 0) for e in rule.get("expr", []) if isinstance(e, dict) and "counter" in e)
+        if packets:
+            out.append({"opening": rule["comment"], "packets": packets})
+    return out
 
 
 @dataclass(frozen=True)
