@@ -26,6 +26,12 @@ Choices worth knowing:
   the lines of its `.deepspeed_env` file. The variables set here that it would drop (the accelerator,
   OpenMP threads, the collectives' interface, the log level) go in `<control>/deepspeed_env`, named by
   DS_ENV_FILE, followed by the lines of the user's own `.deepspeed_env` (theirs win).
+- Where the hosts come from, first found: the `hostfile` argument, DLTS_HOSTFILE, /job/hostfile, and
+  last a Slurm allocation: inside one (SLURM_JOB_NODELIST set, e.g. the job `agentrl job submit
+  --training` hands `sbatch --nodes=cluster.nodes`) `scontrol show hostnames` expands the node list
+  into `<control>/hostfile`, `HOST slots=<world_size / nodes>` per node, this host first (the
+  batch script runs on the allocation's first node, and the run's process must be on the first
+  host). An allocation with fewer nodes than `cluster.nodes` is refused, naming the fix.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ STOP_TIMEOUT_S = 60.0
 LOG_TAIL_CHARS = 3000
 HOSTFILE_ENV = "DLTS_HOSTFILE"  # the `deepspeed` launcher's own variable; default /job/hostfile
 DEFAULT_HOSTFILE = "/job/hostfile"
+SLURM_NODELIST_ENV = "SLURM_JOB_NODELIST"  # set by Slurm inside an allocation (sbatch, salloc)
+ALLOCATION_HOSTFILE = "hostfile"  # in the control directory, written from the Slurm allocation
 ENV_FILE_ENV, DEFAULT_ENV_FILE = "DS_ENV_FILE", ".deepspeed_env"  # the launcher's file name, looked for in ~ and its cwd
 ENV_FILE = "deepspeed_env"  # in the control directory
 # what rank_environment may set that the launcher's pdsh path does not export (it exports PYTHON*, MLFLOW*, MV2*, UCX*)
@@ -121,10 +129,14 @@ def launcher_command(cfg, model_path: Path, control: Path, *, port: int | None =
                 "--master_addr", "127.0.0.1", "--master_port", str(port), "--max_restarts", "0",
                 "-m", rank_worker.__name__, *worker]
     hostfile = Path(hostfile or os.environ.get(HOSTFILE_ENV) or DEFAULT_HOSTFILE)
+    given = hostfile != Path(DEFAULT_HOSTFILE) or hostfile.is_file()
+    if not given and os.environ.get(SLURM_NODELIST_ENV):
+        hostfile = allocation_hostfile(os.environ[SLURM_NODELIST_ENV], Path(control), nodes, per_node)
     if not hostfile.is_file():
         raise ConfigError(f"cluster.nodes={nodes} needs a hostfile, and {hostfile} does not exist",
                           f"write `HOST slots={per_node}` lines for {nodes} hosts to {DEFAULT_HOSTFILE} or set "
-                          f"{HOSTFILE_ENV}; or set cluster.nodes: 1")
+                          f"{HOSTFILE_ENV}; run inside a Slurm allocation of {nodes} nodes (agentrl job submit "
+                          "--training with controlplane.executor: slurm); or set cluster.nodes: 1")
     hosts = hostfile_hosts(hostfile)
     if len(hosts) < nodes or any(slots < per_node for _, slots in hosts[:nodes]):
         raise ConfigError(f"hostfile {hostfile} lists {hosts}; cluster.nodes={nodes} with training.world_size={world} "
@@ -132,6 +144,36 @@ def launcher_command(cfg, model_path: Path, control: Path, *, port: int | None =
     return [sys.executable, "-m", "deepspeed.launcher.runner", "--hostfile", str(hostfile), "--num_nodes", str(nodes),
             "--num_gpus", str(per_node), "--master_addr", hosts[0][0], "--master_port", str(port),
             "--module", rank_worker.__name__, *worker]
+
+
+def allocation_hostfile(nodelist: str, control: Path, nodes: int, per_node: int) -> Path:
+    """`<control>/hostfile` for the Slurm allocation `nodelist` (SLURM_JOB_NODELIST, e.g. `trainer-[0-1]`),
+    expanded by `scontrol show hostnames`: `HOST slots=per_node` per node, this host first. Refuses an
+    allocation of fewer than `nodes` nodes."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        raise ConfigError(f"cluster.nodes={nodes} inside a Slurm allocation ({SLURM_NODELIST_ENV}={nodelist}), but "
+                          "scontrol is not installed here to expand its node list",
+                          f"install the Slurm client (apt-get install slurm-client), or set {HOSTFILE_ENV} to a hostfile")
+    try:
+        done = subprocess.run([scontrol, "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        done = subprocess.CompletedProcess([], 1, "", "did not answer within 30 s")
+    hosts = done.stdout.split()
+    if done.returncode != 0 or not hosts:
+        raise ConfigError(f"`scontrol show hostnames {nodelist}` failed ({done.stderr.strip() or 'no hosts'})",
+                          f"check the Slurm client's configuration (SLURM_CONF), or set {HOSTFILE_ENV} to a hostfile")
+    if len(hosts) < nodes:
+        raise ConfigError(f"cluster.nodes={nodes}, but this Slurm allocation ({SLURM_NODELIST_ENV}={nodelist}) has "
+                          f"{len(hosts)} node(s): {', '.join(hosts)}",
+                          f"submit with sbatch --nodes={nodes} (agentrl job submit --training with "
+                          f"controlplane.executor: slurm does), or set cluster.nodes: {len(hosts)}")
+    here = socket.gethostname()
+    hosts = sorted(hosts, key=lambda h: h != here)  # the run's process is rank 0's host
+    path = Path(control).absolute() / ALLOCATION_HOSTFILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{host} slots={per_node}\n" for host in hosts), encoding="utf-8")
+    return path
 
 
 def check_devices(cfg) -> None:

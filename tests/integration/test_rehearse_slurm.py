@@ -1,9 +1,12 @@
 """Slurm across simulated nodes: slurmctld on a node of its own and a slurmd on each of two trainer
 nodes, with the slurm.conf agentrl renders for them; `agentrl job submit --training` with
 controlplane.executor slurm and cluster.nodes 2 (run in the controller's node, as on a login node)
-hands sbatch --nodes=2, and one step of the job runs on each trainer node. Afterwards no daemon of
-the rehearsal runs and the host's namespaces are as they were, also after its owner was SIGKILLed
-and `reclaim()` ran.
+hands sbatch --nodes=2, and one step of the job runs on each trainer node. The training job itself
+(stage 8's smoke on a random tiny model, cluster.nodes 2, no hostfile given) trains through two
+ranks, one on each node of the allocation: the hostfile is written from SLURM_JOB_NODELIST and the
+`deepspeed` launcher starts the ranks with pdsh over ssh (the trainer nodes run sshd, `trainers.py`).
+Afterwards no daemon of the rehearsal runs and the host's namespaces are as they were, also after its
+owner was SIGKILLed and `reclaim()` ran.
 
 Every address used is from 198.18.0.0/15 inside namespaces this test creates; the machine's own
 Slurm (/etc/slurm, /run/munge) is neither used nor touched."""
@@ -27,6 +30,8 @@ from agentrl_cli.ops.rehearse.host import alive, netns_names, unavailable
 from agentrl_cli.ops.rehearse.leftovers import reclaim
 from agentrl_cli.ops.rehearse.nodes import Network
 from agentrl_cli.ops.rehearse.record import run_of
+from agentrl_cli.ops.rehearse.trainers import add_trainers
+from agentrl_cli.ops.rehearse.trainers import unavailable as trainers_unavailable
 
 _problem = unavailable() or slurm.unavailable()
 needs_slurm_nodes = pytest.mark.skipif(_problem is not None, reason=f"Slurm on simulated nodes unavailable: {_problem}")
@@ -86,6 +91,59 @@ def test_the_training_job_spans_two_simulated_nodes_with_sbatch_nodes_2():
     assert not [n for n in netns_names() if n.startswith(f"agrl-{net.run_id}-")]
     assert [n for n in netns_names() if run_of(n) is None] == host_namespaces
     print(f"cluster up in {up_s:.1f} s, all done in {time.monotonic() - started:.1f} s", file=sys.stderr)
+
+
+_no_trainers = _problem or trainers_unavailable()
+# stage 8's smoke through two ranks, small: two steps, then a resume from the checkpoint (two more)
+TRAINING = {"cluster.nodes": "2", "training.world_size": "2", "training.micro_batch_size": "1",
+            "training.start_timeout_s": "300", "stages.smoke_steps": "2", "rollout.group_size": "2",
+            "rollout.max_steps_per_trajectory": "2", "inference.max_new_tokens": "16"}
+
+
+def _sets(settings: dict) -> list[str]:
+    return [x for key, value in settings.items() for x in ("--set", f"{key}={value}")]
+
+
+@pytest.mark.skipif(_no_trainers is not None, reason=f"Slurm on trainer nodes unavailable: {_no_trainers}")
+def test_the_training_job_trains_through_ranks_on_both_nodes_of_its_allocation(tmp_path, random_model_dir):
+    started = time.monotonic()
+    runs = tmp_path / "runs"  # the host's file system: every node sees it at the same path
+    cfg = PlatformConfig.model_validate({"controlplane": {"executor": "slurm"}, "cluster": {"nodes": 2}})
+    with Network.create() as net:
+        controller = net.add_node("slurmctld-0")
+        trainers = add_trainers(net, ("trainer-0", "trainer-1"), slots=1)
+        trainers.start_sshd()
+        cluster = slurm.start(cfg, controller, trainers.nodes)
+        training = {**TRAINING, "model.path": random_model_dir, "observe.runs_dir": runs}
+        stage8 = [PY, "-m", "agentrl_cli", "stage", "run", "8", "--phase", "smoke", *_sets(training)]
+        # the job's environment is the submitter's (sbatch --export=ALL): gloo on the nodes' link, and no DLTS_HOSTFILE
+        submit = ["env", "-u", "DLTS_HOSTFILE", "GLOO_SOCKET_IFNAME=eth0", PY, "-m", "agentrl_cli", "job", "submit", "--json",
+                  *_sets(SETTINGS), "--pool", "train", "--training", "--wait", "--timeout", "900", "--", *stage8]
+        done = controller.run(cluster.client(submit), timeout=960)
+        job = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
+        log = Path(job["log_path"]).read_text(errors="replace") if job.get("log_path") else ""
+        assert job.get("nodes") == 2 and job.get("external_id"), done.stdout + done.stderr
+        shown = controller.run(cluster.client(["scontrol", "show", "job", "-o", job["external_id"]]), check=True).stdout
+        assert " NumNodes=2 " in shown and " NodeList=trainer-[0-1] " in shown, shown
+        [run] = list(runs.glob("*/stage8")) or [runs / "none"]
+        assert run.is_dir(), log[-3000:]
+        ranks_log = (run / "logs" / "trainer-ranks.log").read_text(errors="replace")
+        reports = list(runs.glob("*/reports/stage-8.json"))
+        report = json.loads(reports[0].read_text()) if reports else {}
+        by_name = {c["name"]: c for c in report.get("checks", [])}
+        for name in ("loss finite", "checkpoint written", "reloaded and resumed"):
+            assert by_name.get(name, {}).get("status") == "pass", (name, by_name.get(name), log[-3000:], ranks_log[-3000:])
+        # a random model may earn no reward: then stage 8 fails that check, and the job with it
+        assert (job["state"] == "succeeded") == (by_name["reward distribution not degenerate"]["status"] == "pass"), job
+        hostfile = run / "trainer-ranks" / "hostfile"  # written from the allocation, not given
+        assert hostfile.read_text() == "trainer-0 slots=1\ntrainer-1 slots=1\n"
+        assert ranks_log.count(f"--hostfile {hostfile} --num_nodes 2") == 2  # the first run and the resumed one
+        assert "pdsh -S -f 1024 -w trainer-0,trainer-1" in ranks_log
+        channel = json.loads((run / "trainer-ranks" / "channel.json").read_text())
+        assert channel["hosts"] == ["trainer-0", "trainer-1"], channel
+        root = cluster.root
+    assert _living(root) == _living(run / "trainer-ranks") == [] and not root.exists()  # no daemon, step or rank is left
+    print(f"the training job under Slurm took {time.monotonic() - started:.1f} s", file=sys.stderr)
 
 
 REHEARSAL = """
