@@ -127,6 +127,34 @@ def test_shared_paths_are_bind_mounted_in_a_nodes_processes_only(tmp_path, mount
 
 
 @needs_nodes
+def test_a_mount_point_two_rehearsals_share_stays_until_the_last_one_ends(tmp_path, mounts):
+    """Two rehearsals at once mount over the same path (both mount /run/sshd, or the same shared
+    root): the first to end must not remove it from under the other's processes."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    for d, text in ((first, "a"), (second, "b")):
+        d.mkdir()
+        (d / "who").write_text(text)
+    target = tmp_path / "mnt" / "shared"
+    before = mounts()
+    one = Network.create(shared={str(target): first})
+    try:
+        two = Network.create(shared={str(target): second})
+        try:
+            node = two.add_node("trainer-0")
+            one.add_node("trainer-0")
+            assert node.run(["cat", str(target / "who")], check=True).stdout == "b"
+            one.teardown()
+            assert target.is_dir()  # still there: the second rehearsal mounts over it
+            assert node.run(["cat", str(target / "who")], check=True).stdout == "b"
+        finally:
+            two.teardown()
+    finally:
+        one.teardown()
+    assert not (tmp_path / "mnt").exists()  # the last one to end removed what the first made
+    assert mounts() == before
+
+
+@needs_nodes
 def test_a_nodes_own_mounts_are_seen_by_that_node_only(tmp_path, mounts):
     config = tmp_path / "client.conf"
     config.write_text("host's")

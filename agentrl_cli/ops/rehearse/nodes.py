@@ -143,6 +143,7 @@ class Network:
         rec.netns_mount_made = not is_mountpoint(NETNS_DIR)
         rec.made_dirs.append(str(rec.files))
         rec.made_dirs.extend(_missing(Path(t) for t in self.shared))
+        rec.mount_points.extend(self.shared)
         rec.namespaces.append(self.switch)
         rec.save()
         for d in rec.made_dirs:
@@ -169,6 +170,7 @@ class Network:
         node = Node(self, name, self.record.netns(name), str(hosts[index]), self.subnet.prefixlen, tuple(own.items()))
         made = [d for d in _missing(Path(t) for t, src in own.items() if Path(src).is_dir()) if d not in self.record.made_dirs]
         self.record.made_dirs.extend(made)
+        self.record.mount_points.extend(t for t, src in own.items() if Path(src).is_dir() and t not in self.record.mount_points)
         self.record.namespaces.append(node.netns)
         self.record.save()
         for d in made:

@@ -52,6 +52,7 @@ class RunRecord:
     namespaces: list[str] = field(default_factory=list)
     processes: list[list[int | None]] = field(default_factory=list)  # [pid, start ticks]
     made_dirs: list[str] = field(default_factory=list)  # created by this run, removed when empty
+    mount_points: list[str] = field(default_factory=list)  # directories this run's nodes mount over (kept while in use)
     netns_mount_made: bool = False  # /run/netns was no mount point before this run's first namespace
     netns_dir_made: bool = False  # /run/netns did not exist before it
     schema_version: int = SCHEMA_VERSION
@@ -89,6 +90,8 @@ class RunRecord:
         """The record in `path`; None when it is unreadable or not a record (it is then left alone)."""
         try:
             data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                return None
             return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
         except (OSError, ValueError, TypeError):
             return None
