@@ -26,11 +26,12 @@ from pathlib import Path
 import yaml
 
 from agentrl_cli.config.models import PlatformConfig
+from agentrl_cli.core.errors import UsageError
 from agentrl_cli.core.report import Check, CheckStatus, checks_to_json
 from agentrl_cli.ops import netplan
 from agentrl_cli.ops.rehearse import firewall, leftovers, services, topology, trainers
 from agentrl_cli.ops.rehearse.host import NodesUnavailable
-from agentrl_cli.ops.rehearse.nodes import Network
+from agentrl_cli.ops.rehearse.nodes import Network, subnet_of
 
 REPORT_SCHEMA = 1
 PROBE = [sys.executable, "-m", "agentrl_cli.acceptance.rehearsal.probe"]
@@ -75,10 +76,14 @@ class Rehearsal:
 
     def run(self) -> dict:
         """Bring up, run the workload, judge, tear down; returns the report (`ok` and `checks`)."""
+        o = self.opts
+        subnet = subnet_of(o.subnet)  # a bad subnet is refused before anything is built
+        if subnet.num_addresses - 2 < len(topology.NODES):
+            raise UsageError(f"subnet {o.subnet} has {subnet.num_addresses - 2} addresses; a rehearsal needs one per node "
+                             f"({len(topology.NODES)})", "give a /28 or larger inside 198.18.0.0/15, e.g. --subnet 198.18.0.0/24")
         problem = unavailable()
         if problem is not None:
             raise problem
-        o = self.opts
         o.out_dir.mkdir(parents=True, exist_ok=True)
         reclaimed = leftovers.reclaim()
         if reclaimed.get("runs"):

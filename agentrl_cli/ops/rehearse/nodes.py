@@ -113,7 +113,7 @@ class Network:
                state_dir: Path = STATE_DIR) -> Network:
         """A new switch with no nodes. `shared` maps a path every node sees to the host directory
         bind-mounted there; a missing mount point is created (and removed at teardown)."""
-        net_range, paths = _subnet(subnet), _shared(shared or {})
+        net_range, paths = subnet_of(subnet), _shared(shared or {})
         problem = unavailable()
         if problem is not None:
             raise problem
@@ -217,7 +217,7 @@ class Network:
         self.teardown()
 
 
-def _subnet(text: str) -> ipaddress.IPv4Network:
+def subnet_of(text: str) -> ipaddress.IPv4Network:
     try:
         net = ipaddress.ip_network(text)
     except ValueError as exc:
