@@ -158,3 +158,31 @@ def test_a_harness_image_with_the_sandbox_service_is_refused(tmp_path):
                                          "harnesses": [{"name": "h", "image": "oci:/x:y"}]})
     with pytest.raises(ImageError, match="sandbox service .* does not run images"):
         HarnessSandboxes(cfg).for_harness("h")
+
+
+def test_stage_5_fails_a_harness_whose_image_is_refused_naming_the_image_and_why(tmp_path):
+    from types import SimpleNamespace
+
+    from agentrl_cli.acceptance.context import StageContext
+    from agentrl_cli.config.models import PlatformConfig
+    from agentrl_cli.core.report import CheckStatus
+    from agentrl_cli.envs.sandbox import SandboxSettings
+    from stages.s5_sandbox import _harness_checks
+
+    missing = f"oci:{tmp_path / 'missing'}:v1"
+    cfg = PlatformConfig.model_validate({"harnesses": [{"name": "terminal_like", "image": missing}]})
+    ctx = SimpleNamespace(config=cfg, progress=lambda message: None)
+    ctx.produce = lambda name, fn: StageContext.produce(ctx, name, fn)
+    checks = _harness_checks(ctx, "terminal_like", SandboxSettings(image_cache_dir=tmp_path / "cache"))
+    assert [(c.name, c.status) for c in checks] == [("harness terminal_like: image", CheckStatus.FAIL)]
+    assert missing in str(checks[0].detail) + str(checks[0].measured) and "no OCI layout directory" in str(checks[0].detail)
+
+
+def test_concurrent_unpackers_of_one_image_agree_and_leave_no_partial_root(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    image = _image(tmp_path, [entry("d/", kind=D)] + [entry(f"d/f{i}", b"x" * 1000) for i in range(200)])
+    with ThreadPoolExecutor(4) as pool:
+        roots = list(pool.map(lambda _: resolve(image, tmp_path / "cache"), range(4)))
+    assert len({r.path for r in roots}) == 1 and len(os.listdir(roots[0].path / "d")) == 200
+    assert _leftovers(tmp_path / "cache") == []
