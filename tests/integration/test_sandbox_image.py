@@ -62,6 +62,9 @@ def test_an_images_sandbox_writes_only_its_work_directory_and_tmp(settings, imag
         r = sb.exec(["sh", "-c", "echo w > /work/f && echo t > /tmp/f && cat /work/f /tmp/f; echo x > /etc/f || echo refused"])
         assert r.stdout.split() == ["w", "t", "refused"] and "Read-only file system" in r.stderr
         assert sb.read_file("f") == b"w\n"
+        mounts = [line.split() for line in sb.exec(["cat", "/proc/self/mountinfo"]).stdout.splitlines()]
+        usr = next(m for m in mounts if m[4] == "/usr")
+        assert {"ro", "nosuid", "nodev"} <= set(usr[5].split(",")), "the image is mounted read-only, nosuid, nodev"
         assert sb.describe()["image"]["digest"].startswith("sha256:") and sb.describe()["seccomp"] == "loaded"
 
 

@@ -87,7 +87,10 @@ def _member(image: str, tar: tarfile.TarFile, m: tarfile.TarInfo, root: Path, th
                 _remove(child)
         return
     if base.startswith(WHITEOUT):
-        _remove(parent / base[len(WHITEOUT):])
+        hidden = base[len(WHITEOUT):]
+        if hidden in ("", ".", ".."):
+            raise PathEscape(image, f"layer whiteout {m.name!r} names no entry of its directory")
+        _remove(parent / hidden)
         return
     dest = parent / base
     this_layer.add(dest)
