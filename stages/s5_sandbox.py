@@ -184,15 +184,29 @@ def _egress(settings: SandboxSettings) -> Check:
 
 def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> list[Check]:
     """Contract checks of one configured harness, built by the registry as the run builds it: the
-    configured options, and sandboxes with the configured limits (or the sandbox service)."""
+    configured options, and sandboxes with the configured limits and image (or the sandbox service).
+    An image that cannot be found, verified or unpacked fails its check and skips the rest."""
+    image: list[Check] = []
+    hc = next((c for c in ctx.config.harnesses if c.name == name), None)
+    if hc is not None and hc.image:
+        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(name, hc.image, settings))
+        if settings is None:
+            return image
     sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
     loaded, h = ctx.produce(f"harness {name}: loads", lambda: _build(ctx, name, sandboxes, settings))
     if h is None:
-        return loaded
+        return image + loaded
     try:
-        return loaded + _episode_checks(ctx, name, h)
+        return image + loaded + _episode_checks(ctx, name, h)
     finally:
         h.close()
+
+
+def _image(name: str, image: str, settings: SandboxSettings) -> tuple[Check, SandboxSettings]:
+    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the check)."""
+    rooted = settings.with_image(image)
+    return Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
+                 "found, every digest verified, unpacked"), rooted
 
 
 def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):

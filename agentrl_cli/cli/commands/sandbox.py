@@ -27,6 +27,7 @@ def run(
     memory_mb: Annotated[Optional[int], typer.Option("--memory-mb", help="Memory limit (default sandbox.memory_mb).")] = None,
     cpu_s: Annotated[Optional[int], typer.Option("--cpu-s", help="CPU-time limit (default sandbox.cpu_time_s).")] = None,
     stdin: Annotated[bool, typer.Option("--stdin", help="Pass this command's standard input to the sandboxed command.")] = False,
+    image: Annotated[str, typer.Option("--image", help="Run in this image as the read-only root: oci:PATH[:TAG] or dir:PATH (default: the host's system).")] = "",
     config: ConfigOpt = None,
     sets: SetOpt = None,
     json_out: JsonOpt = False,
@@ -41,10 +42,13 @@ def run(
     * `agentrl sandbox run --timeout 2 -- sleep 10`   (exits 124)
 
     * `agentrl sandbox run --memory-mb 64 -- python3 -c "x = bytearray(1 << 30)"`
+
+    * `agentrl sandbox run --image oci:./debian-layout:bookworm -- cat /etc/os-release`
     """
     loaded = load(config, sets)
     settings = SandboxSettings.from_config(loaded.config.sandbox)
     settings = replace(settings, limits=settings.limits.with_(memory_mb=memory_mb, cpu_time_s=cpu_s, wall_timeout_s=timeout))
+    settings = settings.with_image(image)
     argv = ["/bin/bash", "-c", command[0]] if len(command) == 1 and " " in command[0] else command
     data = sys.stdin.read() if stdin else None
     with Sandbox(settings) as sb:

@@ -32,6 +32,7 @@ class SandboxConfig(Section):
     bwrap: str = Field("bwrap", description="bubblewrap executable (name on PATH or a path)")
     python: str = Field("/usr/bin/python3", description="Interpreter inside the sandbox (must live under /usr, which is bound read-only)")
     workdir_size_mb: int = Field(64, ge=1, description="Size of each sandbox's work directory (a tmpfs when running as root)")
+    image_cache_dir: str = Field("/var/tmp/agentrl-images", description="Where images (harnesses[].image, `sandbox run --image`) are unpacked, one directory per manifest digest; the sandbox user must be able to traverse it (so not root's home)")
     root_dir: str = Field("/tmp/agentrl-sandboxes", description="Host directory holding the sandboxes' work directories")
     lease_timeout_s: float = Field(600.0, gt=0, description="A sandbox held longer than this is reclaimed by force")
     api_key: SecretStr | None = Field(None, description="Bearer key(s) the sandbox service requires and sandbox.service_url clients send, one per line: the first is sent, every one is accepted (rotation: `agentrl secrets rotate`); give it by AGENTRL_SANDBOX__API_KEY_FILE, never argv. Without one the service refuses to start unless bound to loopback with --insecure-loopback")

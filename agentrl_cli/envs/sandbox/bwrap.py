@@ -5,7 +5,9 @@ Profile (docs/security.md): user, pid, ipc, net, uts and cgroup namespaces each 
 after the pid namespace; bubblewrap's minimal /dev; the system read-only (/usr and the few /etc
 files programs need, no host home, no host /tmp); one writable work directory; a size-limited
 tmpfs for /tmp; an empty environment; a hostname of its own; all capabilities dropped; the root
-remounted read-only; the seccomp filter when available.
+remounted read-only; the seccomp filter when available. With an image (`image_root`, from
+`envs/images`) the image's top-level entries replace the host's system directories and /etc files
+(`image_binds`): nothing of the host is bound but agentrl's own support files.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class BwrapProfile:
     workdir_bytes: int | None = None  # /work as a tmpfs of this size in the sandbox's own mount namespace
     hostname: str = "sandbox"
     extra_ro_binds: list[tuple[str, str]] = field(default_factory=list)
+    image_root: Path | None = None  # an unpacked image's root: the sandbox's / instead of the host's system
 
     @property
     def supervisor_path(self) -> str:
@@ -54,10 +57,14 @@ class BwrapProfile:
         a = [self.bwrap,
              "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup",
              "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", self.hostname,
-             "--die-with-parent", "--new-session", "--cap-drop", "ALL", *system_binds()]
-        for name in ETC_FILES:
-            if (Path("/etc") / name).exists():
-                a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        if self.image_root is not None:
+            a += image_binds(self.image_root)
+        else:
+            a += system_binds()
+            for name in ETC_FILES:
+                if (Path("/etc") / name).exists():
+                    a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         a += ["--ro-bind", str(self.support_dir / "passwd"), "/etc/passwd",
               "--ro-bind", str(self.support_dir / "group"), "/etc/group",
               "--ro-bind", str(self.support_dir / self.supervisor), self.supervisor_path]
@@ -84,6 +91,33 @@ def system_binds() -> list[str]:
             a += ["--symlink", os.readlink(host), f"/{name}"]
         elif host.is_dir():
             a += ["--ro-bind", str(host), f"/{name}"]
+    return a
+
+
+IMAGE_SKIP = {"proc", "dev", "tmp", "etc", WORK.strip("/"), SUPPORT_MOUNT.strip("/")}
+OWN_ETC = {"passwd", "group"}  # the sandbox user's, from the support directory
+
+
+def _entry_binds(src: Path, dst: str, skip: set[str]) -> list[str]:
+    a = []
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        if entry.name in skip:
+            continue
+        if entry.is_symlink():
+            a += ["--symlink", os.readlink(entry.path), f"{dst}/{entry.name}"]
+        elif entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False):
+            a += ["--ro-bind", entry.path, f"{dst}/{entry.name}"]
+    return a
+
+
+def image_binds(root: Path) -> list[str]:
+    """An image root's top-level entries read-only at / (symlinks as they are), and its /etc entry by
+    entry so the sandbox's own passwd and group can sit beside them; /proc, /dev, /tmp and the work
+    directory are the sandbox's own, as with the host root."""
+    a = _entry_binds(root, "", IMAGE_SKIP) + ["--dir", "/etc"]
+    etc = root / "etc"
+    if etc.is_dir() and not etc.is_symlink():
+        a += _entry_binds(etc, "/etc", OWN_ETC)
     return a
 
 

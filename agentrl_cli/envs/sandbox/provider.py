@@ -113,11 +113,16 @@ class HarnessSandboxes:
 
     def _make(self, name: str) -> SandboxProvider:
         sb = self.config.sandbox
+        hc = next((h for h in self.config.harnesses if h.name == name), None)
         if sb.service_url:
+            if hc is not None and hc.image:
+                from agentrl_cli.envs.images import ImageError
+
+                raise ImageError(hc.image, f"harness {name!r}: the sandbox service (sandbox.service_url) does not run images",
+                                 "unset sandbox.service_url to run this harness's sandboxes here, or remove its image")
             return provider_from_config(sb)
         from agentrl_cli.envs.sandbox.pool import SandboxPool
 
-        hc = next((h for h in self.config.harnesses if h.name == name), None)
         settings = replace(harness_settings(sb, hc) if hc is not None else SandboxSettings.from_config(sb), root_dir=self.root)
         limit = min(sb.max_concurrency, hc.max_concurrency) if hc is not None and hc.max_concurrency else sb.max_concurrency
         # a rollout returns sandboxes as its episodes end: start and destroy them in parallel, so the

@@ -5,7 +5,9 @@ starting a new one, never by cleaning in place. Closing it kills everything insi
 namespace dies with its first process; the cgroups are emptied as well), unmounts and removes its
 work directory. Fail closed: with `backend="bwrap"` and no working bubblewrap, construction raises
 `SandboxUnavailable` with the fix. `backend="process"` runs the same supervisor WITHOUT isolation,
-for hosts where that is an explicit, reported choice.
+for hosts where that is an explicit, reported choice. With an image (`SandboxSettings.with_image`)
+the image's root is the sandbox's read-only / (`bwrap.image_binds`); the supervisor then must be
+the statically linked compiled one, or the image's own Python running supervisor.py from source.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentrl_cli.envs.images import DEFAULT_CACHE_DIR
+from agentrl_cli.envs.images import resolve as resolve_image
 from agentrl_cli.envs.sandbox import files
 from agentrl_cli.envs.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
 from agentrl_cli.envs.sandbox.cgroups import CgroupSet
@@ -36,7 +40,7 @@ from agentrl_cli.envs.sandbox.limits import MB, Limits, apply_rlimits, prlimit_a
 from agentrl_cli.envs.sandbox.network import NET_DIR, SCRIPT_PATH, HostRelay, hosts_file, parse_allowlist
 from agentrl_cli.envs.sandbox.result import ExecResult
 from agentrl_cli.envs.sandbox.seccomp import bpf_program, program_fd
-from agentrl_cli.envs.sandbox.supervisors import Supervisor, support_dir
+from agentrl_cli.envs.sandbox.supervisors import Supervisor, image_supervisor, support_dir
 
 if TYPE_CHECKING:
     from agentrl_cli.config.models import HarnessConfig, SandboxConfig
@@ -61,16 +65,29 @@ class SandboxSettings:
     python: str = "/usr/bin/python3"
     allowlist: tuple[str, ...] = ()  # host:port endpoints reachable from inside (see network.py); empty = none
     supervisor: str = "auto"  # "auto": the compiled one where a C compiler is, else "python" (supervisors.py)
+    image: str = ""  # the image reference sandboxes run in ("" = the host's system, read-only)
+    image_root: Path | None = None  # its unpacked root (set with `image` by `with_image`)
+    image_digest: str = ""
+    image_cache_dir: Path = Path(DEFAULT_CACHE_DIR)
 
     @classmethod
     def from_config(cls, c: SandboxConfig) -> "SandboxSettings":
         return cls(backend=c.backend, bwrap=c.bwrap, limits=Limits.from_config(c), seccomp=c.seccomp,
-                   workdir_size_mb=c.workdir_size_mb, root_dir=Path(c.root_dir).expanduser(), python=c.python)
+                   workdir_size_mb=c.workdir_size_mb, root_dir=Path(c.root_dir).expanduser(), python=c.python,
+                   image_cache_dir=Path(c.image_cache_dir).expanduser())
 
     def for_harness(self, harness_config: HarnessConfig) -> "SandboxSettings":
-        """These settings with the harness's egress policy: its allowlist when `network: allowlist`."""
+        """These settings with the harness's egress policy (its allowlist when `network: allowlist`)
+        and its image (`image`, resolved now: ImageError when it cannot be found, verified or unpacked)."""
         allow = tuple(harness_config.allowlist) if harness_config.network == "allowlist" else ()
-        return replace(self, allowlist=allow)
+        return replace(self, allowlist=allow).with_image(harness_config.image)
+
+    def with_image(self, image: str) -> "SandboxSettings":
+        """These settings rooted in `image` (unpacked into the cache once per digest); "" = the host's system."""
+        if not image:
+            return replace(self, image="", image_root=None, image_digest="")
+        rootfs = resolve_image(image, self.image_cache_dir)
+        return replace(self, image=image, image_root=rootfs.path, image_digest=rootfs.digest)
 
     @property
     def privileged(self) -> bool:
@@ -172,6 +189,11 @@ class Sandbox:
         support = support_dir(s.root_dir, SANDBOX_UID, WORK)
         python = s.python if (self.isolated or Path(s.python).exists()) else sys.executable
         self.supervisor = Supervisor.choose(support, python, s.supervisor)
+        if s.image_root is not None:
+            if not self.isolated:
+                raise SandboxUnavailable(f"image {s.image!r}: the process backend cannot root a sandbox in an image",
+                                         "set sandbox.backend: bwrap, or remove the image")
+            self.supervisor = image_supervisor(self.supervisor, support, s.image, s.image_root, s.python)
         try:
             self.base.mkdir(mode=0o711, parents=True)
             self.workdir.mkdir(mode=0o700)
@@ -182,7 +204,8 @@ class Sandbox:
             if self.isolated:
                 profile = BwrapProfile(bwrap=bwrap, workdir=self.workdir, support_dir=support, supervisor=self.supervisor.file,
                                        tmpfs_bytes=s.limits.tmpfs_size_mb * MB, python=s.python, seccomp_fd=seccomp_fd,
-                                       workdir_bytes=s.workdir_size_mb * MB if as_uid is not None else None)
+                                       workdir_bytes=s.workdir_size_mb * MB if as_uid is not None else None,
+                                       image_root=s.image_root)
                 command = self.supervisor.command(profile.supervisor_path, s.python)
                 if endpoints:
                     command = self._egress(endpoints, profile, support, command)
@@ -214,6 +237,10 @@ class Sandbox:
 
     def _egress(self, endpoints, profile: BwrapProfile, support: Path, command: list[str]) -> list[str]:
         """Start the host relays for the allow-listed endpoints and wrap `command` in the in-sandbox forwarder."""
+        image = self.settings.image_root
+        if image is not None and not os.path.lexists(image / self.settings.python.lstrip("/")):
+            raise SandboxUnavailable(f"image {self.settings.image!r}: its egress allowlist needs {self.settings.python} "
+                                     "inside the image, which has none", "use an image with Python, or network: egress_deny_by_default")
         self.relay = HostRelay(endpoints, self.base / "net")
         profile.extra_ro_binds += [(str(self.base / "net"), NET_DIR), (str(support / "network.py"), SCRIPT_PATH)]
         hosts = hosts_file(endpoints)
@@ -427,4 +454,5 @@ class Sandbox:
                 "cgroups": f"v{self.cgroup.version}" if self.cgroup else "none (rlimits)",
                 "workdir": "tmpfs" if self.workdir_fd is not None else "directory", "launch": self.launch,
                 "supervisor": self.supervisor.kind,
+                "image": {"ref": self.settings.image, "digest": self.settings.image_digest} if self.settings.image else "host",
                 "egress": [f"{e.host}:{e.port}" for e in self.relay.endpoints] if self.relay else "none"}

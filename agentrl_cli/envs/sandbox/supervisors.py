@@ -7,7 +7,8 @@ Two supervisors do the same job and give the same answers (see `supervisor.py`):
   raw output bytes, which the host decodes (UTF-8, invalid bytes replaced) as supervisor.py does.
 - `supervisor.py`, run by the sandbox's Python from bytecode compiled once by that same Python:
   about 20 ms of CPU to start, in every sandbox. Requests are marshal frames, answers JSON lines.
-`choose` takes the compiled one when a compiler is here, else the Python one (also on request).
+`choose` takes the compiled one when a compiler is here, else the Python one (also on request);
+`image_supervisor` the one that can run inside an image's root.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from agentrl_cli.envs.sandbox.bwrap import SandboxUnavailable
 
 log = logging.getLogger("agentrl.sandbox")
 SUPPORT_SOURCES = ("supervisor.py", "supervisor.c", "network.py")
@@ -152,3 +155,33 @@ def _fields(values: list) -> bytes:
         data = v if isinstance(v, bytes) else ("" if v is None else str(v)).encode("utf-8", "surrogateescape")
         out.append(b"%d:" % len(data) + data)
     return b"".join(out)
+
+
+def image_supervisor(chosen: Supervisor, support: Path, image: str, image_root: Path, python: str) -> Supervisor:
+    """The supervisor that can run inside `image_root`: the compiled one when statically linked (it
+    needs nothing of the image), else supervisor.py run by the image's own `python`."""
+    if chosen.kind == "compiled" and is_static(support / chosen.file):
+        return chosen
+    if os.path.lexists(image_root / python.lstrip("/")):
+        return Supervisor("python", "supervisor.py")  # the host's bytecode may not suit the image's Python
+    raise SandboxUnavailable(
+        f"image {image!r}: no supervisor can run in it: the compiled one is not statically linked here "
+        f"and the image has no {python}",
+        "install a C compiler and static libc (`apt-get install gcc libc6-dev`), or set sandbox.python to the image's Python")
+
+
+def is_static(path: Path) -> bool:
+    """True when the ELF file at `path` names no program interpreter (PT_INTERP): it runs anywhere."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
+                return False
+            order = "little" if head[5] == 1 else "big"
+            phoff, phentsize, phnum = (int.from_bytes(head[32:40], order), int.from_bytes(head[54:56], order),
+                                       int.from_bytes(head[56:58], order))
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    return not any(int.from_bytes(table[i:i + 4], order) == 3 for i in range(0, len(table), phentsize))
