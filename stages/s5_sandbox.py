@@ -208,10 +208,12 @@ def _capacity(ctx: StageContext, name: str, h) -> Check:
     want = min(hc.max_concurrency or ctx.config.rollout.concurrency, ctx.config.rollout.concurrency)
     capacity = h.capacity(want)
     run = want if capacity is None else min(want, capacity)
-    measured = {"capacity": capacity if capacity is not None else f">= {want}", "concurrency": run}
+    probed = min(want, getattr(h, "PROBE_SESSIONS", want))
+    measured = {"capacity": capacity if capacity is not None else f">= {probed}", "concurrency": run}
     detail = (f"the environment holds {capacity} session(s) at once: the run plays at most {run} episode(s) of {name} at once, "
               "its refusals past that waited out as backpressure (env/{name}/backpressure), not errors"
-              if capacity is not None and capacity < want else f"the environment accepted {want} sessions at once")
+              if capacity is not None and capacity < want else
+              f"the environment accepted the {probed} sessions opened at once; a refusal past that is waited out as backpressure")
     return Check.info(f"harness {name}: capacity", measured, detail.replace("{name}", name),
                       "reported: the environment's sessions at once and the run's concurrency for it")
 

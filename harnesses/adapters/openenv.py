@@ -50,6 +50,7 @@ from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, Too
 from harnesses.defaults import default_evidence
 from harnesses.sandboxed import worst
 
+PROBE_SESSIONS = 16  # capacity(want) opens at most this many sessions to find the server's limit
 DEFAULT_ENV = "harnesses.adapters.openenv_example:BriefReplyEnvironment"
 DEFAULT_PROMPT = ("Act in the environment until it says the episode is over. Its observations are JSON; "
                   "send each action as a tool call.")
@@ -203,10 +204,12 @@ class OpenEnvHarness:
     def capacity(self, want: int) -> int | None:
         """The sessions the server holds at once, if fewer than `want`: what its `/health` or
         `/metadata` says (`max_sessions` / `max_concurrent_envs`, where a server reports it; openenv
-        0.10 does not), else learnt by opening up to `want` sessions until one is refused (the
-        refusal names the limit). None: `want` sessions were accepted. Every probe session is closed."""
+        0.10 does not), else learnt by opening up to `want` sessions (at most PROBE_SESSIONS: each
+        builds an environment on the server) until one is refused (the refusal names the limit).
+        None: that many sessions were accepted. Every probe session is closed."""
         self._connect()
         reported = self._reported_capacity()
+        want = min(want, PROBE_SESSIONS)
         if reported is not None or want <= 1:
             return reported
         from openenv.core import GenericEnvClient
@@ -274,7 +277,13 @@ class OpenEnvHarness:
                               "set text_field to one of the action's string fields, or leave it out")
         client = (MCPToolClient if mcp else GenericEnvClient)(base_url=url, message_timeout_s=o.message_timeout_s).sync()
         try:
-            client.connect()
+            try:
+                client.connect()
+            except ConnectionError as exc:  # a handshake answered 429, or 503 with Retry-After (a proxy at capacity)
+                handshake = getattr(exc.__cause__, "response", None)
+                if handshake is not None and hasattr(handshake, "status_code"):
+                    _raise_if_busy(handshake)
+                raise
             if mcp:
                 found = self._refused_at_capacity(lambda: client.list_tools(use_cache=False), client)  # the package's MCP client, over the session's /mcp
                 if not found:

@@ -2,7 +2,9 @@
 environments (`harnesses.adapters.openenv_example`) on loopback and the `openenv` harness plays them
 through its own clients (reset, step, per-step reward and done read back; malformed actions answered
 `invalid_action` without reaching the environment; MCP tools listed and called); the harness passes
-stage 5 against a running server and trains through stage 8 smoke; and `agentrl serve env
+stage 5 against a running server and trains through stage 8 smoke, also on a server started with
+`create_app`'s defaults (one session at a time: its refusals are backpressure, waited out and
+counted, and stage 5 reports its capacity as 1); and `agentrl serve env
 terminal_like` answers the package's own client, a scripted solution earning training's full reward.
 
 Why a random model's rewards vary in stage 8 (honestly): the environment is BriefReplyEnvironment

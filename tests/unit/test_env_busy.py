@@ -68,3 +68,21 @@ def test_the_wait_doubles_from_env_create_backoff_s_and_gives_up_past_env_busy_t
     busy.started -= 10  # refused for longer than env_busy_timeout_s
     assert asyncio.run(busy.wait(EnvironmentBusy("busy"))) is False
     assert ctrl.counters["env/openenv/backpressure"] == 3
+
+
+def test_openenvs_refusal_names_the_capacity_and_http_429_or_503_with_retry_after_is_busy():
+    import httpx
+    import pytest
+
+    from harnesses.adapters.openenv import _capacity_named, _raise_if_busy
+
+    assert _capacity_named("Server error: Server at capacity: 1/1 sessions active. Cannot accept new connections. "
+                           "(code: CAPACITY_REACHED)") == 1
+    assert _capacity_named("Server error: session failed (code: CAPACITY_REACHED)") is None
+    with pytest.raises(EnvironmentBusy) as busy:
+        _raise_if_busy(httpx.Response(503, headers={"Retry-After": "2"}))
+    assert busy.value.retry_after_s == 2.0
+    with pytest.raises(EnvironmentBusy):
+        _raise_if_busy(httpx.Response(429))
+    _raise_if_busy(httpx.Response(503))  # no Retry-After: an outage, not backpressure
+    _raise_if_busy(httpx.Response(200))
