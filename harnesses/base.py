@@ -46,6 +46,12 @@ Optional, each with the default agentrl applies when a harness lacks it:
                             the instance and build a new one
   end_episode()             free the episode's resources now rather than at the next reset
                             (default: nothing until the next reset)
+  capacity(want) -> int | None  the sessions its environment holds at once when fewer than `want`
+                            (None: at least `want`), reported by stage 5 (default: not reported).
+                            A reset the environment refuses at capacity raises
+                            `agentrl_cli.core.errors.EnvironmentBusy` (naming the capacity when
+                            known) with no session left open: the run waits and plays the episode
+                            again (backpressure, never a harness error)
   task_set() or task_set(options) (classmethod) -> TaskSet  the harness's own versioned tasks
                             (`TaskSource`); one that takes an argument is given
                             `harnesses[].options` (the constructor gets them too). Default:

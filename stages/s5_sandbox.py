@@ -15,7 +15,9 @@ itself through the run's gateway (the `agent` harness) is also checked token-exa
 its probe episode stored exactly as the inference servers were sent and answered it (0
 mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_agent`) reports its
 roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
-scripted play of each task family.
+scripted play of each task family. A harness whose environment holds a limited number of sessions
+(its optional `capacity(want)`, e.g. an OpenEnv server) reports that capacity and the concurrency
+the run will play it at.
 """
 
 from __future__ import annotations
@@ -197,7 +199,10 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
     if h is None:
         return image + loaded
     try:
-        return image + loaded + _episode_checks(ctx, name, h)
+        checks = image + loaded + _episode_checks(ctx, name, h)
+        if getattr(h.inner, "capacity", None) is not None:
+            checks.append(ctx.check(f"harness {name}: capacity", lambda: _capacity(ctx, name, h.inner)))
+        return checks
     finally:
         h.close()
 
@@ -207,6 +212,24 @@ def _image(name: str, image: str, settings: SandboxSettings) -> tuple[Check, San
     rooted = settings.with_image(image)
     return Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
                  "found, every digest verified, unpacked"), rooted
+
+
+def _capacity(ctx: StageContext, name: str, h) -> Check:
+    """The sessions the harness's environment holds at once (the harness's optional `capacity(want)`:
+    what its server reports, or learnt by opening up to the run's concurrency) and the concurrency
+    the run will play it at: the lower of the two."""
+    hc = next(c for c in ctx.config.harnesses if c.name == name)
+    want = min(hc.max_concurrency or ctx.config.rollout.concurrency, ctx.config.rollout.concurrency)
+    capacity = h.capacity(want)
+    run = want if capacity is None else min(want, capacity)
+    probed = min(want, getattr(h, "PROBE_SESSIONS", want))
+    measured = {"capacity": capacity if capacity is not None else f">= {probed}", "concurrency": run}
+    detail = (f"the environment holds {capacity} session(s) at once: the run plays at most {run} episode(s) of {name} at once, "
+              "its refusals past that waited out as backpressure (env/{name}/backpressure), not errors"
+              if capacity is not None and capacity < want else
+              f"the environment accepted the {probed} sessions opened at once; a refusal past that is waited out as backpressure")
+    return Check.info(f"harness {name}: capacity", measured, detail.replace("{name}", name),
+                      "reported: the environment's sessions at once and the run's concurrency for it")
 
 
 def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):

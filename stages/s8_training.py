@@ -108,7 +108,22 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
     checks.append(ctx.check("reloaded and resumed", lambda: _resume(ctx, cfg, path, steps, a)))
     checks.append(ctx.check("no trajectory stored twice", lambda: _unique_ids(ctx)))
     checks.append(_pools_clean(a))
+    checks += _backpressure(a)
     return checks
+
+
+def _backpressure(a: RunSummary) -> list[Check]:
+    """An info check per harness whose environment's server refused sessions at capacity: the
+    refusals waited out (`env/<harness>/backpressure`) and the capacity learnt; none when none refused."""
+    import re
+
+    refused = {m.group(1): v for k, v in a.counters.items() if (m := re.match(r"^env/([^/]+)/backpressure$", k))}
+    if not refused:
+        return []
+    measured = {h: {"refusals": n, "capacity": a.counters.get(keys.env_capacity(h))} for h, n in sorted(refused.items())}
+    return [Check.info("environment backpressure", measured, "sessions the environment's server refused at capacity, "
+                       "waited out and replayed (not harness errors); the run capped the harness at the capacity the "
+                       "server named. Raise the server's session limit to play more episodes at once")]
 
 
 def _role_rewards(a: RunSummary) -> list[Check]:

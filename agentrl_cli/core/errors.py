@@ -37,6 +37,22 @@ class NotFoundError(AgentrlError):
     """A named thing (run, report, harness) does not exist."""
 
 
+class EnvironmentBusy(AgentrlError):
+    """The environment's server refused a new session because it is at capacity (OpenEnv's
+    `CAPACITY_REACHED`, HTTP 429, or 503 with Retry-After): backpressure, not a failure. Raised by
+    the environment's client from `reset` with no session of its own left open; the rollout
+    controller waits (bounded backoff, `rollout.env_busy_timeout_s`), counts it as
+    `env/<harness>/backpressure`, caps the harness's instances at `capacity` when the server said
+    it, and plays the episode again on an instance that holds a session. Never a harness error."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, capacity: int | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message, "lower harnesses[].max_concurrency to the server's capacity, or raise the server's "
+                                  "session limit (OpenEnv: create_app(..., max_concurrent_envs=N))")
+        self.capacity, self.retry_after_s = capacity, retry_after_s
+
+
 class EnvironmentLost(AgentrlError):
     """The environment an episode runs in is gone (its sandbox's service replica died or restarted):
     the episode ends `infra_error` with `flag` (masked: the infrastructure failed, not the agent),

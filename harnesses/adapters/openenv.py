@@ -29,6 +29,11 @@ the seed goes to the server's reset (an environment that takes no seed ignores i
 observation is the prompt followed by the environment's reset observation (`openenv_actions.render`).
 How a model turn becomes an action and how tools are offered: `openenv_actions`.
 
+Capacity: a server holds a limited number of sessions (`create_app`'s default: one). A refusal at
+capacity (`CAPACITY_REACHED`; HTTP 429, or 503 with Retry-After) closes this instance's session and
+raises `EnvironmentBusy` naming the limit: the run waits and caps its instances at it (backpressure,
+never a harness error). `capacity(want)` tells stage 5 the limit before the run.
+
 Reward: the harness scores itself (`reward_source = "harness"`) from the rewards the server sent.
 """
 
@@ -36,14 +41,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, fields
 
-from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError, EnvironmentBusy
 from harnesses.adapters import openenv_actions as wire
 from harnesses.base import Action, Evidence, Observation, TaskSet, TaskSpec, ToolCall, ToolCallResult, Trajectory
 from harnesses.defaults import default_evidence
 from harnesses.sandboxed import worst
 
+PROBE_SESSIONS = 16  # capacity(want) opens at most this many sessions to find the server's limit
 DEFAULT_ENV = "harnesses.adapters.openenv_example:BriefReplyEnvironment"
 DEFAULT_PROMPT = ("Act in the environment until it says the episode is over. Its observations are JSON; "
                   "send each action as a tool call.")
@@ -115,6 +122,7 @@ class OpenEnvHarness:
         self._tools: list[dict] = []
         self._mcp_names: set[str] = set()
         self._episode = False
+        self._http = ""  # the server's http(s) base URL, once connected
 
     # -- the optional hooks ---------------------------------------------------------------------------
     @classmethod
@@ -143,7 +151,8 @@ class OpenEnvHarness:
         self._connect()
         self._episode = False
         seed = task_spec.meta.get("seed")
-        result = self._client.reset(**({"seed": int(seed)} if isinstance(seed, int) and seed >= 0 else {}))
+        result = self._refused_at_capacity(lambda: self._client.reset(**({"seed": int(seed)} if isinstance(seed, int)
+                                                                           and seed >= 0 else {})))
         self._episode = True
         obs = _as_dict(result.observation)
         return Observation(text=f"{task_spec.prompt}\n\n{wire.render(obs)}", data=obs, done=False,
@@ -192,6 +201,38 @@ class OpenEnvHarness:
         """agentrl's default (the final answer of the last action, no files): the server holds the state."""
         return default_evidence(trajectory)
 
+    def capacity(self, want: int) -> int | None:
+        """The sessions the server holds at once, if fewer than `want`: what its `/health` or
+        `/metadata` says (`max_sessions` / `max_concurrent_envs`, where a server reports it; openenv
+        0.10 does not), else learnt by opening up to `want` sessions (at most PROBE_SESSIONS: each
+        builds an environment on the server) until one is refused (the refusal names the limit).
+        None: that many sessions were accepted. Every probe session is closed."""
+        self._connect()
+        reported = self._reported_capacity()
+        want = min(want, PROBE_SESSIONS)
+        if reported is not None or want <= 1:
+            return reported
+        from openenv.core import GenericEnvClient
+
+        url = (self.options.url or self._service.url).rstrip("/")
+        opened = []
+        try:
+            self._client.state()  # this instance's own session counts as the first
+            for _ in range(want - 1):
+                client = GenericEnvClient(base_url=url, message_timeout_s=self.options.message_timeout_s).sync()
+                opened.append(client)
+                try:
+                    client.connect()
+                    client.state()
+                except RuntimeError as exc:
+                    if wire.server_error_code(exc) != "CAPACITY_REACHED":
+                        raise
+                    return _capacity_named(str(exc)) or len(opened)
+            return None
+        finally:
+            for client in opened:
+                client.close()
+
     def full_reset(self) -> None:
         """Close the session (the server drops that environment instance); the next reset opens a new one."""
         self._disconnect()
@@ -223,7 +264,10 @@ class OpenEnvHarness:
         http = url.replace("ws://", "http://", 1).replace("wss://", "https://", 1)
         if o.url is not None:
             openenv_local.wait_healthy(http, o.start_timeout_s)
-        self._schema = httpx.get(f"{http}/schema", timeout=o.message_timeout_s, trust_env=False).raise_for_status().json()
+        self._http = http
+        answer = httpx.get(f"{http}/schema", timeout=o.message_timeout_s, trust_env=False)
+        _raise_if_busy(answer)
+        self._schema = answer.raise_for_status().json()
         action_schema = self._schema.get("action") or {}
         mcp = wire.is_mcp_schema(action_schema)
         fields_ = sorted(set(action_schema.get("properties") or {}) - {"metadata"})
@@ -233,9 +277,15 @@ class OpenEnvHarness:
                               "set text_field to one of the action's string fields, or leave it out")
         client = (MCPToolClient if mcp else GenericEnvClient)(base_url=url, message_timeout_s=o.message_timeout_s).sync()
         try:
-            client.connect()
+            try:
+                client.connect()
+            except ConnectionError as exc:  # a handshake answered 429, or 503 with Retry-After (a proxy at capacity)
+                handshake = getattr(exc.__cause__, "response", None)
+                if handshake is not None and hasattr(handshake, "status_code"):
+                    _raise_if_busy(handshake)
+                raise
             if mcp:
-                found = client.list_tools(use_cache=False)  # the package's MCP client, over the session's /mcp
+                found = self._refused_at_capacity(lambda: client.list_tools(use_cache=False), client)  # the package's MCP client, over the session's /mcp
                 if not found:
                     raise ConnectionError(f"the MCP environment at {url} listed no tools (or listing them failed)")
                 self._tools, self._mcp_names = [wire.mcp_tool(t) for t in found], {t.name for t in found}
@@ -245,6 +295,34 @@ class OpenEnvHarness:
             client.close()
             raise
         self._client = client
+
+    def _refused_at_capacity(self, call, client=None):
+        """`call()`; a refusal at capacity (CAPACITY_REACHED) closes this instance's session and
+        raises EnvironmentBusy with the limit the server named, so the run waits instead of failing."""
+        try:
+            return call()
+        except RuntimeError as exc:
+            if wire.server_error_code(exc) != "CAPACITY_REACHED":
+                raise
+            if client is not None:
+                client.close()
+            self._disconnect()
+            raise EnvironmentBusy(f"the OpenEnv server refused a session: {exc}", capacity=_capacity_named(str(exc))) from None
+
+    def _reported_capacity(self) -> int | None:
+        """`max_sessions` or `max_concurrent_envs` of the server's /health or /metadata, where it reports one."""
+        import httpx
+
+        for path in ("health", "metadata"):
+            try:
+                answer = httpx.get(f"{self._http}/{path}", timeout=self.options.message_timeout_s, trust_env=False).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            for key in ("max_sessions", "max_concurrent_envs"):
+                value = answer.get(key) if isinstance(answer, dict) else None
+                if isinstance(value, int) and value >= 1:
+                    return value
+        return None
 
     def _disconnect(self) -> None:
         if self._client is not None:
@@ -274,6 +352,24 @@ class OpenEnvHarness:
         reward = None if result.reward is None else float(result.reward)
         return (ToolCallResult(name=call.name, arguments=call.arguments, status=status, output=wire.render(obs)),
                 obs, reward, bool(result.done))
+
+
+def _capacity_named(message: str) -> int | None:
+    """The limit in OpenEnv's refusal ("Server at capacity: 1/1 sessions active. ..."), if it names one."""
+    m = re.search(r"(\d+)/(\d+) sessions active", message)
+    return int(m.group(2)) if m else None
+
+
+def _raise_if_busy(answer) -> None:
+    """An HTTP answer of 429, or 503 with Retry-After: the server is at capacity (EnvironmentBusy)."""
+    retry = answer.headers.get("retry-after")
+    if answer.status_code == 429 or (answer.status_code == 503 and retry is not None):
+        try:
+            wait = float(retry) if retry is not None else None
+        except ValueError:
+            wait = None
+        raise EnvironmentBusy(f"the environment server answered HTTP {answer.status_code} (retry after {retry or '-'} s)",
+                              retry_after_s=wait)
 
 
 def _as_dict(observation) -> dict:

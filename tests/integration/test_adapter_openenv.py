@@ -2,7 +2,9 @@
 environments (`harnesses.adapters.openenv_example`) on loopback and the `openenv` harness plays them
 through its own clients (reset, step, per-step reward and done read back; malformed actions answered
 `invalid_action` without reaching the environment; MCP tools listed and called); the harness passes
-stage 5 against a running server and trains through stage 8 smoke; and `agentrl serve env
+stage 5 against a running server and trains through stage 8 smoke, also on a server started with
+`create_app`'s defaults (one session at a time: its refusals are backpressure, waited out and
+counted, and stage 5 reports its capacity as 1); and `agentrl serve env
 terminal_like` answers the package's own client, a scripted solution earning training's full reward.
 
 Why a random model's rewards vary in stage 8 (honestly): the environment is BriefReplyEnvironment
@@ -22,7 +24,7 @@ import sys
 import pytest
 from openenv.core import GenericEnvClient
 
-from agentrl_cli.core.errors import ConfigError
+from agentrl_cli.core.errors import ConfigError, EnvironmentBusy
 from agentrl_cli.runtime.reward.scorer import DEFAULT_WEIGHTS
 from harnesses.adapters.openenv import OpenEnvHarness
 from harnesses.adapters.openenv_local import wait_healthy
@@ -214,3 +216,59 @@ def test_serve_env_answers_the_packages_own_client_and_pays_training_reward_for_
             assert client.step({"text": "ANSWER: 1"}).observation["status"] == "invalid_action"  # no episode open
     finally:
         stop(proc)
+
+
+SERVE_ONE_SESSION = ("import sys, uvicorn\n"
+                     "from openenv.core.env_server.http_server import create_app\n"
+                     f"from {EXAMPLE} import ReplyAction, BriefReplyEnvironment, ReplyObservation\n"
+                     "app = create_app(BriefReplyEnvironment, ReplyAction, ReplyObservation, env_name='brief')\n"
+                     "uvicorn.run(app, host='127.0.0.1', port=int(sys.argv[1]), log_level='warning')\n")
+
+
+@pytest.fixture(scope="module")
+def one_session_url():
+    """BriefReplyEnvironment served by `create_app` with the package's defaults (one session at a time), in its own process."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = start([sys.executable, "-c", SERVE_ONE_SESSION, str(port)], url)
+    yield url
+    stop(proc)
+
+
+def test_a_one_session_server_trains_through_stage_8_smoke_its_refusals_counted_as_backpressure(
+        cli, write_yaml, quick_sets, one_session_url):
+    options = {"url": one_session_url, "text_field": "message", "tasks": 8,
+               "prompt": "Follow the instruction below; your reply is the message."}
+    write_yaml(f"harnesses:\n  - name: openenv\n    options: {json.dumps(options)}\n")
+    result, data = cli.json("stage", "run", "8", *quick_sets, "--set", "rollout.max_steps_per_trajectory=1")
+    report = data["reports"][-1]
+    failing = [(c["name"], str(c["detail"])[:300]) for c in report["checks"] if c["status"] == "fail"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    backpressure = next(c for c in report["checks"] if c["name"] == "environment backpressure")
+    assert backpressure["measured"]["openenv"]["refusals"] >= 1
+    assert backpressure["measured"]["openenv"]["capacity"] == 1
+
+
+def test_a_second_session_on_a_one_session_server_is_refused_as_busy_naming_capacity_1(one_session_url):
+    first, second = OpenEnvHarness(url=one_session_url), OpenEnvHarness(url=one_session_url)
+    task = OpenEnvHarness.task_set({}).tasks[0]
+    try:
+        first.reset(task)
+        assert first.capacity(8) == 1  # learnt by opening a second session, which the server refused
+        with pytest.raises(EnvironmentBusy) as refused:
+            second.reset(task)
+        assert refused.value.capacity == 1 and second._client is None  # it holds no session while it waits
+        first.close()
+        assert second.reset(task).text.startswith(task.prompt)  # the session freed: the next try gets it
+    finally:
+        first.close()
+        second.close()
+
+
+def test_stage_5_reports_a_one_session_servers_capacity_as_1_and_the_runs_concurrency(
+        cli, write_yaml, quick_sets, one_session_url):
+    write_yaml(f"harnesses:\n  - name: openenv\n    options: {{url: '{one_session_url}', text_field: message, tasks: 4}}\n")
+    _, data = cli.json("stage", "run", "5", *quick_sets)
+    checks = {c["name"]: c for c in data["reports"][0]["checks"]}
+    capacity = checks["harness openenv: capacity"]
+    assert capacity["status"] == "info" and capacity["measured"] == {"capacity": 1, "concurrency": 1}

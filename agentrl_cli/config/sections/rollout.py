@@ -32,6 +32,7 @@ class RolloutConfig(Section):
     truncation: Literal["mask", "score", "penalize"] = Field("score", description="Episodes cut at max_steps_per_trajectory or training.seq_len_limit: mask = never trained on; score = trained on with their reward; penalize = trained on with reward -1")
     env_create_retries: int = Field(2, ge=0, le=20, description="Retries of a failed environment creation (reset) before the episode is masked as infra_error")
     env_create_backoff_s: float = Field(0.5, ge=0, le=60, description="Wait before the first retry of an environment creation; doubled each retry")
+    env_busy_timeout_s: float = Field(600.0, ge=0, le=86_400, description="Longest an episode waits for a session while its environment's server refuses new ones at capacity (OpenEnv CAPACITY_REACHED, HTTP 429 or 503 with Retry-After), retrying after env_create_backoff_s doubled each time (at most 10 s, or the server's Retry-After); counted as env/<harness>/backpressure, never a harness error; past it the episode is masked as infra_error (environment_busy)")
     curriculum: bool = Field(False, description="Sample (family, difficulty) buckets by learnability p(1-p) of their recent success rate")
     eval_concurrency: int = Field(0, ge=0, description="Evaluation episodes in flight at once; 0 = all (fast, but greedy near-ties can flip with the batch's make-up); 1 = one at a time, so the same weights always score the same")
     seed: int = Field(1234, description="Seed for the task sampler")

@@ -190,6 +190,16 @@ def env_harness_errors(h: str, method: str) -> str:
     return f"env/{h}/harness_errors/{method}"
 
 
+def env_backpressure(h: str) -> str:
+    """`env/<harness>/backpressure`: sessions its environment's server refused at capacity, waited out (not errors)."""
+    return f"env/{h}/backpressure"
+
+
+def env_capacity(h: str) -> str:
+    """`env/<harness>/capacity`: the sessions its environment's server said it holds (learnt from a refusal)."""
+    return f"env/{h}/capacity"
+
+
 MIB = 1024 * 1024
 ENV_RESOURCE_FIGURES = ("cpu_s_mean", "cpu_s_max", "peak_mem_mb_max", "peak_mem_mb_p99", "processes_max", "open_files_max")
 

@@ -9,7 +9,8 @@ capacity, and within `lead_limit()` when the run sets one (what its remaining st
 the episodes grow stale), so an async rollout does not generate episodes nobody trains
 (`backpressure_waits` counts the times it had to wait). A concurrency below the group size
 therefore runs a group's episodes in turn (concurrency 1: one episode at a time). Harness instances
-are reused, one episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`).
+are reused, one episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`,
+or fewer when its environment's server refuses sessions at capacity: `env_busy.py`).
 
 An episode whose generation could not be completed (inference servers down past the resume
 deadline) ends as `infra_error`: it is not scored, and goes to the store and the buffer masked, like
@@ -34,12 +35,14 @@ import logging
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
+from agentrl_cli.core.errors import EnvironmentBusy
 from agentrl_cli.core.outcomes import Outcome, Phase, RewardStatus, Termination
 from agentrl_cli.runtime.data.record_from_episode import record_from_episode
 from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
+from agentrl_cli.runtime.rollout.env_busy import EnvBusy, busy_too_long
 from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
 from agentrl_cli.runtime.rollout.agent_episode import play_agent
-from agentrl_cli.runtime.rollout.episode_scaffold import account, count, infra_lost, keep, lend, score, settings
+from agentrl_cli.runtime.rollout.episode_scaffold import Lent, account, count, infra_lost, keep, lend, score, settings
 from agentrl_cli.runtime.rollout.multi_play import Seating, play_roles, role_trajectory_id
 from agentrl_cli.runtime.rollout.run_episode import EpisodeResult, play_policy
 from agentrl_cli.engines.resume import ResumePolicy
@@ -61,24 +64,42 @@ def version_number(weight_version: str) -> int:
 
 
 class HarnessPool:
-    """Idle instances of one harness, created on demand up to `limit`."""
+    """Idle instances of one harness, created on demand up to `limit` (lowered by `cap` when the
+    harness's environment says it holds fewer sessions)."""
 
     def __init__(self, make, limit: int) -> None:
         self.make, self.limit = make, limit
         self.idle: list = []
         self.made = 0
-        self.sem = asyncio.Semaphore(limit)
+        self.busy = 0
+        self._freed = asyncio.Event()
 
     async def acquire(self, loop, executor):
-        await self.sem.acquire()
+        while self.busy >= self.limit:
+            self._freed.clear()
+            await self._freed.wait()
+        self.busy += 1
         if self.idle:
             return self.idle.pop()
         self.made += 1
-        return await loop.run_in_executor(executor, self.make)
+        try:
+            return await loop.run_in_executor(executor, self.make)
+        except BaseException:
+            self.busy -= 1
+            self._freed.set()
+            raise
 
     def release(self, h) -> None:
         self.idle.append(h)
-        self.sem.release()
+        self.busy -= 1
+        self.cap(self.limit)
+        self._freed.set()
+
+    def cap(self, limit: int) -> None:
+        """At most `limit` instances from now on; idle ones past it are closed (each may hold a session)."""
+        self.limit = max(1, min(self.limit, limit))
+        while self.idle and len(self.idle) + self.busy > self.limit:
+            self.idle.pop(0).close()
 
     def close(self) -> None:
         for h in self.idle:
@@ -160,14 +181,22 @@ class RolloutController:
     async def _play(self, draw: Draw, temperature: float | None, store: bool, counted: bool):
         name = draw.task.harness
         played = settings(self, draw, temperature)
-        async with lend(self, name, counted) as lent:
-            if getattr(lent.harness, "plays_itself", False):
-                result = await play_agent(lent.harness, draw.task, self.gateway or getattr(lent.harness, "gateway", None),
-                                          self.executor, played)
-                self._mirror_gateway()
-            else:
-                result = await play_policy(lent.harness, draw.task, self.client, self.tokenizer, self.executor, played)
-            self.harness_errors.record(name, result, self.counters)
+        busy = EnvBusy(self, name)
+        while True:
+            try:
+                async with lend(self, name, counted) as lent:
+                    if getattr(lent.harness, "plays_itself", False):
+                        result = await play_agent(lent.harness, draw.task, self.gateway or getattr(lent.harness, "gateway", None),
+                                                  self.executor, played)
+                        self._mirror_gateway()
+                    else:
+                        result = await play_policy(lent.harness, draw.task, self.client, self.tokenizer, self.executor, played)
+                    self.harness_errors.record(name, result, self.counters)
+                break
+            except EnvironmentBusy as refused:  # backpressure, never a harness error
+                if not await busy.wait(refused):
+                    result, lent = busy_too_long(draw, refused), Lent(None)
+                    break
         count(self, result)
         tid = self.trajectory_id(draw)
         scored = await score(self, result, tid, played.reward_source, result.harness_reward)

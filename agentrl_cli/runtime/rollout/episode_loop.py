@@ -12,7 +12,8 @@ added to `env_s`, watched as "harness NAME" (a call that returns also beats "rol
 exception from harness code ends the episode `infra_error` naming the method (`harness_failed`):
 masked, the environment failed, not the agent. An `EnvironmentLost` (the episode's sandbox is gone
 with its service replica) ends it `infra_error` too, flagged with its `flag` (`sandbox_lost`) and not
-counted against the harness. A step deadline passed ends it `timeout` (scored).
+counted against the harness. An `EnvironmentBusy` from reset (the server is at capacity) leaves the
+episode to the controller, which waits and plays it again (`controller.py`). A step deadline passed ends it `timeout` (scored).
 
 Belongs here: the result of one episode, its harness calls and the order of its phases. Not here:
 generating a move (`turns.py`), the controller's side of an episode (lending the harness, scoring,
@@ -28,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agentrl_cli.core.errors import EnvironmentLost
+from agentrl_cli.core.errors import EnvironmentBusy, EnvironmentLost
 from agentrl_cli.core.episode import HarnessReward, Observation, Trajectory
 from agentrl_cli.core.outcomes import Termination
 from agentrl_cli.engines.resume import ResumePolicy
@@ -195,6 +196,8 @@ class Episode:
                     stats.record_create(self.name, time.perf_counter() - t0, "timeout")
                 self.timed_out("reset")
                 return None
+            except EnvironmentBusy:
+                raise  # the server is at capacity: the controller waits and plays the episode again
             except Exception as exc:  # noqa: BLE001 - an environment that cannot be created is retried, then masked
                 if stats is not None:
                     stats.record_create(self.name, time.perf_counter() - t0, type(exc).__name__)
