@@ -134,6 +134,9 @@ def verify_cmd(
 def build_cmd(
     lock_path: LockOpt = None,
     out_dir: Annotated[Path, typer.Option("--out", help="Build context directory.", file_okay=False)] = Path("image-build"),
+    role: Annotated[Optional[str], typer.Option("--role", help="env: build the harnesses' environment image from Debian's packages with mmdebstrap (no daemon) instead of the Dockerfile roles.", show_default=False)] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="With --role env: where built images are kept (default: ~/.cache/agentrl/images).", show_default=False, file_okay=False)] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="With --role env: build again even when a whole image of the same inputs is cached.")] = False,
     config: ConfigOpt = None,
     sets: SetOpt = None,
     json_out: JsonOpt = False,
@@ -142,12 +145,24 @@ def build_cmd(
     and run `agentrl image verify` inside each. Without a working builder the check is a skip that
     lists the exact commands that would run. Exit 0 built or skipped, 1 a build or verify failed.
 
+    With `--role env`: build the built-in harnesses' environment image (Debian 12 minbase with bash,
+    coreutils and Python 3) with mmdebstrap, as an OCI layout in a cache directory named by the hash
+    of its inputs; unchanged inputs reuse it ("cached"). Prints the reference for
+    `harnesses[].image` / `sandbox run --image` and the manifest digest. The first build takes about
+    half a minute to minutes (it downloads the packages); progress goes to stderr. Exit 2 when
+    mmdebstrap is missing, 1 when it fails.
+
     Examples:
 
     * `agentrl image build`
 
     * `agentrl image build --set image.builder=podman --json`
+
+    * `agentrl image build --role env --json`
     """
+    if role is not None:
+        _build_role(role, cache_dir, rebuild, json_out)
+        return
     from agentrl_cli.ops.image.build import build_checks
     from agentrl_cli.ops.image.lock import read_lock
     from agentrl_cli.ops.image.render import render, render_checks
@@ -164,3 +179,23 @@ def build_cmd(
     else:
         render_checks(out(), checks, "image build")
     finish(checks)
+
+
+def _build_role(role: str, cache_dir: Path | None, rebuild: bool, json_out: bool) -> None:
+    from agentrl_cli.core.errors import UsageError
+    from agentrl_cli.ops.image.env_image import build_env_image, default_cache_root
+
+    if role != "env":
+        raise UsageError(f"--role {role!r} is not built from Debian's packages; only env is",
+                         "use --role env, or leave --role out to build the Dockerfile roles with a builder")
+    console = err()
+    image = build_env_image(cache_dir or default_cache_root(), progress=lambda line: console.print(line, markup=False, soft_wrap=True),
+                            force=rebuild)
+    how = "cached" if image.cached else f"built in {image.seconds:g} s"
+    if json_out:
+        print_json({"status": "pass", "role": role, "reference": image.reference, "digest": image.digest,
+                    "path": str(image.path), "cached": image.cached, "seconds": image.seconds,
+                    "release": image.inputs.release, "mirror": image.inputs.mirror, "packages": list(image.inputs.packages)})
+        return
+    console.print(f"env image {how}", markup=False)
+    typer.echo(f"{image.reference}\n{image.digest}")  # whole lines, never wrapped: they are pasted into --image
