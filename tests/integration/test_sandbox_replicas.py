@@ -35,6 +35,7 @@ from agentrl_cli.config.load import load_config
 from agentrl_cli.engines.inference.client import Generation
 from agentrl_cli.envs.sandbox.provider import HarnessSandboxes
 from agentrl_cli.model.chat import chat_format
+from agentrl_cli.ops.rehearse.services import haproxy_config
 from agentrl_cli.runtime.rollout.run_episode import run_episode
 from harnesses.tasks import load_tasks
 from harnesses.terminal_like import TerminalLike
@@ -128,24 +129,9 @@ class Replicas:
         for host in HOSTS:
             _wait(f"replica {host} healthy", lambda h=host: httpx.get(f"http://{h}:{self.port}/health", timeout=2).status_code == 200,
                   list(self.procs.values()))
-        servers = "\n".join(f"  server r{i} {host}:{self.port} check inter 1s" for i, host in enumerate(HOSTS))
-        (tmp_path / "haproxy.cfg").write_text(f"""global
-  maxconn 256
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 300s
-  timeout server 300s
-  retries 2
-  option redispatch 1
-frontend sandboxes
-  bind 127.0.0.1:{self.lb_port}
-  default_backend replicas
-backend replicas
-  balance roundrobin
-  option httpchk GET /health
-{servers}
-""")
+        (tmp_path / "haproxy.cfg").write_text(haproxy_config(f"127.0.0.1:{self.lb_port}",
+                                                            {f"r{i}": f"{host}:{self.port}" for i, host in enumerate(HOSTS)},
+                                                            maxconn=256))
         self.haproxy = _start(["haproxy", "-f", str(tmp_path / "haproxy.cfg"), "-db"], tmp_path / "haproxy.log", tmp_path)
         seen: set[str] = set()
 

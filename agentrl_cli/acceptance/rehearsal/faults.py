@@ -126,22 +126,21 @@ class Chaos:
     def _replica_kill(self, fault: Fault, r) -> None:
         from agentrl_cli.ops.rehearse import services
 
-        node = r.net.nodes[fault.node]
-        kill_and_wait(pids_in(node.netns))
-        time.sleep(self.hold_s)
-        r.started[fault.node] = services.sandbox_replica(node, r.config_path, r.ports, r.opts.out_dir / "logs", r.env)
-        fault.undone_at_s = self._now()
-        self._recovered(fault, lambda: (self._acquired(r, fault.node) or 0) > 0)
+        self._kill_and_restart(fault, r, services.sandbox_replica, lambda: (self._acquired(r, fault.node) or 0) > 0)
 
     def _node_kill(self, fault: Fault, r) -> None:
         from agentrl_cli.ops.rehearse import services
 
+        self._kill_and_restart(fault, r, services.inference_server, lambda: self._serves_newest(r, fault.node))
+
+    def _kill_and_restart(self, fault: Fault, r, start, recovered: Callable[[], bool]) -> None:
+        """SIGKILL every process of the fault's node, wait `hold_s`, start its service again with `start`."""
         node = r.net.nodes[fault.node]
         kill_and_wait(pids_in(node.netns))
         time.sleep(self.hold_s)
-        r.started[fault.node] = services.inference_server(node, r.config_path, r.ports, r.opts.out_dir / "logs", r.env)
+        r.started[fault.node] = start(node, r.config_path, r.ports, r.opts.out_dir / "logs", r.env)
         fault.undone_at_s = self._now()
-        self._recovered(fault, lambda: self._serves_newest(r, fault.node))
+        self._recovered(fault, recovered)
 
     # ---- recovery --------------------------------------------------------------------------------
 

@@ -142,17 +142,14 @@ class Rehearsal:
 
     def ask(self, node: str, request: dict, timeout: float = 60.0) -> dict:
         """`probe.py`'s answer to `request`, asked from `node`."""
-        with self.net.nodes[node].popen([*PROBE, json.dumps(request)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env=self.env) as proc:
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
         try:
-            return json.loads(out.strip().splitlines()[-1])
+            done = self.net.nodes[node].run([*PROBE, json.dumps(request)], timeout=timeout, env=self.env)
+        except subprocess.TimeoutExpired as exc:
+            done = subprocess.CompletedProcess(exc.cmd, -9, exc.output or "", exc.stderr or "")
+        try:
+            return json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
-            return {"error": f"probe exited {proc.returncode}: {(err or out)[-500:]}"}
+            return {"error": f"probe exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}"}
 
     def refused(self) -> list[firewall.Refusal]:
         return firewall.refusals(self.net.nodes.values(), self.plan, self.placement)
@@ -200,16 +197,10 @@ class Rehearsal:
 
     def _agentrl(self, node: str, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         env = {**self.env, **self.trainer_hosts.env}
-        cmd = [*services.AGENTRL, *args]
-        with self.net.nodes[node].popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=env, cwd=str(self.opts.out_dir)) as proc:
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-                return subprocess.CompletedProcess(cmd, 124, out, err + f"\n(killed after {timeout:.0f} s)")
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+        try:
+            return self.net.nodes[node].run([*services.AGENTRL, *args], timeout=timeout, env=env, cwd=self.opts.out_dir)
+        except subprocess.TimeoutExpired as exc:
+            return subprocess.CompletedProcess(exc.cmd, 124, exc.output or "", (exc.stderr or "") + f"\n(killed after {timeout:.0f} s)")
 
     def _job(self) -> None:
         c, o = str(self.config_path), self.opts

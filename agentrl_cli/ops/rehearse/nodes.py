@@ -78,18 +78,19 @@ class Node:
         return proc
 
     def run(self, cmd: Sequence[str], *, timeout: float = 60.0, check: bool = False, input: str | None = None,
-            capture_output: bool = True, text: bool = True) -> subprocess.CompletedProcess:
+            capture_output: bool = True, text: bool = True, env: Mapping[str, str] | None = None,
+            cwd: str | Path | None = None) -> subprocess.CompletedProcess:
         """Run `cmd` inside this node to its end, as subprocess.run does; past `timeout` it is killed
-        and TimeoutExpired raised."""
+        and TimeoutExpired raised, carrying what it had written (`output`, `stderr`)."""
         pipe = subprocess.PIPE if capture_output else None
         with self.popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                        stdout=pipe, stderr=pipe, text=text) as proc:
+                        stdout=pipe, stderr=pipe, text=text, env=env, cwd=cwd) as proc:
             try:
                 out, err = proc.communicate(input, timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
-                raise
+                out, err = proc.communicate()
+                raise subprocess.TimeoutExpired(proc.args, timeout, output=out, stderr=err) from None
         done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if check:
             done.check_returncode()

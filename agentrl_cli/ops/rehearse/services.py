@@ -116,12 +116,12 @@ def sandbox_replica(node: Node, config: Path, ports: Ports, logs: Path, env: dic
     return _start(node.name, node, argv, logs, env, f"http://{node.name}:{ports.sandbox}")
 
 
-def load_balancer(node: Node, ports: Ports, files: Path, logs: Path, env: dict) -> Started:
-    """HAProxy balancing every request round robin over the replicas, as a plain Service would."""
-    servers = "\n".join(f"  server {n} {n}:{ports.sandbox} check inter 1s" for n in REPLICAS)
-    cfg = files / "haproxy.cfg"
-    cfg.write_text(f"""global
-  maxconn 4096
+def haproxy_config(bind: str, servers: dict[str, str], maxconn: int = 4096) -> str:
+    """HAProxy balancing every request round robin over `servers` (name -> host:port), each health-checked
+    on GET /health every second, as a plain Service in front of the sandbox replicas would."""
+    lines = "\n".join(f"  server {name} {where} check inter 1s" for name, where in servers.items())
+    return f"""global
+  maxconn {maxconn}
 defaults
   mode http
   timeout connect 5s
@@ -130,13 +130,20 @@ defaults
   retries 2
   option redispatch 1
 frontend sandboxes
-  bind {node.address}:{ports.sandbox}
+  bind {bind}
   default_backend replicas
 backend replicas
   balance roundrobin
   option httpchk GET /health
-{servers}
-""", encoding="utf-8")
+{lines}
+"""
+
+
+def load_balancer(node: Node, ports: Ports, files: Path, logs: Path, env: dict) -> Started:
+    """HAProxy on `node` in front of the sandbox replicas."""
+    cfg = files / "haproxy.cfg"
+    cfg.write_text(haproxy_config(f"{node.address}:{ports.sandbox}", {n: f"{n}:{ports.sandbox}" for n in REPLICAS}),
+                   encoding="utf-8")
     return _start(node.name, node, ["haproxy", "-f", str(cfg), "-db"], logs, env, f"http://{node.name}:{ports.sandbox}")
 
 
