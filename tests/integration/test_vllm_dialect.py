@@ -214,7 +214,9 @@ def test_agentrl_serve_inference_speaks_vllms_dialect(model_dir, tmp_path):
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(timeout=5) as http:
-            for _ in range(600):  # up to 60 s to come up
+            import time
+            deadline = time.monotonic() + 180  # a loaded 2-core CI box can take minutes to load the model
+            while True:
                 try:
                     if http.get(url + "/health").status_code == 200:
                         break
@@ -222,7 +224,8 @@ def test_agentrl_serve_inference_speaks_vllms_dialect(model_dir, tmp_path):
                     pass
                 if proc.poll() is not None:
                     pytest.fail(proc.stdout.read())
-                import time
+                if time.monotonic() > deadline:
+                    pytest.fail("`agentrl serve inference --dialect vllm` not healthy within 180 s")
                 time.sleep(0.1)
             answer = http.post(url + "/inference/v1/generate", timeout=60,
                                json={"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2, "logprobs": 0}}).json()
