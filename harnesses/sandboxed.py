@@ -131,7 +131,12 @@ class SandboxHarness:
             sb, self.sandbox = self.sandbox, None
             resources = getattr(sb, "resources", None)  # read before the provider destroys it
             self.episode_resources = resources() if resources is not None else None
-            self._provider.release(sb)
+            self.episode_provider().release(sb)
+
+    def episode_provider(self) -> SandboxProvider:
+        """Where the episode's sandbox comes from and goes back to: the harness's provider (a harness
+        whose tasks run in images of their own overrides this)."""
+        return self._provider
 
     def tools(self) -> list[dict]:  # pragma: no cover - abstract
         raise NotImplementedError
