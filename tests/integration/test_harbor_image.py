@@ -174,3 +174,28 @@ def test_a_configured_fallback_image_roots_the_episode_and_its_digest_is_recorde
         assert "from-copy" in traj.observations[1].text and "cannot access '/usr/bin/python3'" in traj.observations[1].text
     finally:
         h.close()
+
+
+SHIPPED = ("count-lines", "fix-script", "write-greeting")
+
+
+@pytest.mark.long
+@needs_buildah
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_task_built_from_the_env_image_scores_full_reward_in_it(place, sandbox_root, name):
+    from agentrl_cli.ops.image.env_image import EnvInputs, cached_image, default_cache_root
+
+    if cached_image(default_cache_root(), EnvInputs()) is None:
+        pytest.skip("the env image is not built here: run `agentrl image build --role env` (minutes, once)")
+    from harnesses.adapters.harbor_format import DEFAULT_TASKS_DIR
+    from harnesses.contract import play
+
+    h = _harness(place, sandbox_root, DEFAULT_TASKS_DIR / name, build="required")  # base_images: every FROM -> env
+    try:
+        traj, last = play(h, HarborHarness.task_set({"tasks_dir": h.tasks_dir}).select("eval")[0], policy=HarborHarness.scripted_action)
+        env = traj.observations[0].info["harbor_environment"]
+        assert env["environment"] == "built" and env["digest"].startswith("sha256:"), env
+        assert last.done and h.compute_reward(traj) == 1.0, [o.text for o in traj.observations]
+        assert h.sandbox is None and h.episode_provider().settings.image_root is not None
+    finally:
+        h.close()
