@@ -75,13 +75,13 @@ class HarborHarness(SandboxHarness):
 
     def __init__(self, tasks_dir: str | None = None, sandboxes=None, settings=None, step_timeout_s: float = 30.0,
                  build: str = "off", base_images: dict | None = None, fallback_image: str = "", build_dir: str = "",
-                 **unknown) -> None:
+                 build_network: bool = False, **unknown) -> None:
         if unknown:
             raise ConfigError(f"harnesses[harbor].options: unknown key(s) {', '.join(sorted(unknown))}",
                               f"the harbor adapter takes: {', '.join(harbor_format.OPTIONS)}")
         super().__init__(sandboxes, settings, step_timeout_s)
         self.tasks_dir = tasks_dir  # each task carries its own directory (meta.task_dir); kept for the record
-        self.images = ImagePolicy(build, base_images, fallback_image, build_dir)
+        self.images = ImagePolicy(build, base_images, fallback_image, build_dir, build_network)
         self.task_image: TaskImage | None = None  # where the current episode runs
         self._image_providers: dict[str, DirectProvider] = {}  # image reference -> sandboxes rooted in it
 

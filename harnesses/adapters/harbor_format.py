@@ -34,7 +34,7 @@ from harnesses.base import TaskSet, TaskSpec
 
 NAME = "harbor"
 DEFAULT_TASKS_DIR = Path(__file__).parent / "harbor_tasks"
-OPTIONS = ("tasks_dir", "build", "base_images", "fallback_image", "build_dir")  # the last four: harbor_image
+OPTIONS = ("tasks_dir", "build", "base_images", "fallback_image", "build_dir", "build_network")  # all but the first: harbor_image
 DOCKER_FILES = frozenset({"Dockerfile", "docker-compose.yaml", "docker-compose.yml", ".dockerignore"})
 DIFFICULTY = {"easy": 1, "medium": 2, "hard": 3}
 MAX_ENVIRONMENT_BYTES = 4 << 20  # every episode copies these into its sandbox

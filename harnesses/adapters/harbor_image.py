@@ -13,6 +13,11 @@ Options (harnesses[harbor].options):
 - `fallback_image`: where a task that is not built runs: "" (the default) = the host's root, read-only,
   with environment/'s files copied in; or an image reference (`harnesses[].image` syntax).
 - `build_dir`: where built layouts and buildah's storage live ("" = ~/.cache/agentrl/images).
+- `build_network`: whether the Dockerfile's RUN steps reach the network (default false: they run
+  in an empty network namespace, so `apt-get install` from a mirror fails; true for task sets you trust).
+
+A build runs the Dockerfile's RUN steps as root in buildah's chroot isolation (docs/security.md
+row 36): build only task sets you would `docker build` yourself.
 
 Belongs here: the policy (what to build from what, what to fall back to, what to record). Not here:
 running buildah (`envs/images/dockerfile.py`), the episode (`harbor.py`).
@@ -58,7 +63,8 @@ class TaskImage:
 class ImagePolicy:
     """The options above, checked; `for_task` builds (once per task and process) or falls back."""
 
-    def __init__(self, build: str = "off", base_images: dict | None = None, fallback_image: str = "", build_dir: str = "") -> None:
+    def __init__(self, build: str = "off", base_images: dict | None = None, fallback_image: str = "", build_dir: str = "",
+                 build_network: bool = False) -> None:
         if build not in BUILD_MODES:
             raise ConfigError(f"harnesses[harbor].options.build: {build!r}", f"use one of {', '.join(BUILD_MODES)}")
         if not isinstance(base_images, (dict, type(None))) or not all(
@@ -71,6 +77,7 @@ class ImagePolicy:
         self.mode = build
         self.bases = {**DEFAULT_BASES, **(base_images or {})}
         self.fallback_image = fallback_image
+        self.network = bool(build_network)
         self.build_dir = Path(build_dir).expanduser() if build_dir else _default_build_dir()
         self._done: dict[str, TaskImage] = {}
         self._env_image: str | None = None
@@ -96,7 +103,7 @@ class ImagePolicy:
                 raise BuildError(str(task_dir), "the task has no environment/Dockerfile")
             froms = external_froms((context / "Dockerfile").read_text(encoding="utf-8"))
             bases = {name: self._base(name) for name in froms}
-            built = build(context, bases, self.build_dir, progress=_progress(task_dir.name))
+            built = build(context, bases, self.build_dir, progress=_progress(task_dir.name), network=self.network)
         except ImageError as exc:
             if self.mode == "required":
                 raise

@@ -5,11 +5,13 @@ task is a cache hit; a task that cannot be built runs in the fallback and its ep
 
 The base image is made by the test: the host's sh, bash, coreutils the harness uses and dpkg (a few
 megabytes, no Python). "A package" is a .deb made by the test with dpkg-deb and installed by the
-Dockerfile's RUN dpkg -i, so the build needs no network."""
+Dockerfile's RUN dpkg -i, so the build needs no network; a RUN step's view (no network, its own
+processes only) is checked too (docs/security.md row 36)."""
 
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tarfile
 import textwrap
@@ -37,6 +39,7 @@ DOCKERFILE = """\
     COPY note.txt /etc/agentrl-note
     COPY probe.deb /tmp/probe.deb
     RUN dpkg --force-bad-path -i /tmp/probe.deb && rm /tmp/probe.deb
+    RUN bash -c 'ls /proc > /etc/procs; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo reached > /etc/net || echo none > /etc/net'
 """
 TEST_SH = """\
     #!/bin/sh
@@ -109,7 +112,8 @@ def _play(h: HarborHarness, *commands: str) -> Trajectory:
 @needs_buildah
 def test_a_task_whose_dockerfile_adds_a_file_and_a_package_runs_in_the_image_built_from_it(place, sandbox_root):
     tasks = place / "tasks-built"
-    _task(tasks, "probe", DOCKERFILE, _deb(place))
+    listener = socket.create_server(("127.0.0.1", 0))  # a host service a RUN step must not reach
+    _task(tasks, "probe", DOCKERFILE.format(port=listener.getsockname()[1]), _deb(place))
     bases = {"python:3.12-slim": _base_image(place)}
     h = _harness(place, sandbox_root, tasks, build="auto", base_images=bases)
     try:
@@ -123,8 +127,12 @@ def test_a_task_whose_dockerfile_adds_a_file_and_a_package_runs_in_the_image_bui
         assert "cannot access '/usr/bin/python3'" in seen, "the episode runs in the built image, not on the host's root"
         assert "data.txt" in traj.observations[0].text, "the image's WORKDIR files are in the working directory"
         assert h.compute_reward(traj) == 1.0, "test.sh, run in the built image, sees the package and the answer"
+        root = h.episode_provider().settings.image_root
+        assert (root / "etc/net").read_text() == "none\n", "a RUN step has no network (build_network is off)"
+        assert len([p for p in (root / "etc/procs").read_text().split() if p.isdigit()]) < 10, "nor the host's processes"
     finally:
         h.close()
+        listener.close()
     again = _harness(place, sandbox_root, tasks, build="auto", base_images=bases)
     try:
         env2 = _play(again).observations[0].info["harbor_environment"]

@@ -3,11 +3,12 @@
 Every external `FROM` must be given as a locally available OCI layout (`bases`: FROM name ->
 `oci:PATH[:TAG]`); none is pulled from a registry. The build runs as this user with
 `--isolation chroot` and the vfs storage driver in a private storage root under the cache
-(`<cache_root>/buildah/`): a RUN step runs in a chroot of the build container with this user's
-rights and the host's network (buildah's oci isolation needs cgroup controls this host lacks; see
-docs/security.md). The result is pushed to `<cache_root>/dockerfile-<key>` tagged `built`, where
+(`<cache_root>/buildah/`), inside new PID and IPC namespaces (`unshare`) and, unless `network`, a new
+empty network namespace: a RUN step runs in a chroot of the build container as root with buildah's
+reduced capabilities and seccomp profile, seeing none of the host's processes (buildah's oci
+isolation needs cgroup controls this host lacks; see docs/security.md row 36). The result is pushed to `<cache_root>/dockerfile-<key>` tagged `built`, where
 `key` hashes the context (every file's path, mode and bytes), the base images' manifest digests and
-`FORMAT`; an unchanged context over unchanged bases is a cache hit (one manifest read, no build).
+`FORMAT` (and whether RUN had a network); an unchanged context over unchanged bases is a cache hit (one manifest read, no build).
 
     build(Path("task/environment"), {"python:3.12-slim": "oci:/images/env:env"}, Path("~/.cache/x"))
 
@@ -105,12 +106,15 @@ def _base_digests(context: Path, bases: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def build(context: Path, bases: dict[str, str], cache_root: Path, progress: Callable[[str], None] = lambda _: None) -> Built:
+def build(context: Path, bases: dict[str, str], cache_root: Path, progress: Callable[[str], None] = lambda _: None,
+          network: bool = False) -> Built:
     """The OCI layout built from `context` (its Dockerfile), from cache when the context and the bases
-    are unchanged; BuildError when it cannot be built (the reason and buildah's last lines in it)."""
+    are unchanged; BuildError when it cannot be built (the reason and buildah's last lines in it).
+    `network`: RUN steps reach the host's network (else they have none)."""
     t0 = time.monotonic()
     digests = _base_digests(context, bases)
-    key = hashlib.sha256("\0".join([FORMAT, context_digest(context)] + [f"{n}={d}" for n, d in sorted(digests.items())])
+    key = hashlib.sha256("\0".join([FORMAT, f"network={network}", context_digest(context)]
+                                   + [f"{n}={d}" for n, d in sorted(digests.items())])
                          .encode()).hexdigest()[:16]
     cache_root = cache_root.expanduser()
     dest = cache_root / f"dockerfile-{key}"
@@ -123,7 +127,7 @@ def build(context: Path, bases: dict[str, str], cache_root: Path, progress: Call
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time: base tags are re-pointed per build
         if (hit := _cached(dest)) is not None:
             return Built(f"oci:{dest}:{TAG}", hit, True, round(time.monotonic() - t0, 3))
-        _build(context, bases, digests, cache_root, dest, key, progress)
+        _build(context, bases, digests, cache_root, dest, key, progress, network)
     digest = oci.read_manifest(parse(f"oci:{dest}:{TAG}")).digest
     return Built(f"oci:{dest}:{TAG}", digest, False, round(time.monotonic() - t0, 1))
 
@@ -151,13 +155,13 @@ def _run(cmd: list[str], context: Path, progress: Callable[[str], None], cwd: Pa
         lines.append(line.rstrip())
         progress(line.rstrip())
     if proc.wait() != 0:
-        raise BuildError(str(context), f"`buildah {cmd[7]}` exited {proc.returncode}:\n" + "\n".join(lines[-20:]),
+        raise BuildError(str(context), f"`buildah {cmd[cmd.index('vfs') + 1]}` exited {proc.returncode}:\n" + "\n".join(lines[-20:]),
                          "fix the Dockerfile (the step above failed), or let the task run in the fallback image")
     return "\n".join(lines)
 
 
 def _build(context: Path, bases: dict[str, str], digests: dict[str, str], cache_root: Path, dest: Path, key: str,
-           progress: Callable[[str], None]) -> None:
+           progress: Callable[[str], None], network: bool) -> None:
     b = _buildah(cache_root)
     name = f"localhost/agentrl-dockerfile-{key}:latest"
     with tempfile.TemporaryDirectory(prefix=f".build-{key}-", dir=cache_root) as tmp:
@@ -174,8 +178,9 @@ def _build(context: Path, bases: dict[str, str], digests: dict[str, str], cache_
             image_id = _run(b + ["pull", "--quiet", f"oci:{link}" + (f":{parsed.tag}" if parsed.tag else "")],
                             context, progress, cwd=work).splitlines()[-1].strip()
             _run(b + ["tag", image_id, from_name], context, progress)
-        progress(f"[build] buildah build {context} (isolation chroot, storage vfs)")
-        _run(b + ["build", "--isolation", "chroot", "--pull-never", "-t", name, "-f", str(context / "Dockerfile"), str(context)],
+        progress(f"[build] buildah build {context} (isolation chroot, storage vfs, {'host' if network else 'no'} network)")
+        jail = ["unshare", "--pid", "--ipc", "--fork", "--mount-proc"] + ([] if network else ["--net"])
+        _run(jail + b + ["build", "--isolation", "chroot", "--pull-never", "-t", name, "-f", str(context / "Dockerfile"), str(context)],
              context, progress)
         layout = work / "layout"
         _run(b + ["push", "--quiet", name, f"oci:{layout}:{TAG}"], context, progress)
