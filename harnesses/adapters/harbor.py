@@ -23,7 +23,8 @@ built image; the files the image holds in its WORKDIR are copied into the workin
 (`build: off`, the default, or a task that cannot be built under `auto`) it runs in the fallback:
 `fallback_image`, by default the host's root, with environment/'s files (all but the Docker files)
 copied in. Either way the first observation's info says which (`harbor_environment`: built or
-fallback, the image, its digest, and the reason for a fallback).
+fallback, the image, its digest, and the reason for a fallback), and a task that fell back while a
+build was asked for is graded with the flag `environment_fallback` and the reason in the detail.
 
 What differs from Harbor, which runs each task in its Docker container: in the fallback the
 Dockerfile's RUN steps and base image do not apply (the host's /usr has python3, bash and
@@ -172,6 +173,10 @@ class HarborHarness(SandboxHarness):
             return HarnessReward(0.0, detail=f"{name}: the final working directory is too large to grade: {final.too_large}")
         timeout = min(float(task.meta["harbor"]["verifier_timeout_s"]), self.step_timeout_s)
         verdict = grade(self.episode_provider(), task, final, final_message(trajectory), timeout)
+        image = self.task_image
+        if image is not None and image.environment == "fallback" and self.images.mode != "off":
+            verdict = HarnessReward(verdict.score, [*verdict.flags, "environment_fallback"],
+                                    "; ".join(filter(None, [verdict.detail, f"{name} ran in the fallback, not its image: {image.reason}"])))
         return verdict if verdict.flags or verdict.detail else verdict.score
 
 

@@ -151,6 +151,8 @@ def test_a_task_whose_from_cannot_be_resolved_runs_in_the_fallback_and_says_why(
         assert env["environment"] == "fallback" and env["image"] == "host", env
         assert "FROM registry.example/private:1 has no local image" in env["reason"] and "base_images" in env["reason"]
         assert "from-copy" in traj.observations[1].text and "/usr/bin/python3" in traj.observations[1].text
+        verdict = h.compute_reward(traj)
+        assert "environment_fallback" in verdict.flags and "has no local image" in verdict.detail, verdict
     finally:
         h.close()
 
