@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl_cli.core.errors import ConfigError
-from agentrl_cli.envs.images import ImageError
+from agentrl_cli.envs.images import ImageError, parse
 from agentrl_cli.envs.images.dockerfile import BuildError, build, builder_missing, external_froms
 
 log = logging.getLogger("agentrl.harbor")
@@ -74,6 +74,8 @@ class ImagePolicy:
         if build == "required" and (missing := builder_missing()):
             raise ConfigError(f"harnesses[harbor].options.build is 'required', but {missing}",
                               "apt-get install -y buildah, or set build: auto to run unbuildable tasks in the fallback image")
+        if fallback_image:
+            parse(fallback_image)  # a registry reference or an empty one is refused now, not at the first fallback
         self.mode = build
         self.bases = {**DEFAULT_BASES, **(base_images or {})}
         self.fallback_image = fallback_image
