@@ -54,12 +54,15 @@ class SandboxHarness:
         self.sandbox: Sandbox | None = None
         self.task: TaskSpec | None = None
         self.episode_resources: dict | None = None  # the last released sandbox's use (Sandbox.resources)
+        self.episode_image_digest = ""  # the image the episode's sandbox runs in ("" = the host root)
 
     # -- contract -------------------------------------------------------------------------------
     def reset(self, task_spec: TaskSpec) -> Observation:
         self._release()  # never clean in place: the old sandbox is destroyed
         self.episode_resources = None
         self.sandbox = self._provider.acquire()
+        # a local sandbox's settings name its image; the sandbox service runs none
+        self.episode_image_digest = getattr(getattr(self.sandbox, "settings", None), "image_digest", "") or ""
         self.task = task_spec
         files = task_spec.meta.get("files", {})
         for path, content in sorted(files.items()):

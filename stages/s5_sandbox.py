@@ -17,7 +17,8 @@ mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_a
 roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
 scripted play of each task family. A harness whose environment holds a limited number of sessions
 (its optional `capacity(want)`, e.g. an OpenEnv server) reports that capacity and the concurrency
-the run will play it at.
+the run will play it at. A harness with an image (`harnesses[].image`) reports its digest and its
+os-release (read inside a sandbox of it), and a file present only on the host must be absent inside.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.acceptance.image_checks import image_checks
 from agentrl_cli.core.outcomes import RewardStatus
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
 from agentrl_cli.envs.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
@@ -42,7 +44,7 @@ from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
 from harnesses.multi_agent import ROLES_EXPECTED, ROLES_HINT, is_multi_agent, roles_check, seats
-from harnesses.registry import create, resolve, reward_source
+from harnesses.registry import create, resolve, reward_source, uses_sandboxes
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
@@ -207,11 +209,15 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
         h.close()
 
 
-def _image(name: str, image: str, settings: SandboxSettings) -> tuple[Check, SandboxSettings]:
-    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the check)."""
+def _image(name: str, image: str, settings: SandboxSettings) -> tuple[list[Check], SandboxSettings]:
+    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the
+    check), with its digest; its os-release, and a host-only file absent inside (`image_checks`)."""
     rooted = settings.with_image(image)
-    return Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
-                 "found, every digest verified, unpacked"), rooted
+    unused = "" if uses_sandboxes(name) else (f"{name} acts through no sandbox: its episodes do not run in this image "
+                                             "(their records and meta.json carry no digest for it)")
+    found = Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
+                  "found, every digest verified, unpacked", unused)
+    return [found, *image_checks(name, rooted)], rooted
 
 
 def _capacity(ctx: StageContext, name: str, h) -> Check:

@@ -38,10 +38,17 @@ def lock_cmd(
 
     * `agentrl image lock --out locks/gpu-node.lock.json --json`
     """
+    from agentrl_cli.envs.images import ImageError
+    from agentrl_cli.ops.image import env_images
     from agentrl_cli.ops.image.lock import build_lock, image_tags, lock_checks, write_lock
 
     cfg = load(config, sets).config
-    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, cfg.model.cache_dir)
+    pins, unresolved = env_images.pin(cfg.harnesses)
+    if unresolved:
+        name, exc = next(iter(unresolved.items()))  # the lock pins every harnesses[].image by its digest
+        raise ImageError(exc.image, f"{exc.reason} (harnesses[{name}].image, which the lock pins by digest)",
+                         exc.hint or f"fix harnesses[{name}].image, or unset it for the host's root, and lock again")
+    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, cfg.model.cache_dir, env_images=pins)
     path = write_lock(lock, out_path or Path(cfg.image.lock_file))
     checks = lock_checks(lock, cfg.image.allowed_licences)
     tags = image_tags(lock, cfg.cluster.image_registry)

@@ -3,7 +3,7 @@ verified (`oci.py`), layers unpacked with whiteouts, hard links and no escapes (
 content-addressed cache (`cache.py`). What runs inside an image belongs to `envs/sandbox/`; pulling
 from a registry belongs nowhere (none is reachable here: an image arrives as an OCI layout)."""
 
-from agentrl_cli.envs.images.cache import DEFAULT_CACHE_DIR, RootFS, resolve
+from agentrl_cli.envs.images.cache import DEFAULT_CACHE_DIR, RootFS, digest_of, resolve
 from agentrl_cli.envs.images.reference import ImageError, ImageRef, parse
 
-__all__ = ["DEFAULT_CACHE_DIR", "ImageError", "ImageRef", "RootFS", "parse", "resolve"]
+__all__ = ["DEFAULT_CACHE_DIR", "ImageError", "ImageRef", "RootFS", "digest_of", "parse", "resolve"]

@@ -47,6 +47,17 @@ def resolve(image: str, cache_dir: str | Path = DEFAULT_CACHE_DIR) -> RootFS:
     return RootFS(image, manifest.digest, entry / "rootfs")
 
 
+def digest_of(image: str) -> str:
+    """The digest `image` resolves to now (every blob verified, nothing unpacked): what a sandbox of
+    it would run in; ImageError when it cannot be found or verified."""
+    ref = parse(image)
+    if ref.kind == "dir":
+        if not ref.path.is_dir():
+            raise ImageNotFound(image, f"no root filesystem directory at {ref.path}")
+        return dir_digest(ref.path)
+    return oci.read_manifest(ref).digest
+
+
 def _unpack(ref: ImageRef, manifest: oci.Manifest, cache: Path, entry: Path) -> None:
     try:
         cache.mkdir(parents=True, exist_ok=True)
