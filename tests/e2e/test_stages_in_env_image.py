@@ -1,7 +1,8 @@
 """Issue 47's acceptance for pinned images (long: stage 8 smoke plays real episodes, a few minutes on
 2 cores; the first `image build --role env` adds mmdebstrap's download, later ones reuse the cached
 image): with all three built-in harnesses' `harnesses[].image` set to the environment image `agentrl
-image build --role env` makes from Debian's packages, stage 5 passes and reports each sandboxed
+image build --role env` makes from Debian's packages (tool_api_like's is refused: it acts through no
+sandbox), stage 5 passes and reports each sandboxed
 harness's image digest, its os-release (Debian 12) and a host-only file absent inside; stage 8 smoke
 passes; meta.json and every stored trajectory of a sandboxed harness carry the image's digest
 (tool_api_like acts through no sandbox: none); and `agentrl replay` of one of them with the harness
@@ -53,7 +54,8 @@ def test_stage5_and_stage8_smoke_in_the_env_image_record_its_digest_and_replay_r
         if is_complete(builtin_dir(load_config(None, [], env={}).config.model.cache_dir)):
             sets += ["--set", "model.path=builtin:tiny-agent"]  # a model that calls tools: commands run in the image
         sets += ["--set", f"observe.runs_dir={tmp_path / 'runs'}", "--set", f"data.root={tmp_path / 'data'}"]
-        sets += [a for i in range(len(HARNESSES)) for a in ("--set", f"harnesses.{i}.image={image['reference']}")]
+        # the sandboxed ones: an image on tool_api_like, which acts through no sandbox, is refused at load
+        sets += [a for i in range(len(SANDBOXED)) for a in ("--set", f"harnesses.{i}.image={image['reference']}")]
 
         stage5 = _agentrl(env, "stage", "run", "5", "--json", *sets)
         checks = _checks(stage5)

@@ -137,3 +137,13 @@ def test_an_image_that_is_gone_fails_its_lock_check_naming_it(images, tmp_path):
     lock = {"environment_images": {"terminal_like": {"ref": gone, "digest": "sha256:" + "0" * 64}}}
     (check,) = env_images.checks(lock, "lock.json", _config(f"harnesses.0.image={gone}").harnesses)
     assert check.status == CheckStatus.FAIL and gone in check.detail
+
+
+def test_an_image_on_a_harness_that_acts_through_no_sandbox_is_refused_when_it_is_built(images):
+    from agentrl_cli.core.errors import ConfigError
+    from harnesses.registry import create
+
+    with pytest.raises(ConfigError) as refused:
+        create("tool_api_like", _config(f"harnesses.2.image={images['a']}"))
+    assert "harnesses[tool_api_like].image" in refused.value.message and "acts through no sandbox" in refused.value.message
+    assert "remove image" in refused.value.hint
