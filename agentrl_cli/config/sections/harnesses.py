@@ -13,7 +13,7 @@ from agentrl_cli.config.sections.base import (Section)
 class HarnessConfig(Section):
     name: str = Field(..., min_length=1, description="Registered harness name (entry point agentrl.harnesses) or module:Class")
     image_tag: str = Field("pinned-2026-08-01", description="Label of the environment's version, recorded with every run; it selects nothing (the image the sandboxes run in is `image`)")
-    image: str = Field("", description="Image the harness's sandboxes run in, as their read-only root: oci:PATH[:TAG] (an OCI layout directory, digests verified, unpacked once per digest into sandbox.image_cache_dir) or dir:PATH / an absolute path (a root filesystem directory); registry references are refused (none is reachable). '' = the host's system, read-only")
+    image: str = Field("", description="Image the harness's sandboxes run in, as their read-only root: oci:PATH[:TAG] (an OCI layout directory), oci-archive:FILE[:TAG] (a tar of one) or docker-archive:FILE[:TAG] (what docker save writes; TAG one of its RepoTags) — digests verified at every load, unpacked once per digest into sandbox.image_cache_dir — or dir:PATH / an absolute path (a root filesystem directory); registry references are refused (none is reachable). '' = the host's system, read-only")
     cpu: float | None = Field(None, gt=0, le=256, description="CPU cores per environment instance: a cgroup CPU quota on each of this harness's sandboxes (None = no quota)")
     memory_gb: float | None = Field(None, gt=0, le=4096, description="Memory per environment instance: the memory limit of this harness's sandboxes (None = sandbox.memory_mb)")
     network: Literal["egress_deny_by_default", "allowlist"] = Field(

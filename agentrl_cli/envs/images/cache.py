@@ -27,7 +27,8 @@ DEFAULT_CACHE_DIR = "/var/tmp/agentrl-images"
 @dataclass(frozen=True)
 class RootFS:
     image: str  # the reference as written
-    digest: str  # sha256:<manifest> for an OCI image, dir-sha256:<listing> for a directory
+    digest: str  # sha256:<manifest> for an OCI image (layout or archive), sha256:<config> (docker's image ID)
+    # for a docker archive, dir-sha256:<listing> for a directory
     path: Path  # the root directory sandboxes bind read-only at /
 
 
@@ -63,7 +64,7 @@ def _unpack(ref: ImageRef, manifest: oci.Manifest, cache: Path, entry: Path) -> 
             if "zstd" in layer.media_type:
                 raise ImageError(ref.text, f"layer {layer.digest} is zstd-compressed, which is not read here",
                                  "save the image with gzip or uncompressed layers")
-            unpack.apply_layer(ref.text, layer.path, root, dir_modes)
+            unpack.apply_layer(ref.text, layer.digest, layer.open, root, dir_modes)
         unpack.finish(dir_modes)
         os.chmod(root, 0o755)
         os.chmod(tmp, 0o711)
