@@ -150,13 +150,18 @@ def test_a_harness_image_fails_at_load_never_falling_back_to_the_host_root(tmp_p
     assert SandboxSettings().for_harness(HarnessConfig(name="h")).image_root is None
 
 
-def test_a_harness_image_with_the_sandbox_service_is_refused(tmp_path):
+def test_a_harness_image_with_the_sandbox_service_needs_its_digest_before_asking(tmp_path):
     from agentrl_cli.config.models import PlatformConfig
+    from agentrl_cli.core.errors import ConfigError
     from agentrl_cli.envs.sandbox.provider import HarnessSandboxes
 
+    harness = {"name": "h", "image": "oci:/x:y"}
     cfg = PlatformConfig.model_validate({"sandbox": {"service_url": "http://127.0.0.1:1", "root_dir": str(tmp_path)},
-                                         "harnesses": [{"name": "h", "image": "oci:/x:y"}]})
-    with pytest.raises(ImageError, match="sandbox service .* does not run images"):
+                                         "harnesses": [harness]})
+    with pytest.raises(ImageNotFound, match="no OCI layout directory"):  # no copy here to read the digest from, none pinned
+        HarnessSandboxes(cfg).for_harness("h")
+    cfg.harnesses[0].image_digest = "sha256:" + "a" * 64
+    with pytest.raises(ConfigError, match="could not be reached to prepare image 'oci:/x:y'"):
         HarnessSandboxes(cfg).for_harness("h")
 
 

@@ -26,7 +26,7 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO, Callable
 
-from agentrl_cli.envs.images.oci import DIGEST, Layer, Manifest, json_doc, sha256_of
+from agentrl_cli.envs.images.oci import DIGEST, Layer, Manifest, json_doc, read_layout, sha256_of
 from agentrl_cli.envs.images.reference import DigestMismatch, ImageError, ImageNotFound, ImageRef
 
 HEX_NAME = re.compile(r"(?:^|/)(?:blobs/sha256/)?([0-9a-f]{64})(?:\.json)?$")
@@ -109,6 +109,13 @@ class TarMembers:
         start, size = self.files[name]
         raw = gzip.open(self.path, "rb") if self.gz else open(self.path, "rb")
         return io.BufferedReader(_Slice(raw, start, size), 1 << 20)
+
+
+def read_archive(ref: ImageRef) -> Manifest:
+    """The manifest of an `oci-archive:` or `docker-archive:` image, verified as `oci.read_manifest`
+    verifies a layout (at every load)."""
+    members = TarMembers.index(ref)
+    return read_layout(ref, members) if ref.kind == "oci-archive" else read_docker(ref, members)
 
 
 def _uncompressed(opener: Callable[[], BinaryIO]) -> Callable[[], BinaryIO]:
@@ -197,4 +204,4 @@ def _tar_digest(ref: ImageRef, name: str, opener: Callable[[], BinaryIO]) -> str
         raise ImageError(ref.text, f"layer {name} is a damaged gzip stream: {exc}") from None
 
 
-__all__ = ["TarMembers", "read_docker"]
+__all__ = ["TarMembers", "read_archive", "read_docker"]

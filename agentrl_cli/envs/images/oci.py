@@ -2,7 +2,7 @@
 its config and each layer are checked against the sha256 that names them before anything uses them
 (a mismatch is refused naming the blob). A nested index picks this host's platform. The layout is a
 directory (`oci:`) or a tar of one (`oci-archive:`, read member by member through `archive.py`);
-`read_manifest` also reads docker archives (`archive.read_docker`).
+docker archives are `archive.py`'s.
 Belongs here: the layout's files and digests. Not here: unpacking layers (`unpack.py`).
 """
 
@@ -126,19 +126,13 @@ def _pick(ref: ImageRef, entries: list, nested: bool) -> dict:
 
 
 def read_manifest(ref: ImageRef) -> Manifest:
-    """The manifest, config and layers of an `oci:`, `oci-archive:` or `docker-archive:` image,
-    every digest the format carries verified, at every load (also when the image is already
-    unpacked: an image changed since is refused, not run from the cache; sha256 reads about
-    1 GB/s); ImageError otherwise."""
-    if ref.kind == "oci":
-        if not ref.path.is_dir():
-            raise ImageNotFound(ref.text, f"no OCI layout directory at {ref.path}",
-                                "check the path, or save the image there as an OCI layout")
-        return read_layout(ref, LayoutDir(ref.path))
-    from agentrl_cli.envs.images import archive
-
-    members = archive.TarMembers.index(ref)
-    return read_layout(ref, members) if ref.kind == "oci-archive" else archive.read_docker(ref, members)
+    """The manifest, config and layers of the OCI layout directory `ref` names, every blob's digest
+    verified, at every load (also when the image is already unpacked: a layout changed since is
+    refused, not run from the cache; sha256 reads about 1 GB/s); ImageError otherwise."""
+    if not ref.path.is_dir():
+        raise ImageNotFound(ref.text, f"no OCI layout directory at {ref.path}",
+                            "check the path, or save the image there as an OCI layout")
+    return read_layout(ref, LayoutDir(ref.path))
 
 
 def read_layout(ref: ImageRef, blobs: Blobs) -> Manifest:
