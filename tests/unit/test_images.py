@@ -191,3 +191,16 @@ def test_concurrent_unpackers_of_one_image_agree_and_leave_no_partial_root(tmp_p
         roots = list(pool.map(lambda _: resolve(image, tmp_path / "cache"), range(4)))
     assert len({r.path for r in roots}) == 1 and len(os.listdir(roots[0].path / "d")) == 200
     assert _leftovers(tmp_path / "cache") == []
+
+
+def test_a_pinned_digest_refuses_an_image_that_has_another_naming_both(tmp_path):
+    from agentrl_cli.config.models import HarnessConfig
+    from agentrl_cli.envs.sandbox import SandboxSettings
+
+    image = _image(tmp_path, [entry("f", b"x")])
+    actual = resolve(image, tmp_path / "cache").digest
+    pinned = "sha256:" + "e" * 64
+    with pytest.raises(ImageError, match=f"its digest is {actual}, not the pinned {pinned}"):
+        SandboxSettings(image_cache_dir=tmp_path / "cache").for_harness(HarnessConfig(name="h", image=image, image_digest=pinned))
+    ok = SandboxSettings(image_cache_dir=tmp_path / "cache").for_harness(HarnessConfig(name="h", image=image, image_digest=actual))
+    assert ok.image_digest == actual
