@@ -191,7 +191,7 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
     image: list[Check] = []
     hc = next((c for c in ctx.config.harnesses if c.name == name), None)
     if hc is not None and hc.image:
-        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(name, hc.image, settings))
+        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(ctx, name, hc, settings))
         if settings is None:
             return image
     sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
@@ -207,10 +207,19 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
         h.close()
 
 
-def _image(name: str, image: str, settings: SandboxSettings) -> tuple[Check, SandboxSettings]:
-    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the check)."""
-    rooted = settings.with_image(image)
-    return Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
+def _image(ctx: StageContext, name: str, hc, settings: SandboxSettings) -> tuple[Check, SandboxSettings]:
+    """The harness's image found, verified and unpacked here, or held by the sandbox service
+    (sandbox.service_url); ImageError, naming the image and why, fails the check."""
+    if ctx.config.sandbox.service_url:
+        from agentrl_cli.envs.sandbox.provider import service_provider
+
+        remote = service_provider(ctx.config.sandbox, hc)
+        remote.close()
+        return Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": remote.image_digest,
+                                                                  "service": ctx.config.sandbox.service_url},
+                     "the sandbox service holds it and has its warm pool"), settings
+    rooted = settings.with_image(hc.image, hc.image_digest)
+    return Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": rooted.image_digest},
                  "found, every digest verified, unpacked"), rooted
 
 

@@ -97,3 +97,23 @@ def test_a_digest_the_service_does_not_hold_is_refused_naming_both(service, tmp_
     # the service never opens a path a client names: a directory of its host is not an image it holds
     refused = httpx.post(f"{url}/sandboxes", json={"image": "dir:/", "digest": "dir-sha256:" + "c" * 64})
     assert refused.status_code == 409
+
+
+def test_a_harness_built_by_the_registry_gets_the_service_sandboxes_of_its_image(service, tmp_path):
+    """The path stage 5 takes (`harnesses.registry.create` with sandbox.service_url): the image's
+    sandboxes, never the service host's root."""
+    from harnesses import registry
+
+    url, _, digest = service
+    cfg = PlatformConfig.model_validate({"sandbox": {"service_url": url, "root_dir": str(tmp_path)},
+                                         "harnesses": [{"name": "terminal_like", "image": "oci:/x:tiny", "image_digest": digest}]})
+    h = registry.create("terminal_like", cfg)
+    provider = h._provider  # the provider the harness plays its episodes with
+    sb = provider.acquire()
+    try:
+        assert sb.exec(["cat", "/etc/os-release"]).stdout == OS_RELEASE.decode()
+    finally:
+        provider.release(sb)
+    cfg.harnesses[0].image_digest = OTHER
+    with pytest.raises(ImageError, match=OTHER):
+        registry.create("terminal_like", cfg)

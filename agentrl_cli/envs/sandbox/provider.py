@@ -54,6 +54,19 @@ def provider_from_config(sandbox_config, image: str = "", image_digest: str = ""
     return DirectProvider(SandboxSettings.from_config(sandbox_config))
 
 
+def service_provider(sandbox_config, harness_config) -> SandboxProvider:
+    """The sandbox service's provider for one harness: rooted in its image when it has one, asked for
+    by digest (harnesses[].image_digest, else the digest of this client's copy), which the service
+    is asked to prepare now: ImageError when it cannot provide it, never its host root instead."""
+    if harness_config is None or not harness_config.image:
+        return provider_from_config(sandbox_config)
+    from agentrl_cli.envs.images import digest_of
+
+    remote = provider_from_config(sandbox_config, harness_config.image, harness_config.image_digest or digest_of(harness_config.image))
+    remote.prepare()
+    return remote
+
+
 def harness_settings(sandbox_config, harness_config) -> SandboxSettings:
     """The sandbox settings of one harness's environments: `sandbox.*`, with the harness's egress
     policy, its memory (`memory_gb`, when set) and its CPU quota (`cpu` cores, when set)."""
@@ -116,14 +129,7 @@ class HarnessSandboxes:
         sb = self.config.sandbox
         hc = next((h for h in self.config.harnesses if h.name == name), None)
         if sb.service_url:
-            if hc is None or not hc.image:
-                return provider_from_config(sb)
-            from agentrl_cli.envs.images import digest_of
-
-            # the digest pinned in the config, else the one this client's copy of the image has now
-            remote = provider_from_config(sb, hc.image, hc.image_digest or digest_of(hc.image))
-            remote.prepare()  # fail at load (ImageError) when the service cannot provide it
-            return remote
+            return service_provider(sb, hc)
         from agentrl_cli.envs.sandbox.pool import SandboxPool
 
         settings = replace(harness_settings(sb, hc) if hc is not None else SandboxSettings.from_config(sb), root_dir=self.root)
