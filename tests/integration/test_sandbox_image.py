@@ -132,3 +132,14 @@ def test_a_harness_pool_hands_out_warm_sandboxes_rooted_in_its_image(image_dirs,
     finally:
         final = sandboxes.close()
     assert final["sandbox/leaked_processes"] == 0
+
+
+def test_a_docker_archive_and_an_oci_archive_run_like_the_layout(image_dirs):
+    from tests.image_layouts import docker_archive, oci_archive, tar_layer, tiny_rootfs_entries
+
+    docker_archive(image_dirs / "docker.tar", [tar_layer(tiny_rootfs_entries(), gz=True)], ["agentrl/tiny:1"])
+    oci_archive(image_dirs / "layout", image_dirs / "oci.tar")
+    for image in (f"docker-archive:{image_dirs / 'docker.tar'}:agentrl/tiny:1", f"oci-archive:{image_dirs / 'oci.tar'}:tiny"):
+        proc = _cli(image_dirs, image, "cat", "/etc/os-release")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == OS_RELEASE.decode()

@@ -82,6 +82,9 @@ def test_a_harness_with_an_image_runs_in_it_through_the_service(service, tmp_pat
             host_only = sb.exec(["ls", sys.executable, "/usr/bin/python3"])
             assert host_only.exit_code != 0 and "cannot access" in host_only.stderr, "no host file is visible in the image"
             assert sb.exec(["sh", "-c", "echo hi > note && cat note"]).stdout == "hi\n", "the work directory is writable"
+            fresh = httpx.post(f"{url}/sandboxes/{sb.id}/reset").json()  # a reset stays in the image's pool
+            assert fresh["digest"] == digest
+            httpx.delete(f"{url}/sandboxes/{fresh['id']}")
         finally:
             provider.release(sb)
             sandboxes.close()
@@ -95,8 +98,8 @@ def test_a_digest_the_service_does_not_hold_is_refused_naming_both(service, tmp_
     refused = httpx.post(f"{url}/sandboxes", json={"image": "oci:/elsewhere:v2", "digest": OTHER})
     assert refused.status_code == 409 and refused.json()["detail"]["available"] == [digest]
     # the service never opens a path a client names: a directory of its host is not an image it holds
-    refused = httpx.post(f"{url}/sandboxes", json={"image": "dir:/", "digest": "dir-sha256:" + "c" * 64})
-    assert refused.status_code == 409
+    for sneaky in ({"image": "dir:/", "digest": "dir-sha256:" + "c" * 64}, {"image": "x", "digest": "sha256:../../../etc"}):
+        assert httpx.post(f"{url}/sandboxes", json=sneaky).status_code == 409, sneaky
 
 
 def test_a_harness_built_by_the_registry_gets_the_service_sandboxes_of_its_image(service, tmp_path):
