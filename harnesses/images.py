@@ -34,7 +34,8 @@ def harness_image(name: str, platform_config) -> HarnessImage:
     hc = next((h for h in getattr(platform_config, "harnesses", ()) if h.name == name), None)
     ref = hc.image if hc is not None else ""
     sandboxed = uses_sandboxes(name)
-    return HarnessImage(ref, digest_of(ref) if ref and sandboxed else HOST_ROOT, sandboxed)
+    pinned = hc.image_digest if hc is not None else ""  # the service's pin: the client may hold no copy of the image
+    return HarnessImage(ref, (pinned or digest_of(ref)) if ref and sandboxed else HOST_ROOT, sandboxed)
 
 
 def describe(digest: str | None) -> str:

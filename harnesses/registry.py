@@ -125,9 +125,9 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
 
 
 def _sandboxes_for(name: str, platform_config):
-    from agentrl_cli.envs.sandbox.provider import DirectProvider, harness_settings, provider_from_config
+    from agentrl_cli.envs.sandbox.provider import DirectProvider, harness_settings, service_provider
 
     hc = next((h for h in platform_config.harnesses if h.name == name), None)
     if platform_config.sandbox.service_url or hc is None:
-        return provider_from_config(platform_config.sandbox)
+        return service_provider(platform_config.sandbox, hc)
     return DirectProvider(harness_settings(platform_config.sandbox, hc))

@@ -61,8 +61,9 @@ class SandboxHarness:
         self._release()  # never clean in place: the old sandbox is destroyed
         self.episode_resources = None
         self.sandbox = self._provider.acquire()
-        # a local sandbox's settings name its image; the sandbox service runs none
-        self.episode_image_digest = getattr(getattr(self.sandbox, "settings", None), "image_digest", "") or ""
+        # a local sandbox's settings name its image; the sandbox service's answer names the one it rooted it in
+        self.episode_image_digest = (getattr(self.sandbox, "image_digest", "")
+                                     or getattr(getattr(self.sandbox, "settings", None), "image_digest", "") or "")
         self.task = task_spec
         files = task_spec.meta.get("files", {})
         for path, content in sorted(files.items()):

@@ -193,7 +193,7 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
     image: list[Check] = []
     hc = next((c for c in ctx.config.harnesses if c.name == name), None)
     if hc is not None and hc.image:
-        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(name, hc.image, settings))
+        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(ctx, name, hc, settings))
         if settings is None:
             return image
     sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
@@ -209,13 +209,22 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
         h.close()
 
 
-def _image(name: str, image: str, settings: SandboxSettings) -> tuple[list[Check], SandboxSettings]:
-    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the
-    check), with its digest; its os-release, and a host-only file absent inside (`image_checks`)."""
-    rooted = settings.with_image(image)
+def _image(ctx: StageContext, name: str, hc, settings: SandboxSettings) -> tuple[list[Check], SandboxSettings]:
+    """The harness's image found, verified and unpacked here, or held by the sandbox service
+    (sandbox.service_url); ImageError, naming the image and why, fails the check. Here, also its
+    os-release and a host-only file absent inside (`image_checks`)."""
+    if ctx.config.sandbox.service_url:
+        from agentrl_cli.envs.sandbox.provider import service_provider
+
+        remote = service_provider(ctx.config.sandbox, hc)
+        remote.close()
+        return Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": remote.image_digest,
+                                                                  "service": ctx.config.sandbox.service_url},
+                     "the sandbox service holds it and has its warm pool"), settings
+    rooted = settings.with_image(hc.image, hc.image_digest)
     unused = "" if uses_sandboxes(name) else (f"{name} acts through no sandbox: its episodes do not run in this image "
                                              "(their records and meta.json carry no digest for it)")
-    found = Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
+    found = Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": rooted.image_digest},
                   "found, every digest verified, unpacked", unused)
     return [found, *image_checks(name, rooted)], rooted
 

@@ -206,3 +206,32 @@ def _build_role(role: str, cache_dir: Path | None, rebuild: bool, json_out: bool
         return
     console.print(f"env image {how}", markup=False)
     typer.echo(f"{image.reference}\n{image.digest}")  # whole lines, never wrapped: they are pasted into --image
+
+
+@app.command("unpack")
+def unpack_cmd(
+    image: Annotated[str, typer.Argument(help="The image: oci:PATH[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE[:TAG].")],
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="The image cache to unpack into (default sandbox.image_cache_dir).", show_default=False, file_okay=False)] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Verify an image and unpack it into an image cache (once per digest, as a run would), then
+    print its digest and root. This is how a volume is filled for the sandbox service's pods, which
+    run an image by digest from their cache (docs/environments.md). Exit 2 when the image cannot
+    be found, verified or unpacked.
+
+    Examples:
+
+    * `agentrl image unpack oci:/root/.cache/agentrl/images/env-bfa95970dde6f0d0:env`
+
+    * `agentrl image unpack docker-archive:debian.tar:debian:12 --cache-dir /mnt/agentrl-images --json`
+    """
+    from agentrl_cli.envs.images import resolve
+
+    cfg = load(config, sets).config
+    rootfs = resolve(image, cache_dir or Path(cfg.sandbox.image_cache_dir).expanduser())
+    if json_out:
+        print_json({"status": "pass", "image": image, "digest": rootfs.digest, "root": str(rootfs.path)})
+        return
+    typer.echo(f"{rootfs.digest}\n{rootfs.path}")
