@@ -99,12 +99,20 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
     A sandboxed harness gets `sandboxes` when given (a pool or provider the caller owns), else the
     sandbox service (`sandbox.service_url`) or local sandboxes with the configured `sandbox.*` limits
     and the harness's own (`cpu`, `memory_gb`, network allowlist), and the rollout's step timeout; `harnesses[].options` become constructor arguments. `sandboxes`
-    is ignored for harnesses that use none."""
+    is ignored for harnesses that use none, and an image (`harnesses[].image`) set on one is refused
+    (ConfigError: it would run in no image while its entry says it does)."""
     from harnesses.sandboxed import SandboxHarness
 
     cls = resolve(name)
     if platform_config is not None:
-        options = next((dict(h.options) for h in platform_config.harnesses if h.name == name), {})
+        entry = next((h for h in platform_config.harnesses if h.name == name), None)
+        if entry is not None and entry.image and not issubclass(cls, SandboxHarness):
+            from agentrl_cli.core.errors import ConfigError
+
+            raise ConfigError(f"harnesses[{name}].image is {entry.image!r}, but {name} acts through no sandbox: "
+                              "its episodes would not run in that image",
+                              f"remove image from the {name} entry (its environment is the service it calls)")
+        options = dict(entry.options) if entry is not None else {}
         kwargs = {**options, **kwargs}
     if issubclass(cls, SandboxHarness):
         if sandboxes is None and platform_config is not None:
@@ -117,9 +125,9 @@ def create(name: str, platform_config=None, *, sandboxes=None, **kwargs):
 
 
 def _sandboxes_for(name: str, platform_config):
-    from agentrl_cli.envs.sandbox.provider import DirectProvider, harness_settings, provider_from_config
+    from agentrl_cli.envs.sandbox.provider import DirectProvider, harness_settings, service_provider
 
     hc = next((h for h in platform_config.harnesses if h.name == name), None)
     if platform_config.sandbox.service_url or hc is None:
-        return provider_from_config(platform_config.sandbox)
+        return service_provider(platform_config.sandbox, hc)
     return DirectProvider(harness_settings(platform_config.sandbox, hc))

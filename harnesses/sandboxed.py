@@ -54,12 +54,14 @@ class SandboxHarness:
         self.sandbox: Sandbox | None = None
         self.task: TaskSpec | None = None
         self.episode_resources: dict | None = None  # the last released sandbox's use (Sandbox.resources)
+        self.episode_image_digest = ""  # the image the episode's sandbox runs in ("" = the host root)
 
     # -- contract -------------------------------------------------------------------------------
     def reset(self, task_spec: TaskSpec) -> Observation:
         self._release()  # never clean in place: the old sandbox is destroyed
         self.episode_resources = None
         self.sandbox = self._provider.acquire()
+        self.episode_image_digest = image_digest_of(self.sandbox)
         self.task = task_spec
         files = task_spec.meta.get("files", {})
         for path, content in sorted(files.items()):
@@ -140,6 +142,12 @@ class SandboxHarness:
 
     def tools(self) -> list[dict]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def image_digest_of(sandbox) -> str:
+    """The digest of the image a sandbox runs in ("" = the host root): a local sandbox's settings name
+    its image; the sandbox service's answer names the one it rooted it in."""
+    return (getattr(sandbox, "image_digest", "") or getattr(getattr(sandbox, "settings", None), "image_digest", "") or "")
 
 
 def call_result(call: ToolCall, observation: Observation) -> ToolCallResult:

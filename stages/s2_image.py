@@ -5,7 +5,9 @@ environment is complete and every package's licence is within `image.allowed_lic
 Dockerfiles rendered from `templates/docker/` pin exactly the lock; the running environment
 matches the lock (`image.lock_file` when it exists, else the lock this run wrote): Python, every
 role's packages, torch and the devices the cluster config expects, NCCL where there are GPUs,
-DeepSpeed's own report, the inference engine's modules (SGLang's with engine sglang); with docker,
+DeepSpeed's own report, the inference engine's modules (SGLang's with engine sglang); each
+harness's environment image (`harnesses[].image`) pinned in the lock beside the role images, found,
+verified and at the digest the lock pins (none configured: skipped, saying so); with docker,
 podman or buildah working here, the role images are built and verified inside. The lock, the
 Dockerfiles and the build context are kept under `runs/<run_id>/image/`.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.ops.image import env_images
 from agentrl_cli.ops.image.build import build_checks
 from agentrl_cli.ops.image.lock import LockError, build_lock, lock_checks, read_lock, write_lock
 from agentrl_cli.ops.image.render import render, render_checks
@@ -26,7 +29,8 @@ def run(ctx: StageContext) -> StageReport:
     cfg = ctx.config
     out = ctx.run.path / "image"
     ctx.progress("lock")
-    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image)
+    pins, _unresolved = env_images.pin(cfg.harnesses)  # an image that does not resolve fails its check below
+    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, env_images=pins)
     written = write_lock(lock, out / "agentrl.lock.json")
     checks = lock_checks(lock, cfg.image.allowed_licences)
     notes = [f"this environment's lock: {written} (digest {lock['digest'][:12]})"]
@@ -54,7 +58,10 @@ def run(ctx: StageContext) -> StageReport:
     checks.append(ctx.check("DeepSpeed report", deepspeed_check))
     if "inference" in reference["roles"]:
         checks += engine_checks(cfg.inference.engine, cfg.inference.python)
+    ctx.progress("environment images")
+    checks += env_images.checks(reference, source, cfg.harnesses)
     ctx.progress("image build")
     checks += build_checks(index, cfg.image.builder)
     return ctx.report(checks, notes, environment={"image_lock": {"file": source, "digest": reference["digest"],
-                                                                 "tags": {i["role"]: i["tag"] for i in index["images"]}}})
+                                                                 "tags": {i["role"]: i["tag"] for i in index["images"]},
+                                                                 "environment_images": reference.get(env_images.KEY, {})}})

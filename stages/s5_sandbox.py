@@ -17,7 +17,8 @@ mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_a
 roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
 scripted play of each task family. A harness whose environment holds a limited number of sessions
 (its optional `capacity(want)`, e.g. an OpenEnv server) reports that capacity and the concurrency
-the run will play it at.
+the run will play it at. A harness with an image (`harnesses[].image`) reports its digest and its
+os-release (read inside a sandbox of it), and a file present only on the host must be absent inside.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.acceptance.image_checks import image_checks
 from agentrl_cli.core.outcomes import RewardStatus
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
 from agentrl_cli.envs.sandbox import Sandbox, SandboxPool, SandboxSettings, SandboxUnavailable
@@ -42,7 +44,7 @@ from harnesses.base import CONTRACT_VERSION
 from harnesses.contract import invalid_actions_handled, play, reset_clean, scripted_policy
 from harnesses.defaults import WithDefaults, defaults_applied
 from harnesses.multi_agent import ROLES_EXPECTED, ROLES_HINT, is_multi_agent, roles_check, seats
-from harnesses.registry import create, resolve, reward_source
+from harnesses.registry import create, resolve, reward_source, uses_sandboxes
 from harnesses.sandboxed import SandboxHarness
 from harnesses.task_sources import task_set
 from harnesses.tasks import HARNESS_FAMILIES, load_tasks
@@ -191,7 +193,7 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
     image: list[Check] = []
     hc = next((c for c in ctx.config.harnesses if c.name == name), None)
     if hc is not None and hc.image:
-        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(name, hc.image, settings))
+        image, settings = ctx.produce(f"harness {name}: image", lambda: _image(ctx, name, hc, settings))
         if settings is None:
             return image
     sandboxes = None if ctx.config.sandbox.service_url else DirectProvider(settings)
@@ -207,11 +209,24 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
         h.close()
 
 
-def _image(name: str, image: str, settings: SandboxSettings) -> tuple[Check, SandboxSettings]:
-    """The harness's image found, verified and unpacked (ImageError, naming the image and why, fails the check)."""
-    rooted = settings.with_image(image)
-    return Check(f"harness {name}: image", CheckStatus.PASS, {"image": image, "digest": rooted.image_digest},
-                 "found, every digest verified, unpacked"), rooted
+def _image(ctx: StageContext, name: str, hc, settings: SandboxSettings) -> tuple[list[Check], SandboxSettings]:
+    """The harness's image found, verified and unpacked here, or held by the sandbox service
+    (sandbox.service_url); ImageError, naming the image and why, fails the check. Here, also its
+    os-release and a host-only file absent inside (`image_checks`)."""
+    if ctx.config.sandbox.service_url:
+        from agentrl_cli.envs.sandbox.provider import service_provider
+
+        remote = service_provider(ctx.config.sandbox, hc)
+        remote.close()
+        return Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": remote.image_digest,
+                                                                  "service": ctx.config.sandbox.service_url},
+                     "the sandbox service holds it and has its warm pool"), settings
+    rooted = settings.with_image(hc.image, hc.image_digest)
+    unused = "" if uses_sandboxes(name) else (f"{name} acts through no sandbox: its episodes do not run in this image "
+                                             "(their records and meta.json carry no digest for it)")
+    found = Check(f"harness {name}: image", CheckStatus.PASS, {"image": hc.image, "digest": rooted.image_digest},
+                  "found, every digest verified, unpacked", unused)
+    return [found, *image_checks(name, rooted)], rooted
 
 
 def _capacity(ctx: StageContext, name: str, h) -> Check:

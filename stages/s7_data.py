@@ -139,7 +139,7 @@ def _episodes(ctx: StageContext) -> tuple[Check, list[TrajectoryRecord]]:
     records: list[TrajectoryRecord] = []
     try:
         for hc in ctx.config.harnesses:
-            h = create(hc.name, ctx.config, sandboxes=provider)
+            h = create(hc.name, ctx.config)  # its own sandboxes, as a run builds them: its limits and its image
             try:
                 tasks = load_tasks(hc.name, "eval")
                 for i in range(EPISODES_PER_HARNESS):
@@ -149,9 +149,11 @@ def _episodes(ctx: StageContext) -> tuple[Check, list[TrajectoryRecord]]:
                     ev = h.evidence(traj)
                     tid = uuid.uuid4().hex
                     result = scorer.score(request_from_episode(traj, ev, trajectory_id=tid))
-                    records.append(record_from_episode(traj, run_id=ctx.run.run_id, harness_version=h.version, reward=result,
-                                                       evidence=ev, seed=i, phase=Phase.EVAL, task_set_version=TASK_SET_VERSION,
-                                                       trajectory_id=tid))
+                    record = record_from_episode(traj, run_id=ctx.run.run_id, harness_version=h.version, reward=result,
+                                                 evidence=ev, seed=i, phase=Phase.EVAL, task_set_version=TASK_SET_VERSION,
+                                                 trajectory_id=tid)
+                    record.image_digest = getattr(h, "episode_image_digest", "")  # the image its sandbox ran in
+                    records.append(record)
             finally:
                 h.close()
     finally:

@@ -103,3 +103,49 @@ def traversable_dir(prefix: str) -> Path:
     d = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(d, 0o711)
     return d
+
+
+def oci_archive(layout: Path, dest: Path) -> Path:
+    """A tar of the OCI layout at `layout` (what `skopeo copy ... oci-archive:FILE` writes)."""
+    with tarfile.open(dest, "w") as tar:
+        for name in sorted(os.listdir(layout)):
+            tar.add(layout / name, arcname=name)
+    return dest
+
+
+def docker_archive(dest: Path, layers: list[bytes], tags: list[str], *, gz: bool = False,
+                   diff_ids: list[str] | None = None) -> str:
+    """What `docker save` writes at `dest`: `<id>/layer.tar` per layer (gzip'd or not, as given; a
+    repeated layer a symlink to its first copy), `<config sha256>.json`, manifest.json naming the
+    tags; the whole archive gzip'd when `gz`. The image ID (sha256 of the config)."""
+    import gzip as gzip_
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+        names, first = [], {}
+        for data in layers:
+            raw = gzip_.decompress(data) if data[:2] == b"\x1f\x8b" else data
+            lid = hashlib.sha256(raw + str(len(names)).encode()).hexdigest()
+            name = f"{lid}/layer.tar"
+            if data in first:
+                link = tarfile.TarInfo(name)
+                link.type, link.linkname = tarfile.SYMTYPE, f"../{first[data]}"
+                tar.addfile(link)
+            else:
+                first[data] = name
+                add(name, data)
+            names.append(name)
+        ids = diff_ids if diff_ids is not None else [
+            "sha256:" + hashlib.sha256(gzip_.decompress(d) if d[:2] == b"\x1f\x8b" else d).hexdigest() for d in layers]
+        config = json.dumps({"architecture": ARCH, "os": "linux", "rootfs": {"type": "layers", "diff_ids": ids}}).encode()
+        image_id = hashlib.sha256(config).hexdigest()
+        add(f"{image_id}.json", config)
+        add("manifest.json", json.dumps([{"Config": f"{image_id}.json", "RepoTags": tags, "Layers": names}]).encode())
+    data = buf.getvalue()
+    dest.write_bytes(gzip_.compress(data, compresslevel=1) if gz else data)
+    return f"sha256:{image_id}"

@@ -1,6 +1,6 @@
 """Creating a run directory: `create_run` makes `runs/<run_id>/` and writes its `meta.json` - the
-resolved config and its hash, package versions, host, seeds, harness versions, image tags, the image
-lock and the task-set version. Reading and listing runs lives in `agentrl_cli/core/rundir.py`."""
+resolved config and its hash, package versions, host, seeds, harness versions, image tags (labels),
+the image each harness's episodes run in (its reference and digest), the image lock and the task-set version. Reading and listing runs lives in `agentrl_cli/core/rundir.py`."""
 
 from __future__ import annotations
 
@@ -22,7 +22,20 @@ def harness_records(loaded: LoadedConfig) -> list[dict]:
     from harnesses.registry import harness_version  # local: harness modules may be heavy
 
     return [{"name": h.name, "version": harness_version(h.name), "contract": CONTRACT_VERSION, "image_tag": h.image_tag,
-             "held_out": h.held_out} for h in loaded.config.harnesses]
+             "image": image_record(h.name, loaded.config), "held_out": h.held_out} for h in loaded.config.harnesses]
+
+
+def image_record(name: str, config) -> dict:
+    """What the harness's episodes run in: {"ref", "digest", "sandboxed"} ("" = the host root); an
+    image that cannot be resolved is recorded with the reason (the run refuses it when it starts)."""
+    from agentrl_cli.envs.images import ImageError
+    from harnesses.images import harness_image
+
+    try:
+        return harness_image(name, config).to_dict()
+    except ImageError as exc:
+        ref = next((h.image for h in config.harnesses if h.name == name), "")
+        return {"ref": ref, "digest": None, "error": exc.message}
 
 
 def create_run(loaded: LoadedConfig, run_id: str | None = None, command: list[str] | None = None) -> RunDir:

@@ -57,7 +57,7 @@ from harnesses.adapters.harbor_image import ImagePolicy, TaskImage
 from harnesses.adapters.harbor_verify import HARBOR_DIR, collect, grade, root_of
 from harnesses.base import Evidence, HarnessReward, Observation, TaskSet, TaskSpec, Trajectory
 from harnesses.parsing import parse_answer, tool_call
-from harnesses.sandboxed import SandboxHarness
+from harnesses.sandboxed import SandboxHarness, image_digest_of
 from harnesses.terminal_like import TerminalLike
 
 SYSTEM_PROMPT = """You solve a task in a Linux shell, in your working directory. Run a command with
@@ -118,6 +118,7 @@ class HarborHarness(SandboxHarness):
         self.task_image = self.images.for_task(task_dir)
         provider = self.episode_provider()
         self.sandbox = provider.acquire()
+        self.episode_image_digest = image_digest_of(self.sandbox)  # stored with the trajectory
         self.task = task_spec
         workdir = task_spec.meta["harbor"].get("workdir")
         settings = _settings_of(provider)
@@ -130,9 +131,7 @@ class HarborHarness(SandboxHarness):
         root = root_of(self.sandbox)
         text = (map_paths(task_spec.prompt, {workdir: root}) if workdir else task_spec.prompt).rstrip()
         text += f"\n\nYour working directory is {root}." + (f" Files in it: {', '.join(sorted(files))}" if files else "")
-        record = self.task_image.record()
-        if settings is not None and settings.image_digest:
-            record["digest"] = settings.image_digest  # the fallback image's, too
+        record = {**self.task_image.record(), "digest": self.episode_image_digest or None}  # the fallback image's, too
         return Observation(text=text, data={"files": sorted(files)}, status="ok", info={"harbor_environment": record})
 
     def episode_provider(self):

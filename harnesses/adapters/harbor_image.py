@@ -5,7 +5,8 @@ Options (harnesses[harbor].options):
 - `build`: "off" (the default: today's behaviour, every task in the fallback), "auto" (build each
   task's Dockerfile; a task that cannot be built runs in the fallback, with the reason in its
   episodes and a warning) or "required" (a task that cannot be built is refused, exit 2).
-- `base_images`: the Dockerfile's FROM name -> a local OCI layout (`oci:DIR[:TAG]`), or "env" for
+- `base_images`: the Dockerfile's FROM name -> a local image (`oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]`,
+  `docker-archive:FILE[:TAG]`), or "env" for
   the image `agentrl image build --role env` built (Debian 12 with bash, coreutils and Python 3).
   The key "*" maps every other FROM. Default {"*": "env"}: ANY FROM (python:3.12-slim,
   ubuntu:24.04 ...) is built on agentrl's Debian env image, not on the image it names, since no
@@ -17,7 +18,7 @@ Options (harnesses[harbor].options):
   in an empty network namespace, so `apt-get install` from a mirror fails; true for task sets you trust).
 
 A build runs the Dockerfile's RUN steps as root in buildah's chroot isolation (docs/security.md
-row 36): build only task sets you would `docker build` yourself.
+row 37): build only task sets you would `docker build` yourself.
 
 Belongs here: the policy (what to build from what, what to fall back to, what to record). Not here:
 running buildah (`envs/images/dockerfile.py`), the episode (`harbor.py`).

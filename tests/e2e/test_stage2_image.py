@@ -18,7 +18,9 @@ def test_stage_2_passes_here_and_skips_only_what_cannot_exist(cli, isolated):
     assert result.exit_code == 0 and report["status"] == "pass", [(c["name"], c["detail"][:300]) for c in report["checks"]
                                                                    if c["status"] == "fail"]
     skipped = {n: c["detail"] for n, c in by_name.items() if c["status"] == "skip"}
-    assert set(skipped) <= {"NCCL available", "SGLang importable", "vLLM importable", "image build and probe"}
+    assert set(skipped) <= {"NCCL available", "SGLang importable", "vLLM importable", "image build and probe",
+                            "environment images"}
+    assert "no harnesses[].image" in skipped["environment images"]  # the default config runs on the host's root
     assert "GPU" in skipped.get("NCCL available", "GPU") and "engine" in skipped.get("SGLang importable", "engine")
     assert "engine" in skipped.get("vLLM importable", "engine")
     if "image build and probe" in skipped:

@@ -6,7 +6,7 @@ task is a cache hit; a task that cannot be built runs in the fallback and its ep
 The base image is made by the test: the host's sh, bash, coreutils the harness uses and dpkg (a few
 megabytes, no Python). "A package" is a .deb made by the test with dpkg-deb and installed by the
 Dockerfile's RUN dpkg -i, so the build needs no network; a RUN step's view (no network, its own
-processes only) is checked too (docs/security.md row 36)."""
+processes only) is checked too (docs/security.md row 37)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,15 @@ def _base_image(d: Path) -> str:
                                                                    entry("tmp/", kind=tarfile.DIRTYPE, mode=0o1777)])
     write_layout(d / "base", [layer], tag="tiny")
     return f"oci:{d / 'base'}:tiny"
+
+
+def _base_archive(d: Path) -> str:
+    """The same base as an OCI archive (a tar of the layout, as `skopeo copy … oci-archive:` writes)."""
+    _base_image(d)
+    with tarfile.open(d / "base.tar", "w") as tar:
+        for p in sorted((d / "base").rglob("*")):
+            tar.add(p, arcname=p.relative_to(d / "base").as_posix(), recursive=False)
+    return f"oci-archive:{d / 'base.tar'}:tiny"
 
 
 def _deb(d: Path) -> bytes:
@@ -114,13 +123,14 @@ def test_a_task_whose_dockerfile_adds_a_file_and_a_package_runs_in_the_image_bui
     tasks = place / "tasks-built"
     listener = socket.create_server(("127.0.0.1", 0))  # a host service a RUN step must not reach
     _task(tasks, "probe", DOCKERFILE.format(port=listener.getsockname()[1]), _deb(place))
-    bases = {"python:3.12-slim": _base_image(place)}
+    bases = {"python:3.12-slim": _base_archive(place / "archived")}  # the long test below builds FROM a layout
     h = _harness(place, sandbox_root, tasks, build="auto", base_images=bases)
     try:
         traj = _play(h, "cat /etc/agentrl-note; agentrl-probe; dpkg -s agentrl-probe; ls /usr/bin/python3",
                      'echo "$(agentrl-probe) $(cat data.txt)" > answer.txt')
         env = traj.observations[0].info["harbor_environment"]
         assert env["environment"] == "built" and env["digest"].startswith("sha256:") and env["build_cached"] is False, env
+        assert h.episode_image_digest == env["digest"], "the trajectory is stored with the task's image digest"
         seen = traj.observations[1].text
         assert "a file the Dockerfile put outside the WORKDIR" in seen and "probe-installed" in seen
         assert "Status: install ok installed" in seen, "dpkg in the image knows the package the RUN installed"

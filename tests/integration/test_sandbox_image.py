@@ -101,3 +101,45 @@ def test_32_34_a_corrupted_or_missing_image_exits_2_naming_it_and_the_reason(ima
     assert f"oci:{bad}:tiny" in proc.stderr and "agentrl tiny" not in proc.stdout, "never a silent fallback"
     proc = _cli(image_dirs, f"oci:{tmp_path / 'missing'}:tiny", "cat", "/etc/os-release")
     assert proc.returncode == 2 and "no OCI layout directory" in proc.stderr and proc.stdout == ""
+
+
+def test_a_harness_pool_hands_out_warm_sandboxes_rooted_in_its_image(image_dirs, sandbox_root):
+    import time
+
+    from agentrl_cli.config.models import PlatformConfig
+    from agentrl_cli.envs.sandbox.provider import HarnessSandboxes
+
+    os.chmod(sandbox_root, 0o711)  # the run's directory goes below it, and the sandbox user binds from there
+    cfg = PlatformConfig.model_validate({
+        "sandbox": {"root_dir": str(sandbox_root), "image_cache_dir": str(image_dirs / "cache"), "pool_size": 2},
+        "harnesses": [{"name": "terminal_like", "image": f"oci:{image_dirs / 'layout'}:tiny"}, {"name": "tool_api_like"}]})
+    sandboxes = HarnessSandboxes(cfg)
+    try:
+        image_pool = sandboxes.for_harness("terminal_like").inner
+        deadline = time.monotonic() + 60
+        while image_pool.metrics()["warm"] == 0:  # the pool starts its sandboxes in the background
+            assert time.monotonic() < deadline, f"no warm sandbox within 60 s: {image_pool.metrics()}"
+            time.sleep(0.02)
+        sb = sandboxes.for_harness("terminal_like").acquire()
+        assert image_pool.counters["warm_hits"] == 1, "handed out from the warm pool"
+        assert sb.settings.image_root == image_pool.settings.image_root and sb.settings.image_digest.startswith("sha256:")
+        assert sb.exec(["cat", "/etc/os-release"]).stdout == OS_RELEASE.decode()
+        sandboxes.for_harness("terminal_like").release(sb)
+        host = sandboxes.for_harness("tool_api_like").acquire()
+        assert host.settings.image_root is None, "a harness with no image keeps the host-rooted pool"
+        assert host.exec(["cat", "/etc/os-release"]).stdout != OS_RELEASE.decode()
+        sandboxes.for_harness("tool_api_like").release(host)
+    finally:
+        final = sandboxes.close()
+    assert final["sandbox/leaked_processes"] == 0
+
+
+def test_a_docker_archive_and_an_oci_archive_run_like_the_layout(image_dirs):
+    from tests.image_layouts import docker_archive, oci_archive, tar_layer, tiny_rootfs_entries
+
+    docker_archive(image_dirs / "docker.tar", [tar_layer(tiny_rootfs_entries(), gz=True)], ["agentrl/tiny:1"])
+    oci_archive(image_dirs / "layout", image_dirs / "oci.tar")
+    for image in (f"docker-archive:{image_dirs / 'docker.tar'}:agentrl/tiny:1", f"oci-archive:{image_dirs / 'oci.tar'}:tiny"):
+        proc = _cli(image_dirs, image, "cat", "/etc/os-release")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == OS_RELEASE.decode()

@@ -41,7 +41,8 @@ def test_a_rootfs_tar_becomes_a_verified_layout_without_device_nodes(tmp_path):
     digest = write_layout(_rootfs_tar(tmp_path / "root.tar"), tmp_path / "layout", "env", {"k": "v"})
     manifest = read_manifest(parse(f"oci:{tmp_path / 'layout'}:env"))
     assert manifest.digest == digest
-    raw = gzip.decompress(manifest.layers[0].path.read_bytes())
+    with manifest.layers[0].open() as f:
+        raw = gzip.decompress(f.read())
     assert manifest.config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(raw).hexdigest()]
     assert manifest.config["config"]["Labels"] == {"k": "v"}
     names = tarfile.open(fileobj=io.BytesIO(raw)).getnames()

@@ -150,13 +150,18 @@ def test_a_harness_image_fails_at_load_never_falling_back_to_the_host_root(tmp_p
     assert SandboxSettings().for_harness(HarnessConfig(name="h")).image_root is None
 
 
-def test_a_harness_image_with_the_sandbox_service_is_refused(tmp_path):
+def test_a_harness_image_with_the_sandbox_service_needs_its_digest_before_asking(tmp_path):
     from agentrl_cli.config.models import PlatformConfig
+    from agentrl_cli.core.errors import ConfigError
     from agentrl_cli.envs.sandbox.provider import HarnessSandboxes
 
+    harness = {"name": "h", "image": "oci:/x:y"}
     cfg = PlatformConfig.model_validate({"sandbox": {"service_url": "http://127.0.0.1:1", "root_dir": str(tmp_path)},
-                                         "harnesses": [{"name": "h", "image": "oci:/x:y"}]})
-    with pytest.raises(ImageError, match="sandbox service .* does not run images"):
+                                         "harnesses": [harness]})
+    with pytest.raises(ImageNotFound, match="no OCI layout directory"):  # no copy here to read the digest from, none pinned
+        HarnessSandboxes(cfg).for_harness("h")
+    cfg.harnesses[0].image_digest = "sha256:" + "a" * 64
+    with pytest.raises(ConfigError, match="could not be reached to prepare image 'oci:/x:y'"):
         HarnessSandboxes(cfg).for_harness("h")
 
 
@@ -186,3 +191,16 @@ def test_concurrent_unpackers_of_one_image_agree_and_leave_no_partial_root(tmp_p
         roots = list(pool.map(lambda _: resolve(image, tmp_path / "cache"), range(4)))
     assert len({r.path for r in roots}) == 1 and len(os.listdir(roots[0].path / "d")) == 200
     assert _leftovers(tmp_path / "cache") == []
+
+
+def test_a_pinned_digest_refuses_an_image_that_has_another_naming_both(tmp_path):
+    from agentrl_cli.config.models import HarnessConfig
+    from agentrl_cli.envs.sandbox import SandboxSettings
+
+    image = _image(tmp_path, [entry("f", b"x")])
+    actual = resolve(image, tmp_path / "cache").digest
+    pinned = "sha256:" + "e" * 64
+    with pytest.raises(ImageError, match=f"its digest is {actual}, not the pinned {pinned}"):
+        SandboxSettings(image_cache_dir=tmp_path / "cache").for_harness(HarnessConfig(name="h", image=image, image_digest=pinned))
+    ok = SandboxSettings(image_cache_dir=tmp_path / "cache").for_harness(HarnessConfig(name="h", image=image, image_digest=actual))
+    assert ok.image_digest == actual

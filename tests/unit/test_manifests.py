@@ -291,3 +291,14 @@ def test_vllm_pods_are_sized_as_sglangs_and_serve_vllm(cfg):
     assert vllm["resources"] == sglang["resources"] and "nvidia.com/gpu" in vllm["resources"]["limits"]
     assert vllm["readinessProbe"] == sglang["readinessProbe"] and vllm["startupProbe"] == sglang["startupProbe"]
     assert vllm["command"][vllm["command"].index("--engine") + 1] == "vllm"
+
+
+def test_sandbox_pods_with_harness_images_validate(cfg, tmp_path):
+    from tests.image_layouts import entry, tar_layer, write_layout
+
+    layout = write_layout(tmp_path / "layout", [tar_layer([entry("f", b"x")])], tag="env")
+    cfg.harnesses[0].image = f"oci:{layout}:env"
+    docs = render_all(cfg)
+    assert validate_documents(docs) == []
+    (sts,) = by(docs, "StatefulSet")
+    assert sts["spec"]["template"]["metadata"]["annotations"]

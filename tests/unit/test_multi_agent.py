@@ -152,7 +152,7 @@ def test_a_stored_joint_episode_reads_back_with_its_roles_and_replays_without_di
     with TrajectoryWriter(store) as w:
         assert w.write(_joint_record(task))
     (back,) = read_records(store)
-    assert back.role == "holder" and back.group_id == "g0/holder" and back.schema_version == 3
+    assert back.role == "holder" and back.group_id == "g0/holder" and back.schema_version == 4
     assert [s.role for s in back.steps] == ["guesser", "holder"] * (len(back.steps) // 2)
     report = replay(back)
     assert report.ok and report.steps_compared == len(back.steps) and report.to_dict()["role"] == "holder"
@@ -180,7 +180,7 @@ def test_a_store_the_version_2_writer_wrote_still_reads_beside_role_records(tmp_
     old, new = records["golden-v2-train-g0-0"], records["r-g0-0-holder"]
     assert (old.schema_version, old.role, old.steps[0].role) == (2, None, None)
     assert old.steps[0].tool_calls[0].output == "3\n" and old.token_ids == [1, 2, 3, 4]
-    assert (new.schema_version, new.role, new.steps[0].role) == (3, "holder", "guesser")
+    assert (new.schema_version, new.role, new.steps[0].role) == (4, "holder", "guesser")
 
 
 def test_harness_check_plays_every_role():

@@ -38,10 +38,17 @@ def lock_cmd(
 
     * `agentrl image lock --out locks/gpu-node.lock.json --json`
     """
+    from agentrl_cli.envs.images import ImageError
+    from agentrl_cli.ops.image import env_images
     from agentrl_cli.ops.image.lock import build_lock, image_tags, lock_checks, write_lock
 
     cfg = load(config, sets).config
-    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, cfg.model.cache_dir)
+    pins, unresolved = env_images.pin(cfg.harnesses)
+    if unresolved:
+        name, exc = next(iter(unresolved.items()))  # the lock pins every harnesses[].image by its digest
+        raise ImageError(exc.image, f"{exc.reason} (harnesses[{name}].image, which the lock pins by digest)",
+                         exc.hint or f"fix harnesses[{name}].image, or unset it for the host's root, and lock again")
+    lock = build_lock(cfg.image, cfg.inference.engine, cfg.cluster.base_image, cfg.model.cache_dir, env_images=pins)
     path = write_lock(lock, out_path or Path(cfg.image.lock_file))
     checks = lock_checks(lock, cfg.image.allowed_licences)
     tags = image_tags(lock, cfg.cluster.image_registry)
@@ -199,3 +206,32 @@ def _build_role(role: str, cache_dir: Path | None, rebuild: bool, json_out: bool
         return
     console.print(f"env image {how}", markup=False)
     typer.echo(f"{image.reference}\n{image.digest}")  # whole lines, never wrapped: they are pasted into --image
+
+
+@app.command("unpack")
+def unpack_cmd(
+    image: Annotated[str, typer.Argument(help="The image: oci:PATH[:TAG], oci-archive:FILE[:TAG] or docker-archive:FILE[:TAG].")],
+    cache_dir: Annotated[Optional[Path], typer.Option("--cache-dir", help="The image cache to unpack into (default sandbox.image_cache_dir).", show_default=False, file_okay=False)] = None,
+    config: ConfigOpt = None,
+    sets: SetOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Verify an image and unpack it into an image cache (once per digest, as a run would), then
+    print its digest and root. This is how a volume is filled for the sandbox service's pods, which
+    run an image by digest from their cache (docs/environments.md). Exit 2 when the image cannot
+    be found, verified or unpacked.
+
+    Examples:
+
+    * `agentrl image unpack oci:/root/.cache/agentrl/images/env-bfa95970dde6f0d0:env`
+
+    * `agentrl image unpack docker-archive:debian.tar:debian:12 --cache-dir /mnt/agentrl-images --json`
+    """
+    from agentrl_cli.envs.images import resolve
+
+    cfg = load(config, sets).config
+    rootfs = resolve(image, cache_dir or Path(cfg.sandbox.image_cache_dir).expanduser())
+    if json_out:
+        print_json({"status": "pass", "image": image, "digest": rootfs.digest, "root": str(rootfs.path)})
+        return
+    typer.echo(f"{rootfs.digest}\n{rootfs.path}")

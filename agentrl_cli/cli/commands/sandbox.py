@@ -27,7 +27,7 @@ def run(
     memory_mb: Annotated[Optional[int], typer.Option("--memory-mb", help="Memory limit (default sandbox.memory_mb).")] = None,
     cpu_s: Annotated[Optional[int], typer.Option("--cpu-s", help="CPU-time limit (default sandbox.cpu_time_s).")] = None,
     stdin: Annotated[bool, typer.Option("--stdin", help="Pass this command's standard input to the sandboxed command.")] = False,
-    image: Annotated[str, typer.Option("--image", help="Run in this image as the read-only root: oci:PATH[:TAG] or dir:PATH (default: the host's system).")] = "",
+    image: Annotated[str, typer.Option("--image", help="Run in this image as the read-only root: oci:PATH[:TAG], oci-archive:FILE[:TAG], docker-archive:FILE[:TAG] or dir:PATH (default: the host's system).")] = "",
     config: ConfigOpt = None,
     sets: SetOpt = None,
     json_out: JsonOpt = False,

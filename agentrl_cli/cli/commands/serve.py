@@ -55,6 +55,8 @@ def sandbox(
     harnesses on other machines; point them at it with sandbox.service_url. Callers need its key
     (sandbox.api_key, given by AGENTRL_SANDBOX__API_KEY_FILE); without one it refuses to start
     unless bound to loopback with --insecure-loopback. Executions are audit lines (observe.audit_log).
+    A client whose harness has an image asks for its digest: served from sandbox.image_cache_dir
+    (filled by `agentrl image unpack`) or the images this config's harnesses name, else refused.
 
     Examples:
 
@@ -69,7 +71,9 @@ def sandbox(
 
     from agentrl_cli.envs.sandbox import SandboxPool, SandboxSettings
     from agentrl_cli.envs.sandbox.bwrap import check_bwrap
+    from agentrl_cli.envs.images import ImageError
     from agentrl_cli.envs.sandbox.service import check_exposure, create_app
+    from agentrl_cli.envs.sandbox.service_images import ServiceImages
     from agentrl_cli.core.security import AuditLog, service_keys
 
     loaded = load(config, sets)
@@ -80,15 +84,26 @@ def sandbox(
     cfg = _protected(loaded)
     if c.backend == "bwrap":
         check_bwrap(c.bwrap)  # fail closed before binding
-    pool = SandboxPool(SandboxSettings.from_config(c), size=c.pool_size, max_concurrency=c.max_concurrency,
-                       lease_timeout_s=c.lease_timeout_s)
+    def make_pool(settings: SandboxSettings) -> SandboxPool:
+        return SandboxPool(settings, size=c.pool_size, max_concurrency=c.max_concurrency, lease_timeout_s=c.lease_timeout_s)
+
+    pool = make_pool(SandboxSettings.from_config(c))
+    images = ServiceImages(SandboxSettings.from_config(c), make_pool, tuple(h.image for h in loaded.config.harnesses))
+    for h in loaded.config.harnesses:  # warm the pools of the images the config pins; the others on first request
+        if h.image and h.image_digest:
+            try:
+                images.pool(h.image, h.image_digest)
+            except ImageError as exc:
+                err().print(f"harness {h.name}: {exc.message} (its sandboxes will be refused)", markup=False)
     err().print(f"sandbox service on http://{host}:{port} (backend {c.backend}, pool {c.pool_size}, max {c.max_concurrency}, "
                 f"{'replica ' + c.replica + ', ' if c.replica else ''}"
+                f"images {', '.join(images.digests()) or 'none'} in {c.image_cache_dir}, "
                 f"{'keys ' + ', '.join(keys.ids()) if keys else 'no key: loopback only'})", markup=False)
     try:
-        uvicorn.run(create_app(pool, keys=keys, audit=AuditLog.from_config(cfg, "sandbox"), replica=c.replica), host=host, port=port,
-                    log_level=cfg.observe.log_level)
+        uvicorn.run(create_app(pool, keys=keys, audit=AuditLog.from_config(cfg, "sandbox"), replica=c.replica, images=images),
+                    host=host, port=port, log_level=cfg.observe.log_level)
     finally:
+        images.close()
         pool.close()
 
 

@@ -12,8 +12,9 @@ from agentrl_cli.config.sections.base import (Section)
 
 class HarnessConfig(Section):
     name: str = Field(..., min_length=1, description="Registered harness name (entry point agentrl.harnesses) or module:Class")
-    image_tag: str = Field("pinned-2026-08-01", description="Label of the environment's version, recorded with every run; it selects nothing (the image the sandboxes run in is `image`)")
-    image: str = Field("", description="Image the harness's sandboxes run in, as their read-only root: oci:PATH[:TAG] (an OCI layout directory, digests verified, unpacked once per digest into sandbox.image_cache_dir) or dir:PATH / an absolute path (a root filesystem directory); registry references are refused (none is reachable). '' = the host's system, read-only")
+    image_tag: str = Field("pinned-2026-08-01", description="Label of the environment's version, recorded with every run; it selects nothing: the image the sandboxes run in is `image`, recorded by its digest (meta.json, each trajectory, the image lock)")
+    image: str = Field("", description="Image the harness's sandboxes run in, as their read-only root: oci:PATH[:TAG] (an OCI layout directory), oci-archive:FILE[:TAG] (a tar of one) or docker-archive:FILE[:TAG] (what docker save writes; TAG one of its RepoTags) — digests verified at every load, unpacked once per digest into sandbox.image_cache_dir — or dir:PATH / an absolute path (a root filesystem directory); registry references are refused (none is reachable). '' = the host's system, read-only")
+    image_digest: str = Field("", pattern=r"^((dir-)?sha256:[0-9a-f]{64})?$", description="The digest `image` must have (sha256:<manifest>, docker's image ID for a docker archive, dir-sha256:<listing> for a directory): an image that resolves to another is refused naming both. With the sandbox service (sandbox.service_url) it is what the service is asked for, so the client need not read the image itself; the rendered manifests fill it in. '' = whatever `image` holds now")
     cpu: float | None = Field(None, gt=0, le=256, description="CPU cores per environment instance: a cgroup CPU quota on each of this harness's sandboxes (None = no quota)")
     memory_gb: float | None = Field(None, gt=0, le=4096, description="Memory per environment instance: the memory limit of this harness's sandboxes (None = sandbox.memory_mb)")
     network: Literal["egress_deny_by_default", "allowlist"] = Field(
@@ -30,6 +31,9 @@ class HarnessConfig(Section):
 
     @model_validator(mode="after")
     def _allowlist_valid(self) -> "HarnessConfig":
+        if self.image_digest and not self.image:
+            raise ValueError(f"harness {self.name!r}: image_digest is set but image is not; set image to the image "
+                             "that digest names, or remove image_digest")
         if self.allowlist and self.network != "allowlist":
             raise ValueError(f"harness {self.name!r}: allowlist is set but network is {self.network!r}; "
                              "set network: allowlist for it to take effect, or remove the allowlist")

@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl_cli.envs.images import oci, unpack
+from agentrl_cli.envs.images import archive, oci, unpack
 from agentrl_cli.envs.images.reference import ImageError, ImageNotFound, ImageRef, dir_digest, parse
 
 DEFAULT_CACHE_DIR = "/var/tmp/agentrl-images"
@@ -27,7 +27,8 @@ DEFAULT_CACHE_DIR = "/var/tmp/agentrl-images"
 @dataclass(frozen=True)
 class RootFS:
     image: str  # the reference as written
-    digest: str  # sha256:<manifest> for an OCI image, dir-sha256:<listing> for a directory
+    digest: str  # sha256:<manifest> for an OCI image (layout or archive), sha256:<config> (docker's image ID)
+    # for a docker archive, dir-sha256:<listing> for a directory
     path: Path  # the root directory sandboxes bind read-only at /
 
 
@@ -39,12 +40,47 @@ def resolve(image: str, cache_dir: str | Path = DEFAULT_CACHE_DIR) -> RootFS:
         if not ref.path.is_dir():
             raise ImageNotFound(image, f"no root filesystem directory at {ref.path}")
         return RootFS(image, dir_digest(ref.path), ref.path.resolve())
-    manifest = oci.read_manifest(ref)
+    manifest = read_image(ref)
     cache = Path(cache_dir).expanduser()
     entry = cache / manifest.digest.split(":", 1)[1]
     if not (entry / "rootfs").is_dir():
         _unpack(ref, manifest, cache, entry)
     return RootFS(image, manifest.digest, entry / "rootfs")
+
+
+def digest_of(image: str) -> str:
+    """The digest `image` has now (its source read and verified, nothing unpacked); ImageError when
+    it cannot be found or verified."""
+    ref = parse(image)
+    if ref.kind == "dir":
+        if not ref.path.is_dir():
+            raise ImageNotFound(image, f"no root filesystem directory at {ref.path}")
+        return dir_digest(ref.path)
+    return read_image(ref).digest
+
+
+def read_image(ref: ImageRef) -> oci.Manifest:
+    """The verified manifest of a layout (`oci:`) or an archive (`oci-archive:`, `docker-archive:`)."""
+    return oci.read_manifest(ref) if ref.kind == "oci" else archive.read_archive(ref)
+
+
+def cached(digest: str, cache_dir: str | Path = DEFAULT_CACHE_DIR, image: str = "") -> RootFS | None:
+    """The root already unpacked for `digest` (sha256:...) in the cache, or None. The cache is trusted
+    as written by `resolve` (named by the digest it verified): it is how a host that has no copy of
+    the image's source (a sandbox service pod) runs it."""
+    if not digest.startswith("sha256:") or not oci.DIGEST.fullmatch(digest):
+        return None
+    root = Path(cache_dir).expanduser() / digest.split(":", 1)[1] / "rootfs"
+    return RootFS(image or digest, digest, root) if root.is_dir() else None
+
+
+def cached_digests(cache_dir: str | Path = DEFAULT_CACHE_DIR) -> list[str]:
+    """The digests unpacked in the cache."""
+    cache = Path(cache_dir).expanduser()
+    try:
+        return sorted(f"sha256:{p.name}" for p in cache.iterdir() if not p.name.startswith(".") and (p / "rootfs").is_dir())
+    except OSError:
+        return []
 
 
 def _unpack(ref: ImageRef, manifest: oci.Manifest, cache: Path, entry: Path) -> None:
@@ -63,7 +99,7 @@ def _unpack(ref: ImageRef, manifest: oci.Manifest, cache: Path, entry: Path) -> 
             if "zstd" in layer.media_type:
                 raise ImageError(ref.text, f"layer {layer.digest} is zstd-compressed, which is not read here",
                                  "save the image with gzip or uncompressed layers")
-            unpack.apply_layer(ref.text, layer.path, root, dir_modes)
+            unpack.apply_layer(ref.text, layer.digest, layer.open, root, dir_modes)
         unpack.finish(dir_modes)
         os.chmod(root, 0o755)
         os.chmod(tmp, 0o711)
@@ -81,4 +117,4 @@ def _unpack(ref: ImageRef, manifest: oci.Manifest, cache: Path, entry: Path) -> 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-__all__ = ["DEFAULT_CACHE_DIR", "ImageNotFound", "RootFS", "resolve"]
+__all__ = ["DEFAULT_CACHE_DIR", "ImageNotFound", "RootFS", "cached", "cached_digests", "digest_of", "resolve"]

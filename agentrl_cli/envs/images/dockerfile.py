@@ -1,14 +1,15 @@
 """Building a Dockerfile's context into an OCI layout with buildah, no daemon, no registry.
 
-Every external `FROM` must be given as a locally available OCI layout (`bases`: FROM name ->
-`oci:PATH[:TAG]`); none is pulled from a registry. The build runs as this user with
+Every external `FROM` must be given as a locally available image (`bases`: FROM name ->
+`oci:DIR[:TAG]`, `oci-archive:FILE[:TAG]` or `docker-archive:FILE[:TAG]`); none is pulled from a registry. The build runs as this user with
 `--isolation chroot` and the vfs storage driver in a private storage root under the cache
-(`<cache_root>/buildah/`), inside new PID and IPC namespaces (`unshare`) and, unless `network`, a new
-empty network namespace: a RUN step runs in a chroot of the build container as root with buildah's
-reduced capabilities and seccomp profile, seeing none of the host's processes (buildah's oci
-isolation needs cgroup controls this host lacks; see docs/security.md row 36). The result is pushed to `<cache_root>/dockerfile-<key>` tagged `built`, where
-`key` hashes the context (every file's path, mode and bytes), the base images' manifest digests and
-`FORMAT` (and whether RUN had a network); an unchanged context over unchanged bases is a cache hit (one manifest read, no build).
+(`<cache_root>/buildah/`), inside new PID and IPC namespaces (`unshare`) and, unless `network`, a
+new empty network namespace: a RUN step runs in a chroot of the build container as root with
+buildah's reduced capabilities and seccomp profile, seeing none of the host's processes (buildah's
+oci isolation needs cgroup controls this host lacks; see docs/security.md row 37). The result is
+pushed to `<cache_root>/dockerfile-<key>` tagged `built`, where `key` hashes the context (every
+file's path, mode and bytes), the base images' manifest digests, `FORMAT` and whether RUN had a
+network; an unchanged context over unchanged bases is a cache hit (one manifest read, no build).
 
     build(Path("task/environment"), {"python:3.12-slim": "oci:/images/env:env"}, Path("~/.cache/x"))
 
@@ -31,10 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentrl_cli.envs.images import oci
+from agentrl_cli.envs.images.cache import digest_of
 from agentrl_cli.envs.images.reference import ImageError, parse
 
 FORMAT = "1"  # bump when the build's recipe changes, so old cache entries are not reused
 TAG = "built"
+TRANSPORTS = ("oci", "oci-archive", "docker-archive")  # the references a base may be: buildah pulls each as it is
 INSTALL_FIX = "apt-get install -y buildah"
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE | re.MULTILINE)
 _CONTINUATION = re.compile(r"\\\n")
@@ -99,10 +102,10 @@ def _base_digests(context: Path, bases: dict[str, str]) -> dict[str, str]:
         if not ref:
             raise BuildError(str(dockerfile), f"FROM {name} has no local image, and images are not pulled from a registry",
                              f"map {name!r} to an OCI layout (oci:DIR:TAG) in the harness's base_images option")
-        if parse(ref).kind != "oci":
-            raise BuildError(ref, f"the base image of FROM {name} must be an OCI layout (oci:DIR[:TAG])",
+        if parse(ref).kind not in TRANSPORTS:
+            raise BuildError(ref, f"the base image of FROM {name} must be an OCI layout or archive ({', '.join(TRANSPORTS)})",
                              "save the root filesystem as an OCI layout, e.g. with `agentrl image build --role env`")
-        out[name] = oci.read_manifest(parse(ref)).digest
+        out[name] = digest_of(ref)
     return out
 
 
@@ -175,7 +178,7 @@ def _build(context: Path, bases: dict[str, str], digests: dict[str, str], cache_
             link = f"base-{digests[from_name].split(':', 1)[1][:16]}"
             os.symlink(parsed.path.resolve(), work / link)
             progress(f"[build] FROM {from_name}: {ref} ({digests[from_name][:19]})")
-            image_id = _run(b + ["pull", "--quiet", f"oci:{link}" + (f":{parsed.tag}" if parsed.tag else "")],
+            image_id = _run(b + ["pull", "--quiet", f"{parsed.kind}:{link}" + (f":{parsed.tag}" if parsed.tag else "")],
                             context, progress, cwd=work).splitlines()[-1].strip()
             _run(b + ["tag", image_id, from_name], context, progress)
         progress(f"[build] buildah build {context} (isolation chroot, storage vfs, {'host' if network else 'no'} network)")

@@ -1,6 +1,8 @@
 """Reading an OCI image layout with every digest verified: the index's manifest entry, the manifest,
 its config and each layer are checked against the sha256 that names them before anything uses them
-(a mismatch is refused naming the blob). A nested index picks this host's platform.
+(a mismatch is refused naming the blob). A nested index picks this host's platform. The layout is a
+directory (`oci:`) or a tar of one (`oci-archive:`, read member by member through `archive.py`);
+docker archives are `archive.py`'s.
 Belongs here: the layout's files and digests. Not here: unpacking layers (`unpack.py`).
 """
 
@@ -12,6 +14,7 @@ import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Callable, Protocol
 
 from agentrl_cli.envs.images.reference import DigestMismatch, ImageError, ImageNotFound, ImageRef
 
@@ -22,11 +25,26 @@ ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.
 MAX_JSON = 4 << 20
 
 
+class Blobs(Protocol):
+    """Where a layout's files are read from: `open("index.json")`, `open("blobs/sha256/<hex>")`
+    (FileNotFoundError when absent)."""
+
+    def open(self, name: str) -> BinaryIO: ...
+
+
+class LayoutDir:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def open(self, name: str) -> BinaryIO:
+        return open(self.root / name, "rb")
+
+
 @dataclass(frozen=True)
 class Layer:
     digest: str
     media_type: str
-    path: Path  # the verified blob
+    open: Callable[[], BinaryIO]  # the verified blob (a tar, gzip'd or not)
 
 
 @dataclass(frozen=True)
@@ -36,39 +54,54 @@ class Manifest:
     layers: tuple[Layer, ...]
 
 
-def blob_path(ref: ImageRef, digest: str) -> Path:
+def blob_name(ref: ImageRef, digest: str) -> str:
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
         raise ImageError(ref.text, f"unsupported or malformed digest {digest!r} (only sha256 is read)")
-    return ref.path / "blobs" / "sha256" / digest.split(":", 1)[1]
+    return "blobs/sha256/" + digest.split(":", 1)[1]
 
 
-def verify_blob(ref: ImageRef, digest: str) -> Path:
-    """The blob's path once its sha256 matches `digest` (streamed, any size)."""
-    path = blob_path(ref, digest)
+def sha256_of(ref: ImageRef, what: str, opener: Callable[[], BinaryIO]) -> str:
+    """sha256:<hex> of what `opener` reads (streamed, any size); ImageNotFound when it cannot be read."""
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
+        with opener() as f:
             while chunk := f.read(1 << 20):
                 h.update(chunk)
     except OSError as exc:
-        raise ImageNotFound(ref.text, f"blob {digest} cannot be read: {exc.strerror}") from None
-    if "sha256:" + h.hexdigest() != digest:
-        raise DigestMismatch(ref.text, f"digest mismatch in blob {digest}: its content hashes to sha256:{h.hexdigest()}",
-                             "the layout is corrupt or was tampered with: copy it again from its source")
-    return path
+        raise ImageNotFound(ref.text, f"{what} cannot be read: {exc.strerror or exc}") from None
+    return "sha256:" + h.hexdigest()
 
 
-def _json_blob(ref: ImageRef, digest: str) -> dict:
-    path = verify_blob(ref, digest)
-    if path.stat().st_size > MAX_JSON:
-        raise ImageError(ref.text, f"blob {digest} is too large for a manifest or config")
+def verify_blob(ref: ImageRef, blobs: Blobs, digest: str) -> Callable[[], BinaryIO]:
+    """An opener of the blob once its sha256 matches `digest`."""
+    name = blob_name(ref, digest)
+    opener = lambda: blobs.open(name)  # noqa: E731
+    actual = sha256_of(ref, f"blob {digest}", opener)
+    if actual != digest:
+        raise DigestMismatch(ref.text, f"digest mismatch in blob {digest}: its content hashes to {actual}",
+                             "the image is corrupt or was tampered with: copy it again from its source")
+    return opener
+
+
+def json_doc(ref: ImageRef, what: str, opener: Callable[[], BinaryIO]) -> dict:
     try:
-        doc = json.loads(path.read_bytes())
+        with opener() as f:
+            data = f.read(MAX_JSON + 1)
+    except OSError as exc:
+        raise ImageNotFound(ref.text, f"{what} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_JSON:
+        raise ImageError(ref.text, f"{what} is too large for a manifest or config")
+    try:
+        doc = json.loads(data)
     except ValueError as exc:
-        raise ImageError(ref.text, f"blob {digest} is not JSON: {exc}") from None
+        raise ImageError(ref.text, f"{what} is not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise ImageError(ref.text, f"blob {digest} is not a JSON object")
+        raise ImageError(ref.text, f"{what} is not a JSON object")
     return doc
+
+
+def _json_blob(ref: ImageRef, blobs: Blobs, digest: str) -> dict:
+    return json_doc(ref, f"blob {digest}", verify_blob(ref, blobs, digest))
 
 
 def _pick(ref: ImageRef, entries: list, nested: bool) -> dict:
@@ -88,37 +121,44 @@ def _pick(ref: ImageRef, entries: list, nested: bool) -> dict:
         return fits[0]
     if len(entries) != 1:
         raise ImageError(ref.text, f"the layout holds {len(entries)} manifests: name one",
-                         f"use oci:{ref.path}:TAG with TAG one of {[t for t in tags if t]}")
+                         f"use {ref.kind}:{ref.path}:TAG with TAG one of {[t for t in tags if t]}")
     return entries[0]
 
 
 def read_manifest(ref: ImageRef) -> Manifest:
-    """The image's manifest, config and layers, every blob's digest verified, at every load (also
-    when the image is already unpacked: a layout changed since is refused, not run from the cache;
-    sha256 reads about 1 GB/s); ImageError otherwise."""
+    """The manifest, config and layers of the OCI layout directory `ref` names, every blob's digest
+    verified, at every load (also when the image is already unpacked: a layout changed since is
+    refused, not run from the cache; sha256 reads about 1 GB/s); ImageError otherwise."""
     if not ref.path.is_dir():
         raise ImageNotFound(ref.text, f"no OCI layout directory at {ref.path}",
                             "check the path, or save the image there as an OCI layout")
+    return read_layout(ref, LayoutDir(ref.path))
+
+
+def read_layout(ref: ImageRef, blobs: Blobs) -> Manifest:
+    """The manifest of the layout `blobs` reads from (a directory, or a tar of one)."""
+    where = "the archive" if ref.kind == "oci-archive" else str(ref.path)
     try:
-        index = json.loads((ref.path / "index.json").read_bytes())
+        with blobs.open("index.json") as f:
+            index = json.loads(f.read(MAX_JSON))
     except (OSError, ValueError) as exc:
-        raise ImageNotFound(ref.text, f"{ref.path} is not an OCI layout (index.json: {exc})") from None
+        raise ImageNotFound(ref.text, f"{where} is not an OCI layout (index.json: {exc})") from None
     entry = _pick(ref, index.get("manifests") if isinstance(index, dict) else None, nested=False)
     for _ in range(2):  # an index may point to a per-platform index
         if entry.get("mediaType") not in INDEX_TYPES:
             break
-        entry = _pick(ref, _json_blob(ref, entry.get("digest")).get("manifests"), nested=True)
+        entry = _pick(ref, _json_blob(ref, blobs, entry.get("digest")).get("manifests"), nested=True)
     digest = entry.get("digest")
-    manifest = _json_blob(ref, digest)
+    manifest = _json_blob(ref, blobs, digest)
     config_desc, layer_descs = manifest.get("config"), manifest.get("layers")
     if not isinstance(config_desc, dict) or not isinstance(layer_descs, list):
         raise ImageError(ref.text, f"manifest {digest} has no config or layers")
-    config = _json_blob(ref, config_desc.get("digest"))
+    config = _json_blob(ref, blobs, config_desc.get("digest"))
     if config.get("os", "linux") != "linux":
         raise ImageError(ref.text, f"image is for {config.get('os')}, not linux")
     layers = []
     for d in layer_descs:
         if not isinstance(d, dict):
             raise ImageError(ref.text, f"manifest {digest} has a malformed layer entry")
-        layers.append(Layer(d.get("digest"), str(d.get("mediaType", "")), verify_blob(ref, d.get("digest"))))
+        layers.append(Layer(d.get("digest"), str(d.get("mediaType", "")), verify_blob(ref, blobs, d.get("digest"))))
     return Manifest(digest, config, tuple(layers))

@@ -18,6 +18,7 @@ import shutil
 import stat
 import tarfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 from agentrl_cli.envs.images.reference import DeviceNode, ImageError, PathEscape
 
@@ -60,16 +61,16 @@ def _remove(p: Path) -> None:
         os.unlink(p)
 
 
-def apply_layer(image: str, blob: Path, root: Path, dir_modes: dict[Path, int]) -> None:
-    """Apply one layer (a tar, gzip'd or not) to `root`. Directory modes are collected in
-    `dir_modes` and set by the caller after the last layer."""
+def apply_layer(image: str, layer: str, blob: Callable[[], BinaryIO], root: Path, dir_modes: dict[Path, int]) -> None:
+    """Apply one layer (a tar, gzip'd or not, that `blob` opens; `layer` names it) to `root`.
+    Directory modes are collected in `dir_modes` and set by the caller after the last layer."""
     this_layer: set[Path] = set()
     try:
-        with tarfile.open(blob, mode="r:*") as tar:
+        with blob() as f, tarfile.open(fileobj=f, mode="r:*") as tar:
             for m in tar:
                 _member(image, tar, m, root, this_layer, dir_modes)
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise ImageError(image, f"layer {blob.name} cannot be unpacked: {exc}") from None
+        raise ImageError(image, f"layer {layer} cannot be unpacked: {exc}") from None
 
 
 def _member(image: str, tar: tarfile.TarFile, m: tarfile.TarInfo, root: Path, this_layer: set[Path],

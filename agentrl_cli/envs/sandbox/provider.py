@@ -42,16 +42,29 @@ class DirectProvider:
         sandbox.close()
 
 
-def provider_from_config(sandbox_config) -> SandboxProvider:
-    """The remote sandbox service when sandbox.service_url is set (its replicas by sandbox.replica_url),
-    else local sandboxes."""
+def provider_from_config(sandbox_config, image: str = "", image_digest: str = "") -> SandboxProvider:
+    """The remote sandbox service when sandbox.service_url is set (its replicas by sandbox.replica_url;
+    sandboxes rooted in `image`, asked for by `image_digest`), else local sandboxes."""
     if sandbox_config.service_url:
         from agentrl_cli.envs.sandbox.remote import RemoteProvider
         from agentrl_cli.core.security.keys import client_key
 
         return RemoteProvider(sandbox_config.service_url, api_key=client_key(sandbox_config.api_key),
-                              replica_url=sandbox_config.replica_url)
+                              replica_url=sandbox_config.replica_url, image=image, image_digest=image_digest)
     return DirectProvider(SandboxSettings.from_config(sandbox_config))
+
+
+def service_provider(sandbox_config, harness_config) -> SandboxProvider:
+    """The sandbox service's provider for one harness: rooted in its image when it has one, asked for
+    by digest (harnesses[].image_digest, else the digest of this client's copy), which the service
+    is asked to prepare now: ImageError when it cannot provide it, never its host root instead."""
+    if harness_config is None or not harness_config.image:
+        return provider_from_config(sandbox_config)
+    from agentrl_cli.envs.images import digest_of
+
+    remote = provider_from_config(sandbox_config, harness_config.image, harness_config.image_digest or digest_of(harness_config.image))
+    remote.prepare()
+    return remote
 
 
 def harness_settings(sandbox_config, harness_config) -> SandboxSettings:
@@ -88,7 +101,8 @@ class HarnessSandboxes:
     """The sandboxes of a run's harnesses: per harness, a warm pool (`sandbox.pool_size` ready,
     at most the harness's `max_concurrency` or `sandbox.max_concurrency` alive, leases reclaimed after
     `sandbox.lease_timeout_s`) with that harness's limits; or the sandbox service at
-    `sandbox.service_url`, which applies its own limits. `close()` destroys every pool and returns
+    `sandbox.service_url`, which applies its own limits and roots the sandboxes of a harness with an
+    image in that image's digest (harnesses[].image_digest, else read from the image here), or refuses. `close()` destroys every pool and returns
     their leak counters."""
 
     def __init__(self, config) -> None:
@@ -115,12 +129,7 @@ class HarnessSandboxes:
         sb = self.config.sandbox
         hc = next((h for h in self.config.harnesses if h.name == name), None)
         if sb.service_url:
-            if hc is not None and hc.image:
-                from agentrl_cli.envs.images import ImageError
-
-                raise ImageError(hc.image, f"harness {name!r}: the sandbox service (sandbox.service_url) does not run images",
-                                 "unset sandbox.service_url to run this harness's sandboxes here, or remove its image")
-            return provider_from_config(sb)
+            return service_provider(sb, hc)
         from agentrl_cli.envs.sandbox.pool import SandboxPool
 
         settings = replace(harness_settings(sb, hc) if hc is not None else SandboxSettings.from_config(sb), root_dir=self.root)

@@ -11,6 +11,11 @@ replica that cannot be reached or does not answer, or one that fails the call (5
 observation repeated until the episode runs out. A path outside the work directory stays
 `UnsafePath`, a request the service refuses (422) an error result: the caller's doing.
 
+Images: a provider made with `image` and `image_digest` asks the service for sandboxes rooted in
+that digest (`prepare()` once, at load, then each creation); a service that cannot provide it
+answers 409 and the client raises `ImageError` naming the digest asked for and those the service
+holds, so a harness with an image never runs on the service's host root.
+
 Belongs here: the HTTP client of the service (`service.py`). Not here: choosing it over local
 sandboxes (`provider.py`).
 """
@@ -25,6 +30,7 @@ import httpx
 from agentrl_cli.config.sections.sandbox import REPLICA_NAME
 from agentrl_cli.core.errors import ConfigError, EnvironmentLost
 from agentrl_cli.core.httpclient import http_client
+from agentrl_cli.envs.images import ImageError
 from agentrl_cli.envs.sandbox.files import UnsafePath
 from agentrl_cli.envs.sandbox.result import ExecResult
 from agentrl_cli.envs.sandbox.sandbox import HOST_GRACE_S
@@ -45,6 +51,7 @@ class RemoteSandbox:
         self.isolated = bool(info["isolated"])
         self.workdir = PurePosixPath(info["workdir"])
         self.replica = info.get("replica") or ""  # '' from a service without replicas (or older than them)
+        self.image_digest = info.get("digest") or ""  # the image the service rooted it in ('' = its host root)
         self._closed = False
 
     def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
@@ -138,13 +145,24 @@ def _detail(r: httpx.Response) -> str:
     return str(detail) if detail else (r.text[:300] or r.reason_phrase or "refused")
 
 
+def _json_detail(r: httpx.Response) -> dict:
+    try:
+        detail = r.json().get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    return detail if isinstance(detail, dict) else {"message": str(detail or r.text[:300] or r.reason_phrase)}
+
+
 class RemoteProvider:
     """acquire/release over the sandbox service at `url`, sending `api_key` (sandbox.api_key's current key);
-    `replica_url` (sandbox.replica_url): where a sandbox's later calls go, `{replica}` its creator's name."""
+    `replica_url` (sandbox.replica_url): where a sandbox's later calls go, `{replica}` its creator's name;
+    `image`, `image_digest`: the image its sandboxes are rooted in ('' = the service host's root)."""
 
-    def __init__(self, url: str, timeout_s: float = 60.0, api_key: str | None = None, replica_url: str = "") -> None:
+    def __init__(self, url: str, timeout_s: float = 60.0, api_key: str | None = None, replica_url: str = "",
+                 image: str = "", image_digest: str = "") -> None:
         self.url = url.rstrip("/")
         self.replica_url = replica_url
+        self.image, self.image_digest = image, image_digest
         self._timeout_s = timeout_s
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self._client = self._new_client(self.url)
@@ -167,14 +185,40 @@ class RemoteProvider:
                 self._replicas[url] = self._new_client(url)
             return self._replicas[url]
 
-    def acquire(self) -> RemoteSandbox:
-        r = self._client.post("/sandboxes")
+    def _image_body(self) -> dict | None:
+        return {"image": self.image, "digest": self.image_digest} if self.image else None
+
+    def _checked(self, r: httpx.Response) -> dict:
         if r.status_code == 401:
             raise ConfigError(f"the sandbox service {self.url} refused this client's key (401)",
                               "set sandbox.api_key (AGENTRL_SANDBOX__API_KEY_FILE or AGENTRL_SANDBOX__API_KEY) to a key "
                               "the service holds")
+        if self.image and r.status_code in (404, 409, 422):
+            detail = _json_detail(r)
+            if r.status_code != 409:  # a service older than images: no /images, or a body it does not take
+                raise ImageError(self.image, f"the sandbox service {self.url} does not run images ({r.status_code}), so it "
+                                 f"cannot provide {self.image_digest}", "upgrade the sandbox service, or unset sandbox.service_url")
+            raise ImageError(self.image, f"the sandbox service {self.url} cannot provide digest {self.image_digest}: "
+                             f"{detail.get('message', detail)}", str(detail.get("hint", "")))
         r.raise_for_status()
-        info = r.json()
+        return r.json()
+
+    def prepare(self) -> None:
+        """With an image: make sure the service can provide it (its warm pool made now); ImageError otherwise."""
+        if self.image:
+            try:
+                r = self._client.post("/images", json=self._image_body())
+            except httpx.HTTPError as exc:
+                raise ConfigError(f"the sandbox service {self.url} could not be reached to prepare image {self.image!r} "
+                                  f"({type(exc).__name__}: {exc})", "start it (`agentrl serve sandbox`) or fix sandbox.service_url") from None
+            self._checked(r)
+
+    def acquire(self) -> RemoteSandbox:
+        info = self._checked(self._client.post("/sandboxes", json=self._image_body()))
+        if self.image and info.get("digest") != self.image_digest:
+            raise ImageError(self.image, f"the sandbox service {self.url} gave a sandbox rooted in "
+                             f"{info.get('digest') or 'its host root'}, not {self.image_digest}",
+                             "upgrade the sandbox service: this one ignores the image a client asks for")
         return RemoteSandbox(self.client_for(info.get("replica") or ""), info)
 
     def release(self, sandbox: RemoteSandbox) -> None:

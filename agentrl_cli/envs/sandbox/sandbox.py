@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentrl_cli.envs.images import DEFAULT_CACHE_DIR
+from agentrl_cli.envs.images import DEFAULT_CACHE_DIR, ImageError
 from agentrl_cli.envs.images import resolve as resolve_image
 from agentrl_cli.envs.sandbox import files
 from agentrl_cli.envs.sandbox.bwrap import SANDBOX_ENV, SANDBOX_UID, WORK, BwrapProfile, SandboxUnavailable, check_bwrap
@@ -80,13 +80,17 @@ class SandboxSettings:
         """These settings with the harness's egress policy (its allowlist when `network: allowlist`)
         and its image (`image`, resolved now: ImageError when it cannot be found, verified or unpacked)."""
         allow = tuple(harness_config.allowlist) if harness_config.network == "allowlist" else ()
-        return replace(self, allowlist=allow).with_image(harness_config.image)
+        return replace(self, allowlist=allow).with_image(harness_config.image, harness_config.image_digest)
 
-    def with_image(self, image: str) -> "SandboxSettings":
-        """These settings rooted in `image` (unpacked into the cache once per digest); "" = the host's system."""
+    def with_image(self, image: str, expect_digest: str = "") -> "SandboxSettings":
+        """These settings rooted in `image` (unpacked into the cache once per digest); "" = the host's
+        system. `expect_digest` (harnesses[].image_digest): the digest it must have, else ImageError."""
         if not image:
             return replace(self, image="", image_root=None, image_digest="")
         rootfs = resolve_image(image, self.image_cache_dir)
+        if expect_digest and rootfs.digest != expect_digest:
+            raise ImageError(image, f"its digest is {rootfs.digest}, not the pinned {expect_digest} (harnesses[].image_digest)",
+                             "copy the pinned image here, or set image_digest to the image's digest if it changed on purpose")
         return replace(self, image=image, image_root=rootfs.path, image_digest=rootfs.digest)
 
     @property

@@ -2,9 +2,12 @@
 in their own pods: create, exec, files, reset (destroy and start anew), close, health, metrics.
 
 Endpoints (JSON unless noted):
-    GET  /health                         {"status": "ok", "backend", "isolated", "replica"}
-    GET  /metrics                        Prometheus text: pool counters and gauges
-    POST /sandboxes                      -> {"id", "isolated", "workdir", "replica"}
+    GET  /health                         {"status": "ok", "backend", "isolated", "replica", "images": [digest]}
+    GET  /metrics                        Prometheus text: pool counters and gauges (per image: label digest)
+    POST /images                         {"image", "digest"} -> {"image", "digest"} once its warm pool exists;
+                                         409 {"message", "hint", "digest", "available"} when the service has no such image
+    POST /sandboxes                      optional {"image", "digest"}: a sandbox rooted in that image (409 as
+                                         above), else in the host's root -> {"id", "isolated", "workdir", "replica", "digest"}
     POST /sandboxes/{id}/exec            {"command": str | [str], "timeout", "stdin", "env", "cpu_time_s"} -> ExecResult
     PUT  /sandboxes/{id}/files?path=P    body: raw bytes -> 204
     GET  /sandboxes/{id}/files?path=P    -> raw bytes (link-safe; 400 when the path leaves the sandbox)
@@ -18,6 +21,10 @@ pod its own name) is one of several behind a load balancer. Its sandboxes' ids a
 and its answers carry `replica`, so a client sends every call after the creation to that replica
 (`remote.py`, sandbox.replica_url). A call for a sandbox this replica does not hold answers 404 (or
 421 when its id names another replica: misrouted), which the client ends as `SandboxLost`.
+
+Images (`service_images.py`): a sandbox in an image comes from that digest's own warm pool; the
+service finds the digest in its image cache or its configured images, else refuses (409), never
+running the sandbox on its host's root instead.
 
 Every endpoint but /health and /metrics takes one of `keys` (sandbox.api_key) as a bearer token (401
 otherwise); each request that changes something (create, exec, file write, reset, close) and each
@@ -40,6 +47,7 @@ from agentrl_cli.core.errors import UsageError
 from agentrl_cli.envs.sandbox.files import UnsafePath
 from agentrl_cli.envs.sandbox.pool import PoolExhausted, SandboxPool
 from agentrl_cli.envs.sandbox.sandbox import Sandbox
+from agentrl_cli.envs.sandbox.service_images import ImageUnavailable, ServiceImages
 from agentrl_cli.core.security import AuditLog, BearerAuth, KeyRing
 
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -54,13 +62,26 @@ class ExecRequest(BaseModel):
     cpu_time_s: int | None = Field(None, ge=1)
 
 
+class ImageRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    image: str = Field("", max_length=4096)  # the client's reference: a name for messages, never opened here
+    digest: str = Field("", max_length=80)
+
+
 class _PoolCollector:
-    def __init__(self, pool: SandboxPool) -> None:
-        self.pool = pool
+    def __init__(self, pool: SandboxPool, images: ServiceImages | None) -> None:
+        self.pool, self.images = pool, images
 
     def collect(self):
         for key, value in self.pool.metrics().items():
             yield GaugeMetricFamily(f"agentrl_sandbox_pool_{key}", f"sandbox pool: {key.replace('_', ' ')}", value=value)
+        families: dict[str, GaugeMetricFamily] = {}
+        for digest, metrics in (self.images.metrics() if self.images else {}).items():
+            for key, value in metrics.items():
+                fam = families.setdefault(key, GaugeMetricFamily(f"agentrl_sandbox_image_pool_{key}",
+                                                                 f"sandbox pool of one image: {key.replace('_', ' ')}", labels=["digest"]))
+                fam.add_metric([digest], value)
+        yield from families.values()
 
 
 def check_exposure(host: str, keys: KeyRing | None, insecure_loopback: bool) -> None:
@@ -87,19 +108,32 @@ def owner(sid: str) -> str:
 
 
 def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: AuditLog | None = None,
-               replica: str = "") -> FastAPI:
+               replica: str = "", images: ServiceImages | None = None) -> FastAPI:
     """`keys`: the bearer keys required (None: none); `audit`: where executions, writes and refusals are
-    recorded; `replica`: this replica's name (sandbox.replica; '' = the only one)."""
+    recorded; `replica`: this replica's name (sandbox.replica; '' = the only one); `images`: the
+    images it runs (None: none, every request naming one is refused)."""
     app = FastAPI(title="agentrl sandbox service")
     app.add_middleware(BearerAuth, keys=KeyRing.coerce(keys), service="sandbox", audit=audit)
-    live: dict[str, Sandbox] = {}
+    live: dict[str, tuple[Sandbox, SandboxPool]] = {}
     lock = threading.Lock()
     registry = CollectorRegistry()
-    registry.register(_PoolCollector(pool))
+    registry.register(_PoolCollector(pool, images))
+
+    def pool_of(req: ImageRequest | None) -> SandboxPool:
+        if req is None or not (req.image or req.digest):
+            return pool
+        try:
+            if images is None:
+                raise ImageUnavailable(req.image or req.digest, f"this sandbox service runs no images (asked for {req.digest or 'no digest'})",
+                                       "start it with `agentrl serve sandbox` from this agentrl, which runs images")
+            return images.pool(req.image, req.digest)
+        except ImageUnavailable as exc:
+            raise HTTPException(409, {"message": exc.message, "hint": exc.hint, "digest": req.digest,
+                                      "available": images.digests() if images else []}) from None
 
     def get(sid: str) -> Sandbox:
         with lock:
-            sb = live.get(sid)
+            sb = live.get(sid, (None, None))[0]
         if sb is None:
             if replica and owner(sid) != replica:
                 raise HTTPException(421, f"sandbox {sid!r} is replica {owner(sid) or '(none)'}'s, this is replica {replica!r}: "
@@ -109,35 +143,43 @@ def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: A
         return sb
 
     def describe(sid: str, sb: Sandbox) -> dict:
-        return {"id": sid, "isolated": sb.isolated, "workdir": "/work" if sb.isolated else str(sb.workdir), "replica": replica}
+        return {"id": sid, "isolated": sb.isolated, "workdir": "/work" if sb.isolated else str(sb.workdir), "replica": replica,
+                "digest": sb.settings.image_digest}
 
-    def create() -> dict:
+    def create(source: SandboxPool) -> dict:
         try:
-            sb = pool.acquire(timeout=60)
+            sb = source.acquire(timeout=60)
         except PoolExhausted as exc:
             raise HTTPException(503, f"{exc.message}; {exc.hint}") from None
         sid = f"{replica}.{sb.id}" if replica else sb.id
         with lock:
-            live[sid] = sb
+            live[sid] = (sb, source)
         return describe(sid, sb)
 
-    def release(sid: str) -> None:
+    def release(sid: str) -> SandboxPool | None:
         with lock:
-            sb = live.pop(sid, None)
+            sb, source = live.pop(sid, (None, None))
         if sb is not None:
-            pool.release(sb)
+            source.release(sb)
+        return source
 
     @app.get("/health")
     def health() -> dict:
-        return {"status": "ok", "backend": pool.settings.backend, "isolated": pool.settings.backend == "bwrap", "replica": replica}
+        return {"status": "ok", "backend": pool.settings.backend, "isolated": pool.settings.backend == "bwrap", "replica": replica,
+                "images": images.digests() if images else []}
 
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
+    @app.post("/images")
+    def prepare_image(req: ImageRequest) -> dict:
+        source = pool_of(req)
+        return {"image": source.settings.image, "digest": source.settings.image_digest}
+
     @app.post("/sandboxes")
-    def create_sandbox() -> dict:
-        return create()
+    def create_sandbox(req: ImageRequest | None = None) -> dict:
+        return create(pool_of(req))
 
     @app.post("/sandboxes/{sid}/exec")
     def exec_(sid: str, req: ExecRequest) -> dict:
@@ -171,8 +213,7 @@ def create_app(pool: SandboxPool, *, keys: KeyRing | str | None = None, audit: A
     @app.post("/sandboxes/{sid}/reset")
     def reset(sid: str) -> dict:
         get(sid)
-        release(sid)
-        return create()
+        return create(release(sid) or pool)
 
     @app.delete("/sandboxes/{sid}", status_code=204)
     def close(sid: str) -> Response:

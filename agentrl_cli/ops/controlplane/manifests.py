@@ -58,6 +58,15 @@ with sandbox.replica = its pod name (downward API), which it puts in its sandbox
 and the clients' sandbox.replica_url names a replica that way. Creation goes to the Service
 `agentrl-sandbox` (any replica); a replica that died or restarted loses its sandboxes, whose episodes
 end `infra_error` (masked, `sandbox_lost`).
+The sandbox images: when a harness has an image (harnesses[].image), its digest is read at render
+(harnesses[].image_digest when pinned, else from the image here: exit 2 when neither can be had),
+written into the ConfigMap's harnesses[].image_digest (so clients ask the service for that digest
+and need no copy of the image) and named on the sandbox pods' template (annotation
+`IMAGES_ANNOTATION`: harness -> digest). The sandbox pods mount the PersistentVolumeClaim
+`IMAGES_CLAIM` read-only at sandbox.image_cache_dir: the image cache, filled beforehand with
+`agentrl image unpack` (docs/environments.md); a replica runs an image only from there, by digest,
+and refuses a digest the volume does not hold. The claim is the operator's, not rendered: its
+storage (a ReadOnlyMany class, NFS, a pre-provisioned volume) is the cluster's choice.
 ClusterQueues, ResourceFlavors and WorkloadPriorityClasses are cluster-scoped, for an administrator to apply.
 """
 
@@ -79,6 +88,8 @@ from agentrl_cli.ops.image.names import HOME, RUN_GID, RUN_UID, WORKDIR, config_
 from agentrl_cli.ops.netplan import in_pod
 
 RUNS_VOLUME = "runs"
+IMAGES_CLAIM = "agentrl-images"  # the sandbox pods' image cache, filled by `agentrl image unpack`
+IMAGES_ANNOTATION = "agentrl/image-digests"
 WEIGHT_EXPORTS_KEPT = 3  # weightsync/disk.py keeps the newest 2; the next one is written before the oldest goes
 
 
@@ -89,6 +100,7 @@ def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: 
 
     images = images if images is not None else config_images(cfg)
     plan = plan if plan is not None else plan_values(cfg)
+    cfg = pin_harness_images(cfg)
     docs: list[dict] = _namespaces(cfg)
     docs += [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(sa_name(r), namespace_of(cfg, r)),
               "automountServiceAccountToken": r == "controlplane"} for r in ROLES]
@@ -111,6 +123,29 @@ def render_all(cfg: PlatformConfig, images: dict[str, str] | None = None, plan: 
         docs.append(render_job(cfg, spec, images=images))
     docs.append(_training_jobset(cfg, images, plan))
     return docs
+
+
+def pin_harness_images(cfg: PlatformConfig) -> PlatformConfig:
+    """`cfg` with each harness image's digest filled in (harnesses[].image_digest, else read from the
+    image here); ImageError (exit 2) naming the image when it has neither."""
+    if not any(h.image and not h.image_digest for h in cfg.harnesses):
+        return cfg
+    from agentrl_cli.envs.images import ImageError, digest_of
+
+    pinned = cfg.model_copy(deep=True)
+    for h in pinned.harnesses:
+        if h.image and not h.image_digest:
+            try:
+                h.image_digest = digest_of(h.image)
+            except ImageError as exc:
+                raise ImageError(h.image, f"harness {h.name!r}: the manifests must name its digest, and {exc.reason}",
+                                 f"set harnesses[{h.name}].image_digest, or render where the image is") from None
+    return pinned
+
+
+def image_digests(cfg: PlatformConfig) -> dict[str, str]:
+    """harness -> the digest of its image (harnesses with one, pinned)."""
+    return {h.name: h.image_digest for h in cfg.harnesses if h.image}
 
 
 def to_yaml(docs: list[dict]) -> str:
@@ -402,10 +437,16 @@ def _sandbox_statefulset(cfg: PlatformConfig, images: dict[str, str], plan: dict
     container = _container(cfg, images, "sandbox", command, cpus, memory)
     container["env"] = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, *container.get("env", [])]
     labels = _template_labels("sandbox")
+    pod = _pod_spec(cfg, "sandbox", container)
+    template: dict = {"metadata": {"labels": labels}, "spec": pod}
+    digests = image_digests(cfg)
+    if digests:  # the image cache, read-only: a replica runs an image only by a digest the volume holds
+        container["volumeMounts"].append({"name": "images", "mountPath": cfg.sandbox.image_cache_dir, "readOnly": True})
+        pod["volumes"].append({"name": "images", "persistentVolumeClaim": {"claimName": IMAGES_CLAIM, "readOnly": True}})
+        template["metadata"]["annotations"] = {IMAGES_ANNOTATION: ", ".join(f"{h}={d}" for h, d in sorted(digests.items()))}
     return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": _meta("agentrl-sandbox", namespace_of(cfg, "sandbox")),
             "spec": {"serviceName": SANDBOX_HEADLESS, "replicas": replicas, "podManagementPolicy": "Parallel",
-                     "selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": _pod_spec(cfg, "sandbox", container)}}}
+                     "selector": {"matchLabels": labels}, "template": template}}
 
 
 def _training_jobset(cfg: PlatformConfig, images: dict[str, str], plan: dict[str, float]) -> dict:

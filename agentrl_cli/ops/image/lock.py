@@ -5,7 +5,9 @@ installed distribution those roots need (requirements followed with their marker
 extras not followed), plus the base role's. Each package carries its version and its licence:
 the PEP 639 `License-Expression`, else a short `License` field, else the licence classifiers,
 normalised to SPDX ids. The lock also pins Python and torch's build (CUDA/ROCm or CPU), read from
-files without importing torch. Its digest (over everything but the creation time) names the images.
+files without importing torch. Environment images (`harnesses[].image`) are pinned beside the roles
+by their digests (`environment_images`, see `env_images.py`). Its digest (over everything but the
+creation time) names the images.
 Belongs here: building, reading, writing and judging the lock; comparing it with a running
 environment is `acceptance/verify.py`, Dockerfiles are `render.py`.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.core.report import Check, atomic_write_text
+from agentrl_cli.ops.image import env_images
 
 LOCK_SCHEMA = 1
 ROLES_ORDER = ("base", "train", "inference", "env", "controlplane")
@@ -156,9 +159,11 @@ def role_roots(image_config, inference_engine: str) -> dict[str, list[str]]:
     return roots
 
 
-def build_lock(image_config, inference_engine: str = "hf", base_image: str = "", cache_dir: str | None = None) -> dict:
+def build_lock(image_config, inference_engine: str = "hf", base_image: str = "", cache_dir: str | None = None,
+               env_images: dict[str, dict] | None = None) -> dict:
     """The lock of this environment; with `cache_dir` (model.cache_dir) it lists the engine versions
-    that passed the conformance check: pinned ones and those `agentrl engine verify` recorded there."""
+    that passed the conformance check: pinned ones and those `agentrl engine verify` recorded there;
+    with `env_images` (`env_images.pin`) it pins the harnesses' environment images."""
     dists = installed()
     overrides = {normalize(k): v for k, v in image_config.licence_overrides.items()}
     roots = role_roots(image_config, inference_engine)
@@ -179,6 +184,8 @@ def build_lock(image_config, inference_engine: str = "hf", base_image: str = "",
         from agentrl_cli.engines.conformance.record import verified
 
         lock["verified_engines"] = verified(cache_dir)
+    if env_images:
+        lock["environment_images"] = env_images
     lock["digest"] = lock_digest(lock)
     return lock
 
@@ -220,6 +227,7 @@ def read_lock(path: Path, strict_digest: bool = True) -> dict:
                 problems.append(f"roles.{role}.packages must map names to {{version, licence}}")
     if not isinstance(lock.get("python"), str):
         problems.append("python must be a version string")
+    problems += env_images.malformed(lock)
     if problems:
         raise LockError(f"image lock {path} is malformed: {'; '.join(problems)}", fix)
     if strict_digest and lock.get("digest") != lock_digest(lock):
@@ -244,7 +252,7 @@ def summary(lock: dict, path: str | None, registry: str) -> dict:
     """What a run's meta.json records about the image lock."""
     return {"file": path, "digest": lock["digest"], "python": lock["python"], "torch_build": lock.get("torch_build"),
             "packages": {role: len(body["packages"]) for role, body in lock["roles"].items()},
-            "tags": image_tags(lock, registry)}
+            "tags": image_tags(lock, registry), "environment_images": lock.get("environment_images", {})}
 
 
 def lock_checks(lock: dict, allowed: list[str]) -> list[Check]:

@@ -5,7 +5,7 @@ packages, installed `--no-deps` from exact pins); each role image is a thin laye
 role's remaining pins and agentrl's wheel, and runs `agentrl image verify` for its role by default.
 Every image ends as the non-root user of `names.py` (numeric USER, the pods' runAsUser/runAsGroup).
 Tags come from the lock (`lock.image_tags`, shared with the rendered manifests through `names.py`). The build context gets the requirement files and a
-copy of the lock; `images.json` lists the tags in build order. Belongs here: rendering and reading
+copy of the lock; `images.json` lists the tags in build order, and the harnesses' environment images the lock pins by digest. Belongs here: rendering and reading
 the rendered files back to check them; building is `build.py`.
 """
 
@@ -81,7 +81,9 @@ def render(lock: dict, out_dir: Path, registry: str, base_image: str) -> dict:
     for name, text in files.items():
         (out / name).write_text(text, encoding="utf-8")
     (out / "agentrl.lock.json").write_text(json.dumps(lock, indent=2) + "\n", encoding="utf-8")
-    index = {"digest": lock["digest"], "wheel": wheel_name(lock), "images": images, "context": str(out.absolute())}
+    index = {"digest": lock["digest"], "wheel": wheel_name(lock), "images": images, "context": str(out.absolute()),
+             # the harnesses' environment images, pinned by digest (built by `image build --role env` or brought as OCI layouts)
+             "environment_images": [{"harness": h, **pin} for h, pin in sorted(lock.get("environment_images", {}).items())]}
     (out / "images.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     return index
 

@@ -3,7 +3,10 @@ with the recorded task (from the task set at the recorded version) and seed, rep
 actions, compare every observation (text and status) and report the first divergence with a diff.
 
 A version mismatch (harness or task set) is reported before anything runs: replaying against
-different code proves nothing. A multi-agent episode's record holds the whole joint episode (each
+different code proves nothing. So is an image mismatch, and it refuses to replay (ImageMismatch, exit
+2): a trajectory recorded in one image (its `image_digest`; "" = the host root) is never replayed in
+another (the image the configured harness resolves to now); a trajectory stored before schema 4
+recorded none and replays as before. A multi-agent episode's record holds the whole joint episode (each
 step with the role that acted): replay plays every role's moves in order and checks, before each,
 that the harness gives the move to the recorded role (field `role`). Reading the trajectory from the store belongs to the caller.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 
+from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.core.outcomes import Outcome
 from agentrl_cli.runtime.data.schema import TrajectoryRecord
 from harnesses.base import Action
@@ -86,14 +90,38 @@ def _replayable(record: TrajectoryRecord) -> None:
                          "re-run the agent on the task instead (its calls were recorded token-exact by the gateway)")
 
 
+class ImageMismatch(AgentrlError):
+    """The trajectory was recorded in another image than the one its harness would replay it in."""
+
+
+def check_image(record: TrajectoryRecord, platform_config) -> None:
+    """ImageMismatch, naming both digests and the fix, when `record` ran in another image than the
+    one its harness's `harnesses[]` entry in `platform_config` resolves to now."""
+    from harnesses.images import describe, harness_image
+
+    if record.image_digest is None:  # stored before schema 4: not recorded
+        return
+    now = harness_image(record.harness, platform_config)
+    if now.digest == record.image_digest:
+        return
+    fix = (f"set harnesses[{record.harness}].image to the image the run used (its meta.json names it under "
+           f"harnesses[].image) so it resolves to {record.image_digest}" if record.image_digest else
+           f"unset harnesses[{record.harness}].image (the episode ran on the host's root filesystem)")
+    raise ImageMismatch(f"trajectory {record.trajectory_id} ran in {describe(record.image_digest)}, but "
+                        f"{record.harness} would replay it in {describe(now.digest)}"
+                        + (f" ({now.ref})" if now.ref and now.digest else ""),
+                        fix + ", or replay with the config the run used (--config)")
+
+
 def replay(record: TrajectoryRecord, harness=None, task=None, platform_config=None) -> ReplayReport:
     """Replay `record`. `harness` defaults to one built by the registry from `platform_config` (as the
     run built it); pass your own to replay against modified code (the version check then uses its
-    `version`)."""
+    `version`; its image is the caller's to choose, so only a harness built here is checked for it)."""
     report = ReplayReport(record.trajectory_id, record.harness, record.harness_version, role=record.role)
     _replayable(record)
     own = harness is None
     if own:
+        check_image(record, platform_config)
         from harnesses.registry import create
 
         harness = create(record.harness, platform_config)

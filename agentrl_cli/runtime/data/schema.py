@@ -16,7 +16,10 @@ nulls), so their records keep `schema_version` 1 and None in those fields; only 
 written (tests/golden/trajectory_store_v1 is a store the version 1 writer wrote). 3 added `role` (the
 role whose training sequence the row holds, in an episode of several roles; null = a single-agent
 episode) and each step's `role` (the role that acted); files of versions 1 and 2 read with them null
-(tests/golden/trajectory_store_v2 is a store the version 2 writer wrote).
+(tests/golden/trajectory_store_v2 is a store the version 2 writer wrote). 4 added `image_digest` (the
+manifest digest of the OCI image the episode's sandbox ran in; "" = the host's root filesystem);
+files of versions 1 to 3 read with it null: not recorded then (tests/golden/trajectory_store_v3 is a
+store the version 3 writer wrote).
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 from agentrl_cli.core.outcomes import Outcome, RewardStatus, values
 
-SCHEMA_VERSION = 3  # 2: tool calls carry exit_code, output (clipped), output_bytes, output_sha256; 3: role, steps' role
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)  # older files read with the later fields null
+SCHEMA_VERSION = 4  # 2: tool calls carry exit_code, output (clipped), output_bytes, output_sha256; 3: role, steps' role; 4: image_digest
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)  # older files read with the later fields null
 OUTCOMES = values(Outcome)
 REWARD_STATUSES = values(RewardStatus)
 PARTITION_COLUMNS = ("harness", "date")
@@ -105,6 +108,9 @@ FILE_SCHEMA = pa.schema([
     # schema 3: the role whose training sequence this row holds, in an episode of several roles (its
     # steps are the whole episode's, each with the role that acted); null: a single-agent episode
     ("role", pa.string()),
+    # schema 4: the manifest digest ("sha256:…") of the OCI image the episode's sandbox ran in
+    # (harnesses[].image); "": the host's root filesystem, or no sandbox; null: a file before schema 4
+    ("image_digest", pa.string()),
 ], metadata={b"agentrl.schema_version": str(SCHEMA_VERSION).encode()})
 PARTITIONING = pa.schema([("harness", pa.string()), ("date", pa.string())])
 SCHEMA = pa.unify_schemas([FILE_SCHEMA, PARTITIONING])  # the row as records carry it
@@ -195,6 +201,7 @@ class TrajectoryRecord:
     schema_version: int = SCHEMA_VERSION
     env_resources: dict | None = None  # ENV_RESOURCES: cpu_s, peak_memory_bytes, processes, open_files
     role: str | None = None  # the role whose training sequence this is (multi-agent); None: single-agent
+    image_digest: str | None = ""  # the sandbox image's manifest digest; "": host root; None: a file before schema 4
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:

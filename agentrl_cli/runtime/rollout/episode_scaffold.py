@@ -36,10 +36,12 @@ def infra_lost(tid: str, why: str, flag: str = "inference_unavailable") -> Rewar
 
 @dataclass
 class Lent:
-    """A harness instance lent to one episode; `resources`: its sandbox's use, read when it went back."""
+    """A harness instance lent to one episode; `resources`: its sandbox's use, read when it went back;
+    `image_digest`: the image its sandbox ran in ("" = the host root, or no sandbox)."""
 
     harness: object
     resources: dict | None = None
+    image_digest: str = ""
 
 
 @asynccontextmanager
@@ -67,6 +69,7 @@ async def lend(ctrl, name: str, counted: bool):
             except Exception:  # noqa: BLE001 - the next reset releases them anyway
                 log.exception("ending the episode of %s failed", name)
         lent.resources = getattr(harness, "episode_resources", None)  # its sandbox's use, read before destroying it
+        lent.image_digest = getattr(harness, "episode_image_digest", "") or ""
         pool.release(harness)
         ctrl.watchdog.end("rollout")
 
@@ -117,10 +120,12 @@ async def score(ctrl, result, tid: str, reward_source: str, harness_reward, lost
 
 
 def account(ctrl, name: str, lent: Lent, records: list) -> None:
-    """The sandbox's use on every record of the episode, and its harness statistics (the tool calls
-    of its steps, its resources) counted once."""
+    """The sandbox's use and image on every record of the episode, and its harness statistics (the
+    tool calls of its steps, its resources) counted once."""
     if not records:
         return
+    for record in records:
+        record.image_digest = lent.image_digest
     if lent.resources:
         for record in records:
             record.env_resources = lent.resources
