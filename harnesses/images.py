@@ -38,6 +38,21 @@ def harness_image(name: str, platform_config) -> HarnessImage:
     return HarnessImage(ref, (pinned or digest_of(ref)) if ref and sandboxed else HOST_ROOT, sandboxed)
 
 
+def task_image(name: str, platform_config, task_id: str) -> HarnessImage:
+    """The image the episodes of one task run in: the harness's (`harness_image`), unless the harness
+    gives its tasks images of their own (a classmethod `task_image_digest(options, task_id)` returning
+    a digest, or None for the harness's image; the Harbor adapter's tasks built from their Dockerfiles)."""
+    from harnesses.registry import resolve
+
+    own = getattr(resolve(name), "task_image_digest", None)
+    if own is not None:
+        options = next((dict(h.options) for h in getattr(platform_config, "harnesses", ()) if h.name == name), {})
+        digest = own(options, task_id)
+        if digest is not None:
+            return HarnessImage(f"{name} task {task_id}", digest, True)
+    return harness_image(name, platform_config)
+
+
 def describe(digest: str | None) -> str:
     """Where a digest says an episode ran, for a message."""
     if digest is None:

@@ -47,13 +47,13 @@ import stat
 from pathlib import Path
 
 from agentrl_cli.core.errors import ConfigError
-from agentrl_cli.envs.images import ImageError
+from agentrl_cli.envs.images import ImageError, digest_of
 from agentrl_cli.envs.sandbox import SandboxSettings
 from agentrl_cli.envs.sandbox.bwrap import WORK
 from agentrl_cli.envs.sandbox.provider import DirectProvider
 from harnesses.adapters import harbor_format
 from harnesses.adapters.harbor_format import MAX_ENVIRONMENT_BYTES, environment_files, map_paths, resolve_env
-from harnesses.adapters.harbor_image import ImagePolicy, TaskImage
+from harnesses.adapters.harbor_image import IMAGE_OPTIONS, ImagePolicy, TaskImage
 from harnesses.adapters.harbor_verify import HARBOR_DIR, collect, grade, root_of
 from harnesses.base import Evidence, HarnessReward, Observation, TaskSet, TaskSpec, Trajectory
 from harnesses.parsing import parse_answer, tool_call
@@ -90,6 +90,19 @@ class HarborHarness(SandboxHarness):
     @classmethod
     def task_set(cls, options: dict | None = None) -> TaskSet:
         return harbor_format.task_set(dict(options or {}))
+
+    @classmethod
+    def task_image_digest(cls, options: dict | None, task_id: str) -> str | None:
+        """The digest of the image `task_id`'s episodes run in under these options (its built image,
+        built now if it is not cached, or the fallback image), None where that is the harness's own
+        sandbox root (`harnesses[].image`, else the host's): what replay checks a trajectory against."""
+        opts = dict(options or {})
+        policy = ImagePolicy(**{k: opts[k] for k in IMAGE_OPTIONS if k in opts})
+        if policy.mode == "off" and not policy.fallback_image:
+            return None
+        task = next((t for t in cls.task_set(opts).tasks if t.task_id == task_id), None)
+        image = policy.for_task(Path(task.meta["task_dir"])) if task is not None else None
+        return digest_of(image.image) if image is not None and image.image else None
 
     @classmethod
     def scripted_action(cls, task: TaskSpec, turn: int) -> str | None:

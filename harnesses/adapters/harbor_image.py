@@ -40,6 +40,7 @@ log = logging.getLogger("agentrl.harbor")
 BUILD_MODES = ("off", "auto", "required")
 ENV_IMAGE = "env"  # a base_images value: the image `agentrl image build --role env` built
 DEFAULT_BASES = {"*": ENV_IMAGE}
+IMAGE_OPTIONS = ("build", "base_images", "fallback_image", "build_dir", "build_network")  # ImagePolicy's arguments
 
 
 @dataclass(frozen=True)

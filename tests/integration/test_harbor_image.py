@@ -10,6 +10,8 @@ processes only) is checked too (docs/security.md row 37)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import socket
 import subprocess
@@ -149,6 +151,26 @@ def test_a_task_whose_dockerfile_adds_a_file_and_a_package_runs_in_the_image_bui
         assert env2["build_cached"] is True and env2["digest"] == env["digest"], "an unchanged task is not built again"
     finally:
         again.close()
+    _replay_checks_the_tasks_image(place, tasks, bases, traj.task.task_id, env["digest"])
+
+
+def _replay_checks_the_tasks_image(place: Path, tasks: Path, bases: dict, task_id: str, digest: str) -> None:
+    """Replay compares a stored trajectory's image digest with the task's built image (a cache hit here)."""
+    from agentrl_cli.config import load_config
+    from agentrl_cli.runtime.data.replay import ImageMismatch, check_image
+    from agentrl_cli.runtime.data.schema import TrajectoryRecord
+
+    options = {"tasks_dir": str(tasks), "build": "auto", "base_images": bases, "build_dir": str(place / "built")}
+    (place / "replay.yaml").write_text(json.dumps({"harnesses": [{"name": "harbor", "options": options}]}))
+    config = load_config(place / "replay.yaml", [], env={}).config
+
+    def record(image_digest: str) -> TrajectoryRecord:
+        return TrajectoryRecord(run_id="r", task_id=task_id, harness="harbor", harness_version="1.0", trajectory_id="t",
+                                image_digest=image_digest)
+
+    check_image(record(digest), config)
+    with pytest.raises(ImageMismatch, match=re.escape(f"ran in the host's root filesystem (no image), but harbor would replay it in image {digest}")):
+        check_image(record(""), config)
 
 
 def test_a_task_whose_from_cannot_be_resolved_runs_in_the_fallback_and_says_why(place, sandbox_root):

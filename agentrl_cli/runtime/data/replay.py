@@ -97,11 +97,11 @@ class ImageMismatch(AgentrlError):
 def check_image(record: TrajectoryRecord, platform_config) -> None:
     """ImageMismatch, naming both digests and the fix, when `record` ran in another image than the
     one its harness's `harnesses[]` entry in `platform_config` resolves to now."""
-    from harnesses.images import describe, harness_image
+    from harnesses.images import describe, task_image
 
     if record.image_digest is None:  # stored before schema 4: not recorded
         return
-    now = harness_image(record.harness, platform_config)
+    now = task_image(record.harness, platform_config, record.task_id)  # a Harbor task's built image, else the harness's
     if now.digest == record.image_digest:
         return
     fix = (f"set harnesses[{record.harness}].image to the image the run used (its meta.json names it under "
