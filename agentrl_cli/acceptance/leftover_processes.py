@@ -53,7 +53,7 @@ def carrying(token: str) -> dict[int, str]:
     return found
 
 
-def leftovers(token: str, settle_s: float = 3.0) -> dict[int, str]:
+def leftovers(token: str, settle_s: float = 1.0) -> dict[int, str]:
     """The processes still carrying `token` once those already ending have had `settle_s` to go."""
     end = time.monotonic() + settle_s
     while True:
