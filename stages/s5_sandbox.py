@@ -17,7 +17,11 @@ mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_a
 roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
 scripted play of each task family. A harness whose environment holds a limited number of sessions
 (its optional `capacity(want)`, e.g. an OpenEnv server) reports that capacity and the concurrency
-the run will play it at.
+the run will play it at. Every harness is then played at that concurrency (`rollout.concurrency`, at
+most its `max_concurrency`, the sandbox pool's limit and its environment's capacity) through the
+run's per-harness warm pools (`agentrl_cli.acceptance.harness_concurrency`): episodes/s, failures and
+refusals at capacity (backpressure, not failures) reported; it passes only when every episode ended
+cleanly and no process, sandbox, work directory or fd outlived them.
 """
 
 from __future__ import annotations
