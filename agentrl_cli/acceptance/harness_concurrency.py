@@ -76,7 +76,7 @@ def play_at(config, name: str, tasks: list, concurrency: int, episodes: int, roo
     played.leftovers = leftover_processes.leftovers(token)
     leftover_processes.end(played.leftovers)
     leaks = {"processes": len(played.leftovers), "sandbox_processes": closed.get("sandbox/leaked_processes"),
-             "sandboxes_held": held, "dirs": closed.get("sandbox/leftover_dirs"), "fds": max(0, _fds() - fds)}
+             "sandboxes_held": held, "dirs": closed.get("sandbox/leftover_dirs"), "fds": _fds_more(fds)}
     played.leaks = {k: v for k, v in leaks.items() if v is not None}
     return played
 
@@ -167,6 +167,17 @@ def _episode(cfg, h, task, scored: bool) -> tuple[int, bool, str]:
         return refused, False, ""
     finally:
         h.end_episode()
+
+
+def _fds_more(before: int, settle_s: float = 1.0) -> int:
+    """File descriptors this process holds beyond `before`, once those closing have had `settle_s` to go
+    (a server's end of a connection closes shortly after the client's)."""
+    end = time.monotonic() + settle_s
+    while True:
+        more = max(0, _fds() - before)
+        if not more or time.monotonic() >= end:
+            return more
+        time.sleep(0.05)
 
 
 def _fds() -> int:
