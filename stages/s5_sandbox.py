@@ -268,7 +268,7 @@ def _concurrency(ctx: StageContext, name: str, capacity: int | None, root: Path)
     played = play_at(ctx.config, name, tasks, concurrency, 2 * concurrency, root / "concurrency")
     measured = {"concurrency": concurrency, "episodes": played.episodes, "episodes_per_s": played.per_s,
                 "failures": len(played.failures), "backpressure": played.backpressure, "given_up": played.given_up,
-                "leaks": played.leaks}
+                "leaks": played.leaks, **({"capped_at": played.capped_at} if played.capped_at else {})}
     if ctx.config.sandbox.service_url:
         measured["sandbox_leaks"] = "counted by the sandbox service (its /metrics), not measurable here"
     return Check.judge(check, played.clean, measured,
