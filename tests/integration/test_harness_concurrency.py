@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import replace
 
 import pytest
@@ -16,13 +17,16 @@ from agentrl_cli.acceptance import leftover_processes
 from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.acceptance.run_meta import create_run
 from agentrl_cli.config import load_config
+from agentrl_cli.core.errors import EnvironmentBusy
 from agentrl_cli.core.report import CheckStatus
 from agentrl_cli.envs.sandbox import SandboxSettings
 from harnesses.base import Action, Observation, TaskSet, TaskSpec
 from harnesses.sandboxed import SandboxHarness
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")]
+pytestmark = [pytest.mark.integration]
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap not installed")
 NAME = f"{__name__}:CrowdedHarness"
+ONE_SESSION = f"{__name__}:OneSessionHarness"
 LEAKED = ["sleep", "1000"]
 
 
@@ -81,6 +85,45 @@ class CrowdedHarness(SandboxHarness):
         super().full_reset()
 
 
+class OneSessionHarness:
+    """An environment that holds one session at once: a second reset while one is open is refused at
+    capacity, naming it (as OpenEnv's CAPACITY_REACHED does)."""
+
+    name, version = "one_session", "1"
+    open_sessions = 0
+    lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.holding = False
+
+    @classmethod
+    def task_set(cls) -> TaskSet:
+        return TaskSet("one-1", tuple(TaskSpec(task_id=f"one/eval/{i}", harness="one_session", prompt="Answer.", answer="0",
+                                               difficulty=1, split="eval", meta={"family": "one"}) for i in range(2)))
+
+    def reset(self, task_spec: TaskSpec) -> Observation:
+        with OneSessionHarness.lock:
+            if not self.holding:
+                if OneSessionHarness.open_sessions >= 1:
+                    raise EnvironmentBusy("Server at capacity: 1/1 sessions active (code: CAPACITY_REACHED)", capacity=1)
+                OneSessionHarness.open_sessions += 1
+                self.holding = True
+        return Observation(text=task_spec.prompt)
+
+    def step(self, action: Action) -> Observation:
+        time.sleep(0.1)  # the session stays open a while, so the episodes started at once meet it
+        return Observation(text="ok", done=True)
+
+    def end_episode(self) -> None:
+        with OneSessionHarness.lock:
+            if self.holding:
+                self.holding = False
+                OneSessionHarness.open_sessions -= 1
+
+    def close(self) -> None:
+        self.end_episode()
+
+
 def harness_checks(tmp_path, sandbox_root, concurrency: int) -> dict:
     """Stage 5's checks of the harness, with `rollout.concurrency` at `concurrency`."""
     from stages.s5_sandbox import _harness_checks
@@ -97,6 +140,7 @@ def leaked_sleeps() -> list[int]:
     return [int(p) for p in out.split()]
 
 
+@needs_bwrap
 def test_a_harness_that_leaks_a_process_only_under_concurrency_fails_stage_5_naming_it(tmp_path, sandbox_root):
     before = set(leaked_sleeps())
     checks = harness_checks(tmp_path, sandbox_root, concurrency=4)
@@ -109,6 +153,7 @@ def test_a_harness_that_leaks_a_process_only_under_concurrency_fails_stage_5_nam
     assert checks[f"harness {NAME}: clean reset"].status == CheckStatus.PASS  # one episode at a time: nothing wrong
 
 
+@needs_bwrap
 def test_the_same_harness_played_one_episode_at_a_time_passes(tmp_path, sandbox_root):
     check = harness_checks(tmp_path, sandbox_root, concurrency=1)[f"harness {NAME}: concurrency"]
     assert check.status == CheckStatus.PASS, check.detail
@@ -128,3 +173,12 @@ def test_a_process_started_in_the_window_carries_the_mark_and_one_started_after_
     finally:
         outside.kill()
         outside.wait()
+
+
+def test_refusals_at_capacity_are_backpressure_capping_the_episodes_at_once_never_failures(tmp_path):
+    from agentrl_cli.acceptance.harness_concurrency import play_at
+
+    cfg = load_config(None, ["rollout.env_create_backoff_s=0.001", f'harnesses=[{{"name": "{ONE_SESSION}"}}]'], env={}).config
+    played = play_at(cfg, ONE_SESSION, list(OneSessionHarness.task_set().tasks), 4, 8, tmp_path)
+    assert played.clean and played.episodes == 8 and played.failures == [] and played.given_up == 0
+    assert played.backpressure >= 1 and played.capped_at == 1 and OneSessionHarness.open_sessions == 0
