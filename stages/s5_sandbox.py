@@ -17,8 +17,13 @@ mismatches), with its reward attached. A multi-agent harness (`harnesses.multi_a
 roles' seats when it loads and is also checked role by role: every role moves and scores 1.0 in the
 scripted play of each task family. A harness whose environment holds a limited number of sessions
 (its optional `capacity(want)`, e.g. an OpenEnv server) reports that capacity and the concurrency
-the run will play it at. A harness with an image (`harnesses[].image`) reports its digest and its
-os-release (read inside a sandbox of it), and a file present only on the host must be absent inside.
+the run will play it at. Every harness is then played at that concurrency (`rollout.concurrency`, at
+most its `max_concurrency`, the sandbox pool's limit and its environment's capacity) through the
+run's per-harness warm pools (`agentrl_cli.acceptance.harness_concurrency`): episodes/s, failures and
+refusals at capacity (backpressure, not failures) reported; it passes only when every episode ended
+cleanly and no process, sandbox, work directory or fd outlived them. A harness with an image
+(`harnesses[].image`) reports its digest and its os-release (read inside a sandbox of it), and a
+file present only on the host must be absent inside.
 """
 
 from __future__ import annotations
@@ -202,11 +207,13 @@ def _harness_checks(ctx: StageContext, name: str, settings: SandboxSettings) -> 
         return image + loaded
     try:
         checks = image + loaded + _episode_checks(ctx, name, h)
+        capacity = None
         if getattr(h.inner, "capacity", None) is not None:
-            checks.append(ctx.check(f"harness {name}: capacity", lambda: _capacity(ctx, name, h.inner)))
-        return checks
+            found, capacity = ctx.produce(f"harness {name}: capacity", lambda: _capacity(ctx, name, h.inner))
+            checks += found
     finally:
         h.close()
+    return checks + [ctx.check(f"harness {name}: concurrency", lambda: _concurrency(ctx, name, capacity, settings.root_dir))]
 
 
 def _image(ctx: StageContext, name: str, hc, settings: SandboxSettings) -> tuple[list[Check], SandboxSettings]:
@@ -229,12 +236,11 @@ def _image(ctx: StageContext, name: str, hc, settings: SandboxSettings) -> tuple
     return [found, *image_checks(name, rooted)], rooted
 
 
-def _capacity(ctx: StageContext, name: str, h) -> Check:
+def _capacity(ctx: StageContext, name: str, h) -> tuple[Check, int | None]:
     """The sessions the harness's environment holds at once (the harness's optional `capacity(want)`:
     what its server reports, or learnt by opening up to the run's concurrency) and the concurrency
-    the run will play it at: the lower of the two."""
-    hc = next(c for c in ctx.config.harnesses if c.name == name)
-    want = min(hc.max_concurrency or ctx.config.rollout.concurrency, ctx.config.rollout.concurrency)
+    the run will play it at: the lower of the two. Returns the check and the capacity (None: no limit found)."""
+    want = _wanted(ctx, name)
     capacity = h.capacity(want)
     run = want if capacity is None else min(want, capacity)
     probed = min(want, getattr(h, "PROBE_SESSIONS", want))
@@ -244,7 +250,65 @@ def _capacity(ctx: StageContext, name: str, h) -> Check:
               if capacity is not None and capacity < want else
               f"the environment accepted the {probed} sessions opened at once; a refusal past that is waited out as backpressure")
     return Check.info(f"harness {name}: capacity", measured, detail.replace("{name}", name),
-                      "reported: the environment's sessions at once and the run's concurrency for it")
+                      "reported: the environment's sessions at once and the run's concurrency for it"), capacity
+
+
+def _wanted(ctx: StageContext, name: str) -> int:
+    """The episodes of `name` the run plays at once before its environment's capacity is known:
+    `rollout.concurrency`, at most the harness's `max_concurrency`, and for a harness acting through
+    local sandboxes at most `sandbox.max_concurrency` (its pool's limit; the sandbox service has its own)."""
+    from harnesses.registry import uses_sandboxes
+
+    cfg = ctx.config
+    hc = next(c for c in cfg.harnesses if c.name == name)
+    limits = [cfg.rollout.concurrency, hc.max_concurrency or cfg.rollout.concurrency]
+    if uses_sandboxes(name) and not cfg.sandbox.service_url:
+        limits.append(cfg.sandbox.max_concurrency)
+    return min(limits)
+
+
+def _concurrency(ctx: StageContext, name: str, capacity: int | None, root: Path) -> Check:
+    """The harness's episodes played at the run's concurrency for it (`_wanted`, at most its
+    environment's capacity), twice as many as play at once, through the run's per-harness warm
+    pools (`harness_concurrency.play_at`): every episode ends cleanly and nothing outlives them."""
+    from agentrl_cli.acceptance.harness_concurrency import play_at
+
+    check = f"harness {name}: concurrency"
+    if getattr(resolve(name), "plays_itself", False):
+        return Check.skipped(check, "the harness plays itself through the run's gateway: its episodes need the policy; "
+                                    "one is played through the training path below")
+    concurrency = _wanted(ctx, name) if capacity is None else max(1, min(_wanted(ctx, name), capacity))
+    tasks = _tasks(ctx, name)
+    if not tasks:
+        return Check.skipped(check, "the harness has no tasks (see its tasks check)")
+    played = play_at(ctx.config, name, tasks, concurrency, 2 * concurrency, root / "concurrency")
+    measured = {"concurrency": concurrency, "episodes": played.episodes, "episodes_per_s": played.per_s,
+                "failures": len(played.failures), "backpressure": played.backpressure, "given_up": played.given_up,
+                "leaks": played.leaks, **({"capped_at": played.capped_at} if played.capped_at else {})}
+    if ctx.config.sandbox.service_url:
+        measured["sandbox_leaks"] = "counted by the sandbox service (its /metrics), not measurable here"
+    return Check.judge(check, played.clean, measured,
+                       "every episode ends cleanly at the run's concurrency; no process, sandbox, directory or fd outlives them",
+                       "the harness fails or leaks only when several of its episodes run at once: look for state its "
+                       "instances share (class attributes, module globals) and processes it starts and never ends; "
+                       f"harnesses[].max_concurrency caps how many episodes of {name} the run plays at once",
+                       _concurrency_detail(played))
+
+
+def _concurrency_detail(played) -> str:
+    """What went wrong at concurrency, or what was played."""
+    wrong = played.failures[:3]
+    if played.given_up:
+        wrong.append(f"{played.given_up} episode(s) refused at capacity past rollout.env_busy_timeout_s")
+    if played.leftovers:
+        wrong.append(f"{len(played.leftovers)} process(es) started during the episodes outlived them (ended now): "
+                     + "; ".join(f"pid {pid} `{cmd[:80]}`" for pid, cmd in list(played.leftovers.items())[:3]))
+    leaks = played.leaks
+    wrong += [f"{leaks[key]} {what}" for key, what in (
+        ("sandbox_processes", "process(es) left in destroyed sandboxes' cgroups"),
+        ("sandboxes_held", "sandbox(es) still leased after every instance closed"),
+        ("dirs", "sandbox work directory(ies) left"), ("fds", "file descriptor(s) more open in this process")) if leaks.get(key)]
+    return "; ".join(wrong) or f"{played.episodes} episodes, {played.concurrency} at once: all ended cleanly, nothing left behind"
 
 
 def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
@@ -265,14 +329,8 @@ def _build(ctx: StageContext, name: str, sandboxes, settings: SandboxSettings):
 def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
     """Clean reset and invalid actions on every harness, on a task of each family of its task set;
     scripted episodes only where the harness ships scripted solutions (the built-in ones)."""
-    families = HARNESS_FAMILIES.get(name, ())
     policy = scripted_policy(h.inner)
-    if families:
-        tasks = [load_tasks(name, "eval", f)[0] for f in families]
-    else:
-        hc = next(c for c in ctx.config.harnesses if c.name == name)
-        own = task_set(hc, ctx.config.data).select("eval") or task_set(hc, ctx.config.data).select()
-        tasks = list({t.meta.get("family", t.task_id): t for t in own}.values())[:4]
+    tasks = _tasks(ctx, name)
     if not tasks:
         return [Check("harness " + name + ": tasks", CheckStatus.FAIL, 0, "at least one task",
                       f"harness {name} has no tasks", "set harnesses[].tasks or give the harness a task_set()")]
@@ -314,6 +372,17 @@ def _episode_checks(ctx: StageContext, name: str, h) -> list[Check]:
             return Check.judge(f"harness {name}: every role plays and is scored", ok, measured, ROLES_EXPECTED, ROLES_HINT, detail)
         checks.append(ctx.check(f"harness {name}: every role plays and is scored", roles))
     return checks
+
+
+def _tasks(ctx: StageContext, name: str) -> list:
+    """A task of each family of the harness's task set (the built-in families' eval tasks; else up to
+    four families of its own eval tasks, or of all its tasks)."""
+    families = HARNESS_FAMILIES.get(name, ())
+    if families:
+        return [load_tasks(name, "eval", f)[0] for f in families]
+    hc = next(c for c in ctx.config.harnesses if c.name == name)
+    own = task_set(hc, ctx.config.data).select("eval") or task_set(hc, ctx.config.data).select()
+    return list({t.meta.get("family", t.task_id): t for t in own}.values())[:4]
 
 
 def _training_path(ctx: StageContext) -> list[Check]:

@@ -43,7 +43,8 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec(4, "inference", "inference", "stages.s4_inference", (2,),
               "server healthy, tokens/s and p99 under load, log-probs match a forward pass, weight update round trip"),
     StageSpec(5, "sandbox", "sandbox and harnesses", "stages.s5_sandbox", (1, 2),
-              "create/exec/reclaim under concurrency, timeouts, clean reset, limits, egress denied"),
+              "create/exec/reclaim under concurrency, timeouts, clean reset, limits, egress denied; "
+              "every harness played at the run's concurrency for it with nothing left behind"),
     StageSpec(6, "reward", "reward", "stages.s6_reward", (5,),
               "deterministic scores, explicit errors for bad input, idempotency cache, throughput"),
     StageSpec(7, "data", "data", "stages.s7_data", (1,),

@@ -272,3 +272,6 @@ def test_stage_5_reports_a_one_session_servers_capacity_as_1_and_the_runs_concur
     checks = {c["name"]: c for c in data["reports"][0]["checks"]}
     capacity = checks["harness openenv: capacity"]
     assert capacity["status"] == "info" and capacity["measured"] == {"capacity": 1, "concurrency": 1}
+    played = checks["harness openenv: concurrency"]  # played at that concurrency: one session, nothing refused or left
+    assert played["status"] == "pass", played["detail"]
+    assert played["measured"]["concurrency"] == 1 and played["measured"]["episodes"] == 2 and played["measured"]["failures"] == 0

@@ -21,7 +21,7 @@ from agentrl_cli.runtime.reward.client import LocalRewardClient
 from agentrl_cli.runtime.reward.scorer import Scorer
 from agentrl_cli.runtime.rollout.buffer import TrajectoryBuffer
 from agentrl_cli.runtime.rollout.controller import RolloutController
-from agentrl_cli.runtime.rollout.sampler import TaskSampler
+from agentrl_cli.runtime.rollout.sampler import Draw, TaskSampler
 from harnesses.guess_number import GuessNumber
 
 pytestmark = [pytest.mark.integration]
@@ -115,3 +115,24 @@ def test_a_fixed_opponent_plays_its_role_from_its_own_server_and_is_never_traine
     assert answered.get(opponent.url.rstrip("/"), 0) == moves["guesser"]
     assert answered.get(server.url.rstrip("/"), 0) == moves["holder"]
     assert ctl.seating.opponents == {}  # closed
+
+
+def test_a_multi_agent_episode_refused_at_capacity_is_waited_out_and_played_counting_backpressure(server, random_model_dir):
+    from tests.unit.test_multi_agent_env_busy import BusyGuess
+    from tests.unit.test_multi_agent_env_busy import controller as busy_controller
+
+    ctl = busy_controller({"holder": "scripted"}, 60, InferenceClient(server.url), AutoTokenizer.from_pretrained(random_model_dir))
+    BusyGuess.refusals = 2
+
+    async def go():
+        try:
+            return await ctl.play_roles(Draw(GuessNumber.task_set().select("train")[0], "g0", 0, 0))
+        finally:
+            await ctl.client.close()
+    try:
+        [guesser] = asyncio.run(go())
+    finally:
+        ctl.close()
+    assert guesser.role == "guesser" and not guesser.scored.masked and guesser.result.completion_tokens > 0
+    assert ctl.counters["env/guess_number/backpressure"] == 2 and ctl.counters["env/guess_number/capacity"] == 1
+    assert ctl.counters["termination_infra_error"] == 0 and not any("harness_error" in k for k in ctl.counters)

@@ -61,6 +61,15 @@ def busy_too_long(draw, refused: EnvironmentBusy):
     from agentrl_cli.runtime.rollout.episode_loop import EpisodeResult
     from harnesses.base import Trajectory
 
-    return EpisodeResult(trajectory=Trajectory(task=draw.task), evidence=None, termination=Termination.INFRA_ERROR,
-                         infra_flag="environment_busy",
-                         error=f"environment busy past rollout.env_busy_timeout_s: {refused.message}")
+    return given_up(EpisodeResult(trajectory=Trajectory(task=draw.task), evidence=None, termination=Termination.TRUNCATED),
+                    refused)
+
+
+def given_up(result, refused: EnvironmentBusy):
+    """`result` (a single- or multi-agent episode's, not played) ended as refused past
+    `rollout.env_busy_timeout_s`: `infra_error` flagged `environment_busy`."""
+    from agentrl_cli.core.outcomes import Termination
+
+    result.termination, result.infra_flag = Termination.INFRA_ERROR, "environment_busy"
+    result.error = f"environment busy past rollout.env_busy_timeout_s: {refused.message}"
+    return result

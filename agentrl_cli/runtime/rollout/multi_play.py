@@ -7,16 +7,22 @@ Each policy role's record holds the whole joint episode (every role's moves, eac
 GRPO group the draw's group with `/<role>` (`multi_agent.role_group`), its reward that role's score
 from `role_rewards`, sent through the reward service as the harness's score (reward source
 `harness`: a multi-agent harness is scored by its roles' rewards only). Roles seated `scripted`
-or at a fixed opponent's server are played, never recorded as trained sequences.
+or at a fixed opponent's server are played, never recorded as trained sequences. A refusal of the
+episode's reset at capacity (`EnvironmentBusy`) is waited out as for a single-agent episode
+(`env_busy.py`): counted as backpressure, the episode played again; past `rollout.env_busy_timeout_s`
+every policy role's record is masked (`environment_busy`), never a harness error.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrl_cli.core.episode import Trajectory
+from agentrl_cli.core.errors import EnvironmentBusy
+from agentrl_cli.runtime.rollout.env_busy import EnvBusy, given_up
 from agentrl_cli.runtime.rollout.episode_loop import EpisodeResult
-from agentrl_cli.runtime.rollout.episode_scaffold import account, count, infra_lost, keep, lend, score, settings
-from agentrl_cli.runtime.rollout.multi_episode import Seat, play_seats
+from agentrl_cli.runtime.rollout.episode_scaffold import Lent, account, count, infra_lost, keep, lend, score, settings
+from agentrl_cli.runtime.rollout.multi_episode import MultiEpisodeResult, Seat, play_seats
 from harnesses.multi_agent import POLICY, SCRIPTED, is_multi_agent, policy_roles, require_harness_reward, role_group, seats
 
 
@@ -92,11 +98,21 @@ async def play_roles(ctrl, draw, lost=infra_lost, *, temperature: float | None =
     policy role, in the harness's role order. `lost(tid, why, flag)`: the masked result of an episode
     the infrastructure could not finish (`episode_scaffold.infra_lost`); `counted`: as `RolloutController.play`."""
     name = draw.task.harness
-    seated = ctrl.seating.make_seats(name)
-    async with lend(ctrl, name, counted) as lent:
-        played = await play_seats(lent.harness, draw.task, seated, ctrl.tokenizer, ctrl.executor,
-                                  settings(ctrl, draw, temperature))
-        ctrl.harness_errors.record(name, played, ctrl.counters)  # the run's error budget, as for any harness
+    busy = EnvBusy(ctrl, name)
+    while True:
+        seated = ctrl.seating.make_seats(name)
+        try:
+            async with lend(ctrl, name, counted) as lent:
+                played = await play_seats(lent.harness, draw.task, seated, ctrl.tokenizer, ctrl.executor,
+                                          settings(ctrl, draw, temperature))
+                ctrl.harness_errors.record(name, played, ctrl.counters)  # the run's error budget, as for any harness
+            break
+        except EnvironmentBusy as refused:  # backpressure, as for a single-agent episode: never a harness error
+            if not await busy.wait(refused):
+                played = given_up(MultiEpisodeResult(trajectory=Trajectory(task=draw.task), step_roles=[], seats=seated),
+                                  refused)
+                lent = Lent(None)
+                break
     count(ctrl, played)
     base = ctrl.trajectory_id(draw)
     out = []
