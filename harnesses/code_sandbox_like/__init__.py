@@ -91,21 +91,28 @@ class CodeSandboxLike(CommittedTasks, SandboxHarness):
         return exec_observation("$ python3 <code>", result)
 
     def reset(self, task_spec: TaskSpec) -> Observation:
+        self._scored: Evidence | None = None
         obs = super().reset(task_spec)
         self.sandbox.write_file(VISIBLE_TEST_PATH, VISIBLE_TEST)
         return obs
 
     def evidence(self, trajectory: Trajectory) -> Evidence:
+        if self.sandbox is None and getattr(self, "_scored", None) is not None:
+            return self._scored  # the episode's sandbox went back when its hidden tests ran: what it held then
         return Evidence(files=self.collect_files(["solution.py", VISIBLE_TEST_PATH]),
                         protected={VISIBLE_TEST_PATH: VISIBLE_TEST_SHA256})
 
     def compute_reward(self, trajectory: Trajectory) -> float:
-        """Fraction of the hidden tests passed by solution.py, run in a fresh sandbox; 0 when tampered."""
+        """Fraction of the hidden tests passed by solution.py, run in a fresh sandbox; 0 when tampered.
+        The episode's sandbox goes back to the pool first (its files read): an episode holding one
+        sandbox while it waits for another would deadlock every episode once the pool's limit is reached."""
         tests = trajectory.task.meta.get("tests", [])
         if self.sandbox is None or not tests:
             return 0.0
         ev = self.evidence(trajectory)
         if tampered(ev.files, ev.protected) or ev.files.get("solution.py") is None:
             return 0.0
+        self._scored = ev
+        self._release()
         result = run_hidden_tests(self._provider, ev.files["solution.py"], tests, timeout_s=self.step_timeout_s)
         return 0.0 if result["early_exit"] else result["score"]

@@ -182,3 +182,20 @@ def test_refusals_at_capacity_are_backpressure_capping_the_episodes_at_once_neve
     played = play_at(cfg, ONE_SESSION, list(OneSessionHarness.task_set().tasks), 4, 8, tmp_path)
     assert played.clean and played.episodes == 8 and played.failures == [] and played.given_up == 0
     assert played.backpressure >= 1 and played.capped_at == 1 and OneSessionHarness.open_sessions == 0
+
+
+@needs_bwrap
+def test_hidden_tests_scored_at_the_pools_limit_never_wait_for_a_second_sandbox(tmp_path, sandbox_root):
+    """code_sandbox_like's own reward runs its hidden tests in a fresh sandbox: with as many episodes
+    at once as the pool holds sandboxes, each gives its episode's sandbox back first (else all wait)."""
+    from agentrl_cli.acceptance.harness_concurrency import play_at
+    from harnesses.registry import resolve
+
+    name = "code_sandbox_like"
+    sandbox_root.chmod(0o755)  # its sandboxes run as an unprivileged user, which must traverse the root
+    sets = [f"sandbox.root_dir={sandbox_root}", "sandbox.max_concurrency=2", "sandbox.pool_size=2",
+            f'harnesses=[{{"name": "{name}", "reward": "harness"}}]']
+    cfg = load_config(None, sets, env={}).config
+    tasks = [t for t in resolve(name).task_set().tasks if t.split == "eval"][:2]
+    played = play_at(cfg, name, tasks, 2, 4, sandbox_root)
+    assert played.clean and played.episodes == 4 and played.failures == [], (played.failures, played.leaks)
