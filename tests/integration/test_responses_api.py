@@ -256,6 +256,9 @@ def test_a_sessions_responses_are_its_own(scripted):
     with pytest.raises(openai.BadRequestError) as info:
         sdk(**theirs).responses.create(model="m", input="more", previous_response_id=r.id)
     assert info.value.code == "previous_response_not_found"
+    unkept = sdk(**mine).responses.create(model="m", input="hi", store=False)
+    with pytest.raises(openai.NotFoundError):
+        sdk(**mine).responses.retrieve(unkept.id)
 
 
 def test_the_agents_sdk_runs_a_tool_loop_through_a_gateway_session(scripted):
