@@ -277,3 +277,23 @@ def test_the_agents_sdk_runs_a_tool_loop_through_a_gateway_session(scripted):
     assert record["counters"]["non_prefix_calls"] == 0 and len(segment["calls"]) == 2
     assert segment["calls"][0]["observation"][0]["content"] == "3"
     assert mismatches(segment, scripted.backend.served[before:]) == 0
+
+
+@pytest.mark.parametrize("script", [CALL_TEXT, "Hello there."])
+def test_responses_and_events_validate_against_the_openai_packages_own_types(scripted, script):
+    """The SDK builds its objects without validating; validating the wire JSON against its types
+    (openai.types.responses) catches a missing or mistyped field."""
+    from pydantic import TypeAdapter
+    from openai.types.responses import Response, ResponseStreamEvent
+
+    body = {"model": "m", "input": "x", "tools": TOOLS, "include": ["message.output_text.logprobs"]}
+    for stream in (False, True):
+        scripted.backend.script.append(script)
+        r = httpx.post(f"{scripted.server.url}/v1/responses", json={**body, "stream": stream}, timeout=60)
+        assert r.status_code == 200, r.text
+        if not stream:
+            assert Response.model_validate(r.json()).status == "completed"
+            continue
+        events = [json.loads(block.split("data: ", 1)[1]) for block in r.text.strip().split("\n\n")]
+        kinds = [TypeAdapter(ResponseStreamEvent).validate_python(e).type for e in events]
+        assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
