@@ -188,10 +188,14 @@ def test_a_function_call_and_its_output_are_one_token_exact_segment_on_a_gateway
     session = scripted.session()
     before = len(scripted.backend.served)
     first, second = _function_call_turns(sdk(session["base_url"], session["api_key"]), scripted.backend, follow)
+    posted = httpx.post(f"{scripted.gateway_server.url}/sessions/{session['session_id']}/reward",
+                        json={"reward": 0.5, "call_id": second.id}, headers={"Authorization": f"Bearer {ADMIN}"})
+    assert posted.status_code == 200, posted.text
     record = scripted.record(session)
     assert record["counters"]["calls"] == 2 and record["counters"]["non_prefix_calls"] == 0
     (segment,) = record["segments"]
     assert [s["call_id"] for s in segment["calls"]] == [first.id, second.id]
+    assert [s["reward"] for s in segment["calls"]] == [None, 0.5]  # a per-call reward names the response
     assert segment["calls"][0]["tool_calls"][0]["name"] == "lookup"
     assert segment["calls"][0]["observation"] == [{"role": "tool", "tool_call_id": first.output[0].call_id,
                                                    "content": "a door"}]

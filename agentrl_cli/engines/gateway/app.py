@@ -4,7 +4,7 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     POST   /sessions                       {"meta": {...}?} -> {session_id, base_url, api_key, ttl_s}
     GET    /sessions/{id}                  the SessionRecord so far (segments, steps, rewards, counters)
     DELETE /sessions/{id}                  end it; its SessionRecord
-    POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..."} one call's
+    POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..." / "resp_..."} one call's
     POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
     POST   /s/{id}/v1/responses            OpenAI Responses (streaming too), each a chat call recorded the same way
     GET    /s/{id}/v1/responses/{rid}      a response of the session (DELETE drops it); previous_response_id reads them
@@ -151,7 +151,8 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
                 raise OpenAIError('give {"reward": <number>} (and "call_id" for one call\'s reward)', param="reward")
             call_id = body.get("call_id")
             if call_id is not None and not isinstance(call_id, str):
-                raise OpenAIError(f"call_id must be a chat completion's id (a string), got {call_id!r}", param="call_id")
+                raise OpenAIError(f"call_id must be a chat completion's or a response's id (a string), got {call_id!r}",
+                                  param="call_id")
             record = gateway.post_reward(session_id, body["reward"], call_id)
         return {"session_id": session_id, "rewards": record.to_dict()["rewards"]}
 

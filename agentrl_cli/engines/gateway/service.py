@@ -132,7 +132,7 @@ class Gateway:
                 known = session.recorder.call_ids()
                 if call_id not in known:
                     raise OpenAIError(f"call_id {call_id!r} is not a call of session {session_id!r}; its calls are "
-                                      f"{sorted(known) or 'none yet'} (the `id` of each chat completion)", param="call_id")
+                                      f"{sorted(known) or 'none yet'} (the `id` of each chat completion or response)", param="call_id")
                 rewards.calls[call_id] = float(reward)
             session.last_seen = self.store.clock()
             return session.recorder.snapshot(session.id, session.meta)
