@@ -37,10 +37,11 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_agents_are_plain_openai_clients_that_never_import_agentrl():
-    for name in ("openai_agent.py", "rewriting_agent.py", "posting_agent.py", "command_agent.py"):
+    for name in ("openai_agent.py", "rewriting_agent.py", "posting_agent.py", "command_agent.py", "agents_sdk_agent.py"):
         mods = imported_modules(AGENTS / name)
         assert not {"agentrl_cli", "harnesses", "tests"} & mods, (name, mods)
     assert "openai" in imported_modules(AGENTS / "openai_agent.py")
+    assert "agents" in imported_modules(AGENTS / "agents_sdk_agent.py")
 
 
 def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
@@ -63,6 +64,37 @@ def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick
     assert records and all(r.reward_status in ("ok", "fail") for r in records)
     assert {len(r.steps) for r in records} == {2} and all(r.segment_starts == [] for r in records)
     assert len({r.reward for r in records}) > 1  # the final answer's length decides: rewards vary
+
+
+def test_the_openai_agents_sdk_agent_passes_stage_5_token_exact_over_the_responses_api(cli, write_yaml, quick_sets):
+    write_yaml("harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.agents_sdk_agent:run', tasks: brief}\n")
+    result, data = cli.json("stage", "run", "5", *quick_sets)
+    checks = {c["name"]: c for c in data["reports"][0]["checks"]}
+    assert result.exit_code == 0, [(n, c["detail"][:300]) for n, c in checks.items() if c["status"] == "fail"]
+    for check in ("loads", "one episode through the training path", "token-exact through the gateway"):
+        assert checks[f"harness agent: {check}"]["status"] == "pass", check
+    exact = checks["harness agent: token-exact through the gateway"]["measured"]
+    assert exact["calls"] >= 1 and exact["mismatches"] == 0
+    (record,) = [r for r in read_records(_store()) if r.harness == "agent"][:1]
+    assert record.steps and record.steps[0].action  # the streamed text (cut at max_tokens) is the step's action
+
+
+@pytest.mark.long
+def test_the_openai_agents_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
+    write_yaml("harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.agents_sdk_agent:run', tasks: brief}\n")
+    wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",
+            "--set", "training.gradient_accumulation_steps=2"]
+    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, *wide)
+    report = data["reports"][-1]
+    failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    rows = [r for r in read_rows(Path("runs") / report["run_id"] / "stage8" / "metrics.jsonl") if "train/loss" in r]
+    last = rows[-1]
+    assert last["gateway/calls"] >= last["gateway/closed_sessions"] > 0
+    assert last["rollout/token_exact_mismatches"] == 0 and last["rollout/token_exact_episodes"] > 0
+    assert last["gateway/non_prefix_calls"] == 0 and last["gateway/unauthorized"] == 0
+    records = [r for r in read_records(_store()) if r.harness == "agent"]
+    assert len({r.reward for r in records}) > 1  # the streamed answer's length decides: rewards vary
 
 
 def _store():

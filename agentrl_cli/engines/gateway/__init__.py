@@ -1,6 +1,6 @@
 """The recording gateway: OpenAI-compatible sessions in front of the run's inference servers, for
-agents that talk to a model through the OpenAI chat API (the openai SDK, LangGraph, the OpenAI
-Agents SDK, coding agents). Each session's calls are recorded token-exact and stitched into
+agents that talk to a model through the OpenAI chat or Responses API (the openai SDK, LangGraph,
+the OpenAI Agents SDK, coding agents). Each session's calls are recorded token-exact and stitched into
 training samples.
 
 Modules: `sessions` (ids, per-session keys, idle expiry), `splice` (the ids a call is generated

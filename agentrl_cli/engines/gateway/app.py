@@ -4,8 +4,10 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     POST   /sessions                       {"meta": {...}?} -> {session_id, base_url, api_key, ttl_s}
     GET    /sessions/{id}                  the SessionRecord so far (segments, steps, rewards, counters)
     DELETE /sessions/{id}                  end it; its SessionRecord
-    POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..."} one call's
+    POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..." / "resp_..."} one call's
     POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
+    POST   /s/{id}/v1/responses            OpenAI Responses (streaming too), each a chat call recorded the same way
+    GET    /s/{id}/v1/responses/{rid}      a response of the session (DELETE drops it); previous_response_id reads them
     GET    /s/{id}/v1/models               the served model
     GET    /health, GET /stats             liveness; the gateway/ counters (admin)
 
@@ -32,6 +34,8 @@ from agentrl_cli.engines.gateway.backend import describe
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
+from agentrl_cli.engines.openai_api.responses_out import response_events
+from agentrl_cli.engines.openai_api.responses_store import create_response
 from agentrl_cli.core.security import AuditLog, KeyRing, bearer_token
 
 log = logging.getLogger(__name__)
@@ -147,7 +151,8 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
                 raise OpenAIError('give {"reward": <number>} (and "call_id" for one call\'s reward)', param="reward")
             call_id = body.get("call_id")
             if call_id is not None and not isinstance(call_id, str):
-                raise OpenAIError(f"call_id must be a chat completion's id (a string), got {call_id!r}", param="call_id")
+                raise OpenAIError(f"call_id must be a chat completion's or a response's id (a string), got {call_id!r}",
+                                  param="call_id")
             record = gateway.post_reward(session_id, body["reward"], call_id)
         return {"session_id": session_id, "rewards": record.to_dict()["rewards"]}
 
@@ -158,6 +163,28 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
         if call.request.get("stream"):
             return StreamingResponse(chat_stream(call), media_type="text/event-stream")
         return JSONResponse(call.response)
+
+    @app.post("/s/{session_id}/v1/responses")
+    async def responses(session_id: str, request: Request):
+        session = gateway.authorize(session_id, request.headers.get("authorization"))
+
+        async def serve(body: dict, response_id: str):
+            return await gateway.chat(session, body, call_id=response_id)
+
+        created = await create_response(await _json(request), session.responses, serve)
+        if created.request.stream:
+            return StreamingResponse(response_events(created.response, created.call), media_type="text/event-stream")
+        return JSONResponse(created.response)
+
+    @app.get("/s/{session_id}/v1/responses/{response_id}")
+    async def response(session_id: str, response_id: str, request: Request):
+        session = gateway.authorize(session_id, request.headers.get("authorization"))
+        return JSONResponse(session.responses.get(response_id).response)
+
+    @app.delete("/s/{session_id}/v1/responses/{response_id}")
+    async def delete_response(session_id: str, response_id: str, request: Request):
+        session = gateway.authorize(session_id, request.headers.get("authorization"))
+        return JSONResponse(session.responses.delete(response_id))
 
     @app.get("/s/{session_id}/v1/models")
     async def models(session_id: str, request: Request) -> dict:

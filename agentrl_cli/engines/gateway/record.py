@@ -39,7 +39,7 @@ COUNTERS = ("calls", "non_prefix_calls", "spliced_calls", "rerender_exact_calls"
 class Step:
     """One chat call (one choice of it) as a step of the stored trajectory."""
 
-    call_id: str  # the response's id (chatcmpl-...)
+    call_id: str  # the id the call was served under (chatcmpl-..., a Responses resp_...)
     index: int  # the call's position in its session, from 0
     choice: int  # the choice's index in the response
     action_text: str  # the assistant's content as returned

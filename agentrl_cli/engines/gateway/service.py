@@ -132,13 +132,15 @@ class Gateway:
                 known = session.recorder.call_ids()
                 if call_id not in known:
                     raise OpenAIError(f"call_id {call_id!r} is not a call of session {session_id!r}; its calls are "
-                                      f"{sorted(known) or 'none yet'} (the `id` of each chat completion)", param="call_id")
+                                      f"{sorted(known) or 'none yet'} (the `id` of each chat completion or response)", param="call_id")
                 rewards.calls[call_id] = float(reward)
             session.last_seen = self.store.clock()
             return session.recorder.snapshot(session.id, session.meta)
 
-    async def chat(self, session: Session, body: dict) -> ChatCall:
-        """Serve and record one chat call of `session` (authorized already)."""
+    async def chat(self, session: Session, body: dict, *, call_id: str | None = None) -> ChatCall:
+        """Serve and record one chat call of `session` (authorized already). `call_id`: the id the
+        client is served the call under when it is not the chat completion's (a Responses `resp_…`):
+        the call is recorded, and rewarded, by it."""
         plans: list[Plan] = []
 
         def choose(rendered: list[int]) -> list[int]:
@@ -162,6 +164,8 @@ class Gateway:
                 self.calls_in_flight -= 1
                 session.last_seen = self.store.clock()
                 self.counters["gateway/failed_calls"] += call is None
+        if call_id is not None:
+            call.response["id"] = call_id
         if view.sent is None:  # nothing was generated (no choices asked for): nothing to record
             return call
         with self._lock:

@@ -21,6 +21,7 @@ from typing import Callable
 
 from agentrl_cli.engines.gateway.record import Recorder
 from agentrl_cli.engines.openai_api import OpenAIError
+from agentrl_cli.engines.openai_api.responses_store import ResponseStore
 
 KEY_PREFIX = "agk-"  # so a leaked key is recognisable (and a grep for it finds it)
 
@@ -34,6 +35,7 @@ class Session:
     meta: dict = field(default_factory=dict)
     recorder: Recorder = field(default_factory=Recorder)
     in_flight: int = 0  # calls being served
+    responses: ResponseStore = field(default_factory=lambda: ResponseStore(256))  # its Responses API responses
 
 
 def base_url(root: str, session_id: str) -> str:

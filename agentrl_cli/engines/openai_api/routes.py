@@ -1,5 +1,6 @@
 """Mount the OpenAI-compatible endpoints on a FastAPI app: `POST /v1/chat/completions` (streamed
-or not), `POST /v1/completions`, `GET /v1/models`. The app's owner keeps its middleware (the
+or not), `POST /v1/completions`, `GET /v1/models`, and the Responses API (`POST /v1/responses`,
+`GET` and `DELETE /v1/responses/{id}`, kept in a bounded `ResponseStore`). The app's owner keeps its middleware (the
 embedded server's API key covers `/v1`); this module only routes and writes errors as OpenAI's
 error object. `on_call` sees every chat call, token-exact, before the client gets its answer (a
 recording gateway's hook); an `OpenAIError` it raises is the client's answer instead.
@@ -16,6 +17,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from agentrl_cli.engines.inference.protocol import dumps
 from agentrl_cli.engines.openai_api.base import Backend, ChatCall, OpenAIError
+from agentrl_cli.engines.openai_api.responses_out import response_events
+from agentrl_cli.engines.openai_api.responses_store import ResponseStore, create_response
 from agentrl_cli.engines.openai_api.service import chat_completion, chat_stream, completion_stream, text_completion
 
 log = logging.getLogger(__name__)
@@ -84,3 +87,39 @@ def add_openai_routes(app: FastAPI, backend: Backend, *,
     @app.get("/v1/models")
     async def models():
         return Response(dumps(models_body(backend)), media_type="application/json")
+
+    responses = ResponseStore()
+
+    async def serve(body: dict, response_id: str) -> ChatCall:
+        call = await chat_completion(backend, body)
+        call.response["id"] = response_id  # the call is the response: a hook keeps it under the served id
+        if on_call is not None:
+            await on_call(call)
+        return call
+
+    @app.post("/v1/responses")
+    async def create(request: Request):
+        try:
+            created = await create_response(await _body(request), responses, serve)
+        except OpenAIError as exc:
+            return error_response(exc)
+        except Exception as exc:  # noqa: BLE001 - as above
+            return _failed(exc)
+        if created.request.stream:
+            return StreamingResponse(response_events(created.response, created.call), media_type="text/event-stream",
+                                     headers=SSE_HEADERS)
+        return Response(dumps(created.response), media_type="application/json")
+
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve(response_id: str):
+        try:
+            return Response(dumps(responses.get(response_id).response), media_type="application/json")
+        except OpenAIError as exc:
+            return error_response(exc)
+
+    @app.delete("/v1/responses/{response_id}")
+    async def delete(response_id: str):
+        try:
+            return Response(dumps(responses.delete(response_id)), media_type="application/json")
+        except OpenAIError as exc:
+            return error_response(exc)
