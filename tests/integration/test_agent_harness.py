@@ -1,6 +1,7 @@
 """The `agent` harness: agents written with the openai SDK (tests/agents/, never importing agentrl)
-trained as they are through the run's recording gateway. Stage 8 smoke passes with one, and with
-an anthropic SDK agent (Messages API) after stage 5 found it token-exact; stage 5
+trained as they are through the run's recording gateway. Stage 8 smoke passes with one (and with an
+anthropic SDK agent speaking the Messages API, under the `long` marker); stage 5 checks the
+anthropic SDK agent token-exact; stage 5
 checks a sandboxed command agent (reaching the gateway through the allowlist and nothing else) and
 an agent that posts its own reward, token-exact; a history-rewriting agent trains one sample per
 segment; the gateway admits no more sessions than the run's staleness limit allows; an agent that
@@ -67,17 +68,28 @@ def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick
     assert len({r.reward for r in records}) > 1  # the final answer's length decides: rewards vary
 
 
-def test_an_anthropic_sdk_agent_is_token_exact_in_stage_5_and_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
-    """The Messages API agent (tests/agents/anthropic_agent.py): its tool loop recorded token-exact
-    through the gateway (stage 5), then trained (stage 8 smoke) with no mismatch."""
-    write_yaml("harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.anthropic_agent:run', tasks: brief}\n")
+ANTHROPIC_AGENT = "harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.anthropic_agent:run', tasks: brief}\n"
+
+
+def test_stage_5_checks_an_anthropic_sdk_agent_token_exact(cli, write_yaml, quick_sets):
+    """The Messages API agent (tests/agents/anthropic_agent.py): its two calls recorded token-exact
+    through the gateway, its episode through the training path."""
+    write_yaml(ANTHROPIC_AGENT)
     result, data = cli.json("stage", "run", "5", *quick_sets)
     checks = {c["name"]: c for c in data["reports"][0]["checks"]}
     assert result.exit_code == 0, [(n, c["detail"][:200]) for n, c in checks.items() if c["status"] == "fail"]
-    exact = checks["harness agent: token-exact through the gateway"]
-    assert exact["status"] == "pass" and exact["measured"]["calls"] == 2 and exact["measured"]["mismatches"] == 0
+    for check in ("loads", "one episode through the training path", "token-exact through the gateway"):
+        assert checks[f"harness agent: {check}"]["status"] == "pass", check
+    exact = checks["harness agent: token-exact through the gateway"]["measured"]
+    assert exact["calls"] == 2 and exact["mismatches"] == 0
 
-    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets)
+
+@pytest.mark.long  # about 40 s: CI's budget has no room for a second agent's smoke training
+def test_an_anthropic_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
+    write_yaml(ANTHROPIC_AGENT)
+    wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",  # rewards vary: as above
+            "--set", "training.gradient_accumulation_steps=2"]
+    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, *wide)
     report = data["reports"][-1]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
     assert result.exit_code == 0 and report["status"] == "pass", failing
