@@ -199,6 +199,8 @@ def test_a_tool_loop_through_a_gateway_is_recorded_token_exact(tokenizer):
         with client.messages.stream(model="m", max_tokens=64, messages=messages, tools=[LOOKUP]) as stream:
             streamed = "".join(stream.text_stream)
             second = stream.get_final_message()
+        r = gw.admin("POST", f"/sessions/{s['session_id']}/reward", json={"reward": 0.5, "call_id": first.id})
+        assert r.status_code == 200, r.text  # a per-call reward names the call by the id the agent saw
         record = gw.admin("DELETE", f"/sessions/{s['session_id']}").json()
     served = gw.client.served
     assert first.stop_reason == "tool_use" and call.input == {"word": "gateway"}
@@ -212,6 +214,7 @@ def test_a_tool_loop_through_a_gateway_is_recorded_token_exact(tokenizer):
     assert [st["call_id"].replace("chatcmpl-", "msg_") for st in steps] == [first.id, second.id]
     assert steps[0]["tool_calls"][0]["id"].replace("call_", "toolu_") == call.id
     assert steps[0]["observation"] == [{"role": "tool", "tool_call_id": call.id, "content": "a door"}]
+    assert [st["reward"] for st in steps] == [0.5, None]
     assert second.usage.input_tokens == len(served[1][0]) and second.usage.output_tokens == len(served[1][1])
 
 

@@ -57,6 +57,7 @@ def test_a_named_tool_choice_and_an_assistant_prefill():
 @pytest.mark.parametrize(("fields", "param"), [
     ({"max_tokens": None}, "max_tokens"),
     ({"top_p": 1.5}, "top_p"),
+    ({"top_p": 0}, "top_p"),
     ({"logit_bias": {}}, "logit_bias"),
     ({"thinking": {"type": "enabled", "budget_tokens": 2000}}, "thinking"),
     ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "messages[0].content[0].type"),

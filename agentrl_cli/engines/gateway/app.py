@@ -5,6 +5,7 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     GET    /sessions/{id}                  the SessionRecord so far (segments, steps, rewards, counters)
     DELETE /sessions/{id}                  end it; its SessionRecord
     POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..."} one call's
+                                           (a Messages call's "msg_..." id names its chat completion)
     POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
     POST   /s/{id}/v1/messages             Anthropic Messages (streaming too; `engines/messages_api`), recorded
                                            as the chat completion it is translated to
@@ -34,7 +35,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from agentrl_cli.engines.gateway.backend import describe
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
-from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, error_response, to_chat
+from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, chat_id, error_response, to_chat
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
 from agentrl_cli.core.security import AuditLog, KeyRing, bearer_token
 
@@ -152,7 +153,7 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
             call_id = body.get("call_id")
             if call_id is not None and not isinstance(call_id, str):
                 raise OpenAIError(f"call_id must be a chat completion's id (a string), got {call_id!r}", param="call_id")
-            record = gateway.post_reward(session_id, body["reward"], call_id)
+            record = gateway.post_reward(session_id, body["reward"], None if call_id is None else chat_id(call_id))
         return {"session_id": session_id, "rewards": record.to_dict()["rewards"]}
 
     @app.post("/s/{session_id}/v1/chat/completions")

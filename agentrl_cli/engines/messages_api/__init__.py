@@ -6,9 +6,9 @@ served chat completion becomes a `message`, its event stream or its error object
 as a chat completion: the same segments, splice and counters.
 """
 
-from agentrl_cli.engines.messages_api.reply import error_response, message_events, to_message
+from agentrl_cli.engines.messages_api.reply import chat_id, error_response, message_events, to_message
 from agentrl_cli.engines.messages_api.request import to_chat
 from agentrl_cli.engines.messages_api.routes import ApiKeyHeader, add_messages_routes, answer, api_key_as_bearer
 
-__all__ = ["ApiKeyHeader", "add_messages_routes", "answer", "api_key_as_bearer", "error_response", "message_events",
+__all__ = ["ApiKeyHeader", "add_messages_routes", "answer", "api_key_as_bearer", "chat_id", "error_response", "message_events",
            "to_chat", "to_message"]

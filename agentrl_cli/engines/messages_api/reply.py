@@ -46,6 +46,11 @@ def message_id(chat_id: str) -> str:
     return "msg_" + _hex(chat_id, "chatcmpl-")
 
 
+def chat_id(call_id: str) -> str:
+    """The chat completion id a Messages id names (`msg_<hex>` -> `chatcmpl-<hex>`); any other id as is."""
+    return "chatcmpl-" + call_id[len("msg_"):] if call_id.startswith("msg_") else call_id
+
+
 def tool_use_id(call_id: str) -> str:
     return "toolu_" + _hex(call_id, "call_")
 

@@ -94,6 +94,8 @@ def _check_fields(body: dict) -> None:
         raise _bad("max_tokens", f"expected an integer of at least 1, got {max_tokens!r}")
     _number(body, "temperature", 0, 1)
     _number(body, "top_p", 0, 1)
+    if body.get("top_p") == 0:
+        raise _bad("top_p", "must be above 0 (0 keeps no token; use temperature 0 for greedy decoding)")
     top_k = body.get("top_k")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise _bad("top_k", f"expected an integer of at least 1, got {top_k!r}")
