@@ -125,3 +125,19 @@ def test_the_chunk_stream_becomes_the_messages_events_in_order():
     assert events[5]["content_block"] == {"type": "tool_use", "id": "toolu_0123", "name": "lookup", "input": {}}
     assert events[6]["delta"] == {"type": "input_json_delta", "partial_json": '{"word": "x"}'} and events[6]["index"] == 1
     assert events[8]["delta"]["stop_reason"] == "tool_use" and events[8]["usage"]["output_tokens"] == 3
+
+
+def test_a_failure_after_the_stream_began_is_an_error_event():
+    async def chat_sse():
+        yield "data: " + json.dumps({"id": "chatcmpl-abc", "model": "m", "choices": [
+            {"index": 0, "delta": {"content": "Hi"}, "finish_reason": None}]}) + "\n\n"
+        raise OpenAIError("the inference servers did not complete the generation", status=503, type="server_error")
+
+    async def collect():
+        return [e async for e in message_events(chat_sse())]
+
+    events = asyncio.run(collect())
+    assert [e.split("\n", 1)[0] for e in events] == ["event: message_start", "event: content_block_start",
+                                                     "event: content_block_delta", "event: error"]
+    assert json.loads(events[-1].split("data: ", 1)[1]) == {"type": "error", "error": {
+        "type": "overloaded_error", "message": "the inference servers did not complete the generation"}}
