@@ -6,7 +6,9 @@ OpenAI base URL and key):
   cancelled at the deadline. A plain (non-async) function is called as is and cannot be cancelled.
 - `CommandRunner` (`options.command: "python3 my_agent.py"`): the command run by bash in a
   sandbox from the harness's provider (bubblewrap: nothing reachable but the allow-listed gateway),
-  with `OPENAI_BASE_URL` and `OPENAI_API_KEY` set to the session, `AGENT_TASK` the task as JSON,
+  with `OPENAI_BASE_URL` and `OPENAI_API_KEY` set to the session (and `ANTHROPIC_BASE_URL`, the
+  session's root without `/v1` as the anthropic SDK and Claude-Code-style agents take it, and
+  `ANTHROPIC_API_KEY`), `AGENT_TASK` the task as JSON,
   and the task's prompt on stdin. `options.files` (host files or directories) are copied into the
   sandbox's work directory first, by their base names; the final answer is the last non-empty line
   the command writes to stdout; `options.collect` names work-directory files read back as evidence.
@@ -156,7 +158,8 @@ class CommandRunner:
                 sandbox.write_file(path, data)
             r = sandbox.exec(self.command, timeout=timeout_s, stdin=task["prompt"],
                              env={"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "AGENT_TASK": json.dumps(task),
-                                  **(env or {})})
+                                  "ANTHROPIC_BASE_URL": base_url.rstrip("/").removesuffix("/v1"),
+                                  "ANTHROPIC_API_KEY": api_key, **(env or {})})
             if r.killed_reason == "wall_timeout":
                 raise AgentTimeout(f"`{self.command}` ran past {timeout_s:g} s (options.timeout_s)")
             if r.exit_code != 0 or r.error:

@@ -1,5 +1,7 @@
-"""The `agent` harness: agents written with the openai SDK (tests/agents/, never importing agentrl)
-trained as they are through the run's recording gateway. Stage 8 smoke passes with one; stage 5
+"""The `agent` harness: agents written with the openai SDK, the OpenAI Agents SDK (Responses API) and
+the anthropic SDK (Messages API) (tests/agents/, never importing agentrl) trained as they are through
+the run's recording gateway. Stage 8 smoke passes with one (with the other two under the `long`
+marker, stage 5 checks them token-exact); stage 5
 checks a sandboxed command agent (reaching the gateway through the allowlist and nothing else) and
 an agent that posts its own reward, token-exact; a history-rewriting agent trains one sample per
 segment; the gateway admits no more sessions than the run's staleness limit allows; an agent that
@@ -36,12 +38,14 @@ def imported_modules(path: Path) -> set[str]:
            {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
 
 
-def test_the_agents_are_plain_openai_clients_that_never_import_agentrl():
-    for name in ("openai_agent.py", "rewriting_agent.py", "posting_agent.py", "command_agent.py", "agents_sdk_agent.py"):
+def test_the_agents_are_plain_sdk_clients_that_never_import_agentrl():
+    for name in ("openai_agent.py", "rewriting_agent.py", "posting_agent.py", "command_agent.py", "agents_sdk_agent.py",
+                 "anthropic_agent.py"):
         mods = imported_modules(AGENTS / name)
         assert not {"agentrl_cli", "harnesses", "tests"} & mods, (name, mods)
     assert "openai" in imported_modules(AGENTS / "openai_agent.py")
     assert "agents" in imported_modules(AGENTS / "agents_sdk_agent.py")
+    assert "anthropic" in imported_modules(AGENTS / "anthropic_agent.py")
 
 
 def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
@@ -95,6 +99,40 @@ def test_the_openai_agents_sdk_agent_trains_through_stage_8_smoke(cli, write_yam
     assert last["gateway/non_prefix_calls"] == 0 and last["gateway/unauthorized"] == 0
     records = [r for r in read_records(_store()) if r.harness == "agent"]
     assert len({r.reward for r in records}) > 1  # the streamed answer's length decides: rewards vary
+
+
+ANTHROPIC_AGENT = "harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.anthropic_agent:run', tasks: brief}\n"
+
+
+def test_stage_5_checks_an_anthropic_sdk_agent_token_exact(cli, write_yaml, quick_sets):
+    """The Messages API agent (tests/agents/anthropic_agent.py): its two calls recorded token-exact
+    through the gateway, its episode through the training path."""
+    write_yaml(ANTHROPIC_AGENT)
+    result, data = cli.json("stage", "run", "5", *quick_sets)
+    checks = {c["name"]: c for c in data["reports"][0]["checks"]}
+    assert result.exit_code == 0, [(n, c["detail"][:200]) for n, c in checks.items() if c["status"] == "fail"]
+    for check in ("loads", "one episode through the training path", "token-exact through the gateway"):
+        assert checks[f"harness agent: {check}"]["status"] == "pass", check
+    exact = checks["harness agent: token-exact through the gateway"]["measured"]
+    assert exact["calls"] == 2 and exact["mismatches"] == 0
+
+
+@pytest.mark.long  # about 40 s: CI's budget has no room for a second agent's smoke training
+def test_an_anthropic_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
+    write_yaml(ANTHROPIC_AGENT)
+    wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",  # rewards vary: as above
+            "--set", "training.gradient_accumulation_steps=2"]
+    result, data = cli.json("stage", "run", "8", "--phase", "smoke", *quick_sets, *wide)
+    report = data["reports"][-1]
+    failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] == "fail"]
+    assert result.exit_code == 0 and report["status"] == "pass", failing
+    rows = [r for r in read_rows(Path("runs") / report["run_id"] / "stage8" / "metrics.jsonl") if "train/loss" in r]
+    last = rows[-1]
+    assert last["gateway/calls"] >= 2 * last["gateway/closed_sessions"] > 0
+    assert last["rollout/token_exact_mismatches"] == 0 and last["rollout/token_exact_episodes"] > 0
+    assert last["gateway/non_prefix_calls"] == 0 and last["gateway/unauthorized"] == 0
+    records = [r for r in read_records(_store()) if r.harness == "agent"]
+    assert records and {len(r.steps) for r in records} == {2} and all(r.segment_starts == [] for r in records)
 
 
 def _store():

@@ -5,13 +5,17 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     GET    /sessions/{id}                  the SessionRecord so far (segments, steps, rewards, counters)
     DELETE /sessions/{id}                  end it; its SessionRecord
     POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..." / "resp_..."} one call's
+                                           (a Messages call's "msg_..." id names its chat completion)
     POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
     POST   /s/{id}/v1/responses            OpenAI Responses (streaming too), each a chat call recorded the same way
     GET    /s/{id}/v1/responses/{rid}      a response of the session (DELETE drops it); previous_response_id reads them
+    POST   /s/{id}/v1/messages             Anthropic Messages (streaming too; `engines/messages_api`), recorded
+                                           as the chat completion it is translated to
     GET    /s/{id}/v1/models               the served model
     GET    /health, GET /stats             liveness; the gateway/ counters (admin)
 
-The /s/ routes take the session's key as a bearer token (401 otherwise); the management routes take
+The /s/ routes take the session's key as a bearer token (401 otherwise; /v1/messages takes it as
+`x-api-key` too, and answers in the Messages API's error shape); the management routes take
 one of `admin_key` when one is set (gateway.api_key: two keys at once during a rotation; an agent
 holding only its session key can neither post its own reward nor read other sessions). Session
 management that changes something (open, close, reward) and every refused management request is an
@@ -33,6 +37,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from agentrl_cli.engines.gateway.backend import describe
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
+from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, chat_id, error_response, to_chat
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
 from agentrl_cli.engines.openai_api.responses_out import response_events
 from agentrl_cli.engines.openai_api.responses_store import create_response
@@ -151,9 +156,9 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
                 raise OpenAIError('give {"reward": <number>} (and "call_id" for one call\'s reward)', param="reward")
             call_id = body.get("call_id")
             if call_id is not None and not isinstance(call_id, str):
-                raise OpenAIError(f"call_id must be a chat completion's or a response's id (a string), got {call_id!r}",
+                raise OpenAIError(f"call_id must be a chat completion's, a response's or a message's id (a string), got {call_id!r}",
                                   param="call_id")
-            record = gateway.post_reward(session_id, body["reward"], call_id)
+            record = gateway.post_reward(session_id, body["reward"], None if call_id is None else chat_id(call_id))
         return {"session_id": session_id, "rewards": record.to_dict()["rewards"]}
 
     @app.post("/s/{session_id}/v1/chat/completions")
@@ -185,6 +190,22 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
     async def delete_response(session_id: str, response_id: str, request: Request):
         session = gateway.authorize(session_id, request.headers.get("authorization"))
         return JSONResponse(session.responses.delete(response_id))
+
+    @app.post("/s/{session_id}/v1/messages")
+    async def messages(session_id: str, request: Request):
+        try:
+            session = gateway.authorize(session_id, api_key_as_bearer(request.headers))
+            body = await _json(request)
+            call = await gateway.chat(session, to_chat(body))
+        except OpenAIError as exc:
+            if exc.status == 401 and not api_key_as_bearer(request.headers):
+                exc.message = ("no API key: send the session's key as x-api-key (the anthropic SDK's api_key, or "
+                               "ANTHROPIC_API_KEY) or as a bearer token, from the POST /sessions answer")
+            return error_response(exc, exc.headers() if isinstance(exc, Backpressure) else None)
+        except Exception as exc:  # noqa: BLE001 - answered in the Messages API's shape, as the app's handler does
+            log.exception("gateway Messages call failed")
+            return error_response(OpenAIError(f"internal gateway error: {type(exc).__name__}: {exc}", status=500))
+        return answer(call, body)
 
     @app.get("/s/{session_id}/v1/models")
     async def models(session_id: str, request: Request) -> dict:

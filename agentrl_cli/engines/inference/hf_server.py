@@ -1,6 +1,7 @@
 """The embedded inference server: a FastAPI app that speaks SGLang's native HTTP protocol
 (`/generate`, health, info, weight updates, LoRA adapters, abort, metrics) and its OpenAI-compatible API
-(`agentrl_cli.engines.openai_api`, mounted here over the same engine) over an `HFEngine`, so clients
+(`agentrl_cli.engines.openai_api`, mounted here over the same engine, and Anthropic's Messages API
+translated onto it, `agentrl_cli.engines.messages_api`) over an `HFEngine`, so clients
 cannot tell it from an SGLang server for the endpoints it supports. Validation and response shapes live in `protocol.py`, batching and weight
 updates in `engine.py`, the weight-update process group in `weight_group.py`; this module only
 routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
@@ -35,6 +36,7 @@ from agentrl_cli.engines.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SU
                                             ProtocolError, UnloadLoRAAdapterIn, UpdateWeightsFromDiskIn,
                                             UpdateWeightVersionIn, build_output, dumps, error_body, parse_generate,
                                             parse_model)
+from agentrl_cli.engines.messages_api import ApiKeyHeader, add_messages_routes
 from agentrl_cli.engines.openai_api import EngineBackend, add_openai_routes
 from agentrl_cli.core.security import WEIGHT_UPDATE_PATHS, AuditLog, BearerAuth, KeyRing
 from agentrl_cli.core.security.http import paths
@@ -147,6 +149,7 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
 
     app.add_middleware(BearerAuth, keys=KeyRing.coerce(api_key), service="inference", audit=audit,
                        audited=paths(WEIGHT_UPDATE_PATHS), body={"error": "Unauthorized"})  # SGLang's 401 body
+    app.add_middleware(ApiKeyHeader)  # runs before the key check: /v1/messages takes the key as x-api-key too
     app.state.draining = False
 
     def drain() -> int:
@@ -171,8 +174,11 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
     async def health():
         return Response(status_code=200 if engine.alive and not app.state.draining else 503)
 
-    # /v1/chat/completions, /v1/completions, /v1/models: the same engine, batches and prefix cache as /generate
-    add_openai_routes(app, EngineBackend(engine, model_name))
+    # /v1/chat/completions, /v1/completions, /v1/models, and Anthropic's /v1/messages translated onto the chat
+    # path: the same engine, batches and prefix cache as /generate
+    backend = EngineBackend(engine, model_name)
+    add_openai_routes(app, backend)
+    add_messages_routes(app, backend)
 
     if registry is not None:
         @app.get("/metrics")
