@@ -5,7 +5,7 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     GET    /sessions/{id}                  the SessionRecord so far (segments, steps, rewards, counters)
     DELETE /sessions/{id}                  end it; its SessionRecord
     POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..."} one call's
-    POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
+    POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streamed as generated too), recorded token-exact
     GET    /s/{id}/v1/models               the served model
     GET    /health, GET /stats             liveness; the gateway/ counters (admin)
 
@@ -32,6 +32,7 @@ from agentrl_cli.engines.gateway.backend import describe
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
+from agentrl_cli.engines.openai_api.routes import SSE_HEADERS, LiveStreamingResponse
 from agentrl_cli.core.security import AuditLog, KeyRing, bearer_token
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,12 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
     @app.post("/s/{session_id}/v1/chat/completions")
     async def chat(session_id: str, request: Request):
         session = gateway.authorize(session_id, request.headers.get("authorization"))
-        call = await gateway.chat(session, await _json(request))
+        body = await _json(request)
+        if body.get("stream"):
+            events = await gateway.chat_stream(session, body)
+            if events is not None:
+                return LiveStreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        call = await gateway.chat(session, body)
         if call.request.get("stream"):
             return StreamingResponse(chat_stream(call), media_type="text/event-stream")
         return JSONResponse(call.response)
