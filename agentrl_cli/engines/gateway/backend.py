@@ -88,8 +88,8 @@ class ClientBackend:
 
     @property
     def streams(self) -> bool:
-        """Whether calls can be streamed as generated: the servers speak SGLang's /generate stream."""
-        return getattr(self.client.engine, "dialect", None) == "sglang"
+        """Whether calls can be streamed as generated: the servers' generate route streams."""
+        return self.client.streams
 
     @staticmethod
     def _no_top_logprobs(top_logprobs: int) -> None:

@@ -192,6 +192,12 @@ class InferenceClient:
         data, server, latency, retries = await self._post_with_retries(self.engine.routes.generate, body)
         return self.engine.parse_generation(data, latency, server, retries)
 
+    @property
+    def streams(self) -> bool:
+        """Whether `generate_stream` works: the engine's generate route streams (`Capabilities.generate_stream`)."""
+        capabilities = getattr(self.engine, "capabilities", None)
+        return bool(getattr(capabilities, "generate_stream", False))
+
     async def generate_stream(self, input_ids: list[int], sampling: SamplingParams,
                               rid: str) -> AsyncIterator[tuple[list[int], list[float], str, Generation | None]]:
         """One generation streamed (SGLang's `/generate` with `stream: true`): awaiting it sends the
@@ -201,10 +207,10 @@ class InferenceClient:
         the whole Generation). Closing it early closes the connection and asks the server to abort
         `rid` (`/abort_request`). Servers may send ids cumulatively (SGLang's default) or
         incrementally (`--incremental-streaming-output`, the embedded server); both are read."""
-        if getattr(self.engine, "dialect", None) != "sglang":
-            raise InferenceError(f"streamed generation needs SGLang's /generate protocol; the "
-                                 f"{getattr(self.engine, 'dialect', '?')} engine's client generates whole turns",
-                                 "send stream=false")
+        if not self.streams:
+            title = getattr(self.engine, "title", "this engine")
+            raise InferenceError(f"streamed generation needs SGLang's /generate stream; {title}'s protocol has none "
+                                 "here, so its client generates whole turns", "send stream=false")
         body = {**self.engine.generate_body(input_ids, sampling, rid, self.adapter.name), "stream": True}
         self.stats["requests"] += 1
         tried: set[str] = set()
