@@ -130,7 +130,7 @@ def test_a_history_rewriting_agent_trains_one_sample_per_segment(tmp_path, rando
     summary, store = asyncio.run(go())
     row = summary.metrics[-1]
     assert row["rollout/episodes_trained"] == 4 and row["rollout/samples_built"] == 8 == row["train/samples"]
-    assert row["gateway/non_prefix_calls"] == 4 and row["rollout/token_exact_mismatches"] == 0
+    assert row["gateway/non_prefix_calls"] == 4 and row["rollout/token_exact_mismatches"] == 0  # the streamed calls too
     [record] = [r for r in read_records(store)][:1]
     again = find_trajectory(store, record.trajectory_id)  # as a resumed run reads it back
     assert len(again.segment_starts) == 2 and again.segment_starts[0] == 0
