@@ -507,3 +507,27 @@ def test_a_streamed_generate_sends_the_new_tokens_as_they_come_and_ends_like_the
     assert chunks[-1]["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == \
         [sum(len(c["output_ids"]) for c in chunks[:i + 1]) for i in range(len(chunks))]
+
+
+def test_a_streamed_request_retracted_after_sending_tokens_is_aborted_with_them(served):
+    """A retraction restarts a request from scratch; a streamed one has sent tokens that cannot be
+    taken back, so it ends aborted with exactly the ids it streamed (a gateway goes on from them)."""
+    import json
+
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True},
+            "return_logprob": True, "stream": True}
+    chunks = []
+    try:
+        with httpx.stream("POST", f"{served.url}/generate", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunks.append(json.loads(line[6:]))
+                if len(chunks) == 1:  # tokens have left: now retract the running batch
+                    assert served.post("/pause_generation", {"mode": "retract"}).status_code == 200
+    finally:
+        served.post("/continue_generation")
+    last = chunks[-1]["meta_info"]
+    assert last["finish_reason"]["type"] == "abort" and "cannot restart" in last["finish_reason"]["message"]
+    streamed = [t for c in chunks for t in c["output_ids"]]
+    assert 1 <= len(streamed) == last["completion_tokens"] < 64

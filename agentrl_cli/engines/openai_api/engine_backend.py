@@ -33,6 +33,8 @@ def _refusal(exc: ProtocolError) -> OpenAIError:
 class EngineBackend:
     """Serves OpenAI calls with an `HFEngine`; `model_name` as the server reports it (`/v1/models`)."""
 
+    streams = True  # `generate_stream`: tokens as the engine samples them
+
     def __init__(self, engine, model_name: Callable[[], str] | None = None) -> None:
         self.engine = engine
         self.tokenizer = engine.tokenizer
@@ -44,8 +46,6 @@ class EngineBackend:
     @property
     def context_length(self) -> int:
         return self.engine.context_length
-
-    streams = True
 
     def _parsed(self, input_ids: list[int], sampling: dict, n: int, top_logprobs: int):
         if top_logprobs:
