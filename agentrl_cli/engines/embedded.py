@@ -55,7 +55,7 @@ class EmbeddedEngine(SGLangDialect):
     dialect = "sglang"  # the native protocol its servers speak (`inference.dialect`; `embedded_vllm.py` speaks vLLM's)
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
                                 pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=False, host_cpu=True,
-                                dialects=("sglang", "vllm"))
+                                dialects=("sglang", "vllm"), generate_stream=True)
     lock_packages: tuple[str, ...] = ()
     import_modules: tuple[str, ...] = ()
 

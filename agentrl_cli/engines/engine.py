@@ -64,6 +64,7 @@ class Capabilities:
     host_cpu: bool                     # its servers run torch on this host's CPU cores, shared with the trainer
     pipeline_parallel: bool = False    # its servers split the model's layers over inference.pp_size GPUs
     dialects: tuple[str, ...] = ()     # the native protocols its servers speak (inference.dialect; the first is its own)
+    generate_stream: bool = False      # its generate route streams tokens as sampled (SGLang's /generate stream: true)
 
 
 @dataclass

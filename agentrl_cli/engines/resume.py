@@ -58,7 +58,7 @@ class ResumePolicy:
         return cls(allow_partial=r.allow_partial_resume, max_attempts=r.resume_max_attempts, deadline_s=r.resume_deadline_s)
 
 
-def _version_key(version: str) -> tuple[int, str]:
+def version_key(version: str) -> tuple[int, str]:
     digits = "".join(c for c in str(version) if c.isdigit())
     return (int(digits) if digits else -1, str(version))
 
@@ -133,7 +133,7 @@ async def generate_resumable(client: InferenceClient, input_ids: list[int], samp
         if not got:  # nothing came back: do not hammer a server that aborts at once
             await asyncio.sleep(policy.backoff_s)
     versions = [p["weight_version"] for p in pieces] or [last.weight_version if last else ""]
-    return Generation(output_ids=ids, output_logprobs=logprobs, finish_reason=finish, weight_version=min(versions, key=_version_key),
+    return Generation(output_ids=ids, output_logprobs=logprobs, finish_reason=finish, weight_version=min(versions, key=version_key),
                       latency=latency, text="".join(texts), prompt_tokens=len(prompt), server=last.server if last else "",
                       retries=retries, meta={"pieces": pieces, "attempts": attempts + 1})
 

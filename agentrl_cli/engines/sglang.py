@@ -124,7 +124,7 @@ class SGLangEngine(SGLangDialect):
     title = "SGLang"
     capabilities = Capabilities(transports=frozenset({"disk", "distributed"}), adapters=True,
                                 pause_modes=("abort", "retract", "in_place"), constrained_tool_choice=True, host_cpu=False,
-                                pipeline_parallel=True, dialects=("sglang",))
+                                pipeline_parallel=True, dialects=("sglang",), generate_stream=True)
     # SGLang 0.5.23 (engines/conformance VERIFIED) reads a weight version back at /model_info only (it has no
     # /get_weight_version), and its /server_info has no busy-seconds counter: `agentrl engine verify` says so
     routes = dataclasses.replace(ROUTES, weight_version=("/model_info",))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from agentrl_cli.config import load_config
+from harnesses.agent import AgentHarness
 from agentrl_cli.runtime.data.writer import find_trajectory, read_records
 from agentrl_cli.runtime.observe.step_metrics import read_rows
 from agentrl_cli.run.training_run import TrainingRun
@@ -199,7 +200,7 @@ def test_a_history_rewriting_agent_trains_one_sample_per_segment(tmp_path, rando
     summary, store = asyncio.run(go())
     row = summary.metrics[-1]
     assert row["rollout/episodes_trained"] == 4 and row["rollout/samples_built"] == 8 == row["train/samples"]
-    assert row["gateway/non_prefix_calls"] == 4 and row["rollout/token_exact_mismatches"] == 0
+    assert row["gateway/non_prefix_calls"] == 4 and row["rollout/token_exact_mismatches"] == 0  # the streamed calls too
     [record] = [r for r in read_records(store)][:1]
     again = find_trajectory(store, record.trajectory_id)  # as a resumed run reads it back
     assert len(again.segment_starts) == 2 and again.segment_starts[0] == 0
@@ -220,10 +221,27 @@ async def silent_agent(task, base_url, api_key):
     return "I answer without asking the model"
 
 
-def test_an_agent_that_raises_or_makes_no_call_is_masked_and_counted(tmp_path, random_model_dir):
+def leaving_agent(task, base_url, api_key):
+    """Reads the first content event of a long streamed call, then goes away (closes the connection)."""
+    from tests.integration.streaming import first_content_then_leave
+
+    body = {"model": "policy", "messages": [{"role": "user", "content": task["prompt"]}], "max_tokens": 256,
+            "ignore_eos": True, "stream": True}
+    first_content_then_leave(f"{base_url}/chat/completions", body, {"Authorization": f"Bearer {api_key}"})
+    return "I left"
+
+
+class LeavingHarness(AgentHarness):
+    """The agent harness under a third name, for `leaving_agent`."""
+
+
+def test_an_agent_that_raises_makes_no_call_or_leaves_a_stream_is_masked_and_counted(tmp_path, random_model_dir):
     cfg = _config(tmp_path, random_model_dir, [{"name": "agent", "options": {"entry": f"{HERE}:raising_agent", "tasks": "brief"}},
                                                 {"name": "harnesses.agent:AgentHarness",
-                                                 "options": {"entry": f"{HERE}:silent_agent", "tasks": "brief"}}])
+                                                 "options": {"entry": f"{HERE}:silent_agent", "tasks": "brief"}},
+                                                {"name": f"{HERE}:LeavingHarness",
+                                                 "options": {"entry": f"{HERE}:leaving_agent", "tasks": "brief"}}],
+                  **{"inference.max_new_tokens": 256})
 
     async def go():
         from agentrl_cli.runtime.rollout.sampler import Draw
@@ -246,6 +264,9 @@ def test_an_agent_that_raises_or_makes_no_call_is_masked_and_counted(tmp_path, r
     assert counters["env/agent/harness_errors/agent"] == 1
     assert silent.termination == "infra_error" and silent.harness_error is None and silent_score.masked
     assert "agent_made_no_call" in silent_score.flags and "made no call" in silent.error
+    left, left_score, _ = played[f"{HERE}:LeavingHarness"]  # its call aborted, never recorded half: masked
+    assert left.termination == "infra_error" and "stream_aborted" in left_score.flags and left_score.masked
+    assert left.harness_error is None and not left.trajectory.actions and "mid-stream" in left.error
 
 
 def test_the_gateway_admits_no_more_sessions_than_the_staleness_limit_allows(tmp_path, random_model_dir):

@@ -27,6 +27,7 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.inference.client import InferenceClient
 from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
+from tests.integration.streaming import LONG, engine_counters, first_content_then_leave, until
 
 pytestmark = [pytest.mark.integration]
 
@@ -47,6 +48,19 @@ class TappedClient(InferenceClient):
         gen = await super().generate(input_ids, sampling, rid)
         self.served.append((list(input_ids), list(gen.output_ids), list(gen.output_logprobs)))
         return gen
+
+    async def generate_stream(self, input_ids, sampling, rid):
+        tokens = await super().generate_stream(input_ids, sampling, rid)
+
+        async def tapped():
+            try:
+                async for new, logprobs, version, final in tokens:
+                    if final is not None:
+                        self.served.append((list(input_ids), list(final.output_ids), list(final.output_logprobs)))
+                    yield new, logprobs, version, final
+            finally:
+                await tokens.aclose()
+        return tapped()
 
 
 @dataclass
@@ -303,6 +317,49 @@ def test_streaming_through_the_gateway_is_recorded_like_any_call(gw):
     step = record["segments"][0]["calls"][0]
     assert step["action_text"] == text and step["completion_tokens"] == len(gw.client.served[0][1])
     assert gw.admin("GET", f"/sessions/{session['session_id']}").status_code == 404
+
+
+def test_a_live_stream_through_the_gateway_is_recorded_from_exactly_the_ids_streamed(gw, tokenizer):
+    """A 64-token generation streamed through a session token by token: the tokens the agent was
+    streamed (their log-prob entries) are the ids the server generated and the ids recorded."""
+    session = gw.session()
+    stream = gw.sdk(session).chat.completions.create(model="tiny-random", messages=first_messages(), max_tokens=64,
+                                                    stream=True, logprobs=True, temperature=0,
+                                                    extra_body={"ignore_eos": True})
+    pieces, entries, ids = [], [], set()
+    for chunk in stream:
+        ids.add(chunk.id)
+        for choice in chunk.choices:
+            pieces += [choice.delta.content] if choice.delta.content else []
+            entries += choice.logprobs.content if choice.logprobs else []
+    record = gw.admin("DELETE", f"/sessions/{session['session_id']}").json()
+    (segment,) = record["segments"]
+    (step,) = segment["calls"]
+    (served,) = gw.client.served
+    generated = segment["token_ids"][step["prompt_tokens"]:]
+    assert generated == served[1] and len(generated) == 64 and segment["loss_mask"].count(1) == 64
+    assert [e.token for e in entries] == [tokenizer.decode([t]) for t in generated]
+    assert [e.logprob for e in entries] == pytest.approx(segment["logprobs"][step["prompt_tokens"]:], abs=1e-6)
+    assert step["action_text"] == "".join(pieces) and len(pieces) > 8 and ids == {step["call_id"]}
+    assert gw.gateway.stats()["gateway/calls_in_flight"] == 0
+
+
+def test_an_agent_that_leaves_mid_stream_aborts_the_generation_and_records_no_half_step(gw, server):
+    """The agent reads the first content event of a 64-token generation and goes away: the inference
+    server's own counters show the request aborted before its 64th token, and the session records no
+    step of it, only `aborted_calls` (which masks the episode)."""
+    session = gw.session()
+    before = engine_counters(server.url)
+    body = {**LONG, "model": "tiny-random", "messages": first_messages()}
+    first_content_then_leave(f"{session['base_url']}/chat/completions", body,
+                             {"Authorization": f"Bearer {session['api_key']}"})
+    after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
+                   "the aborted request to finish")
+    assert after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < 64
+    until(lambda: gw.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
+    record = gw.admin("GET", f"/sessions/{session['session_id']}").json()
+    assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+    assert gw.gateway.stats()["gateway/aborted_calls"] == 1
 
 
 def test_agentrl_serve_gateway_serves_an_sdk_agent(server, random_model_dir, tmp_path):

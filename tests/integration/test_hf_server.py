@@ -354,7 +354,7 @@ def test_256_concurrent_requests_all_complete(served):
     ({"input_ids": ["a", "b"]}, "input_ids"),
     ({"input_ids": [1], "sampling_params": {"frobnicate": 1}}, "frobnicate"),
     ({"input_ids": [1], "image_data": "http://example.invalid/cat.png"}, "image_data is not supported"),
-    ({"input_ids": [1], "stream": True}, "stream"),
+    ({"input_ids": [[1], [2]], "stream": True}, "stream"),
 ])
 def test_bad_requests_get_400_naming_the_problem_and_the_server_keeps_serving(served, body, fragment):
     response = served.post("/generate", body)
@@ -484,3 +484,50 @@ def test_an_export_of_the_same_architecture_loads_into_a_copy_and_another_one_fu
             assert engine.weight_version == version
     finally:
         engine.close()
+
+
+def test_a_streamed_generate_sends_the_new_tokens_as_they_come_and_ends_like_the_whole_answer(served):
+    """`stream: true`: events in SGLang's incremental shape whose ids and log-probs, concatenated,
+    are the answer not streamed; `completion_tokens` counts all so far; `finish_reason` on the last."""
+    import json
+
+    whole = served.generate([1, 2, 3], max_new_tokens=12, ignore_eos=True)
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True},
+            "return_logprob": True, "stream": True}
+    chunks = []
+    with httpx.stream("POST", f"{served.url}/generate", json=body, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(x) for x in lines[:-1]]
+    ids = [t for c in chunks for t in c["output_ids"]]
+    lps = [lp for c in chunks for lp, _, _ in c["meta_info"]["output_token_logprobs"]]
+    assert ids == whole["output_ids"] and lps == pytest.approx([lp for lp, _, _ in whole["meta_info"]["output_token_logprobs"]])
+    assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    assert chunks[-1]["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == \
+        [sum(len(c["output_ids"]) for c in chunks[:i + 1]) for i in range(len(chunks))]
+
+
+def test_a_streamed_request_retracted_after_sending_tokens_is_aborted_with_them(served):
+    """A retraction restarts a request from scratch; a streamed one has sent tokens that cannot be
+    taken back, so it ends aborted with exactly the ids it streamed (a gateway goes on from them)."""
+    import json
+
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True},
+            "return_logprob": True, "stream": True}
+    chunks = []
+    try:
+        with httpx.stream("POST", f"{served.url}/generate", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunks.append(json.loads(line[6:]))
+                if len(chunks) == 1:  # tokens have left: now retract the running batch
+                    assert served.post("/pause_generation", {"mode": "retract"}).status_code == 200
+    finally:
+        served.post("/continue_generation")
+    last = chunks[-1]["meta_info"]
+    assert last["finish_reason"]["type"] == "abort" and "cannot restart" in last["finish_reason"]["message"]
+    streamed = [t for c in chunks for t in c["output_ids"]]
+    assert 1 <= len(streamed) == last["completion_tokens"] < 64

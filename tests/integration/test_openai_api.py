@@ -24,6 +24,7 @@ from agentrl_cli.model.tiny import init_model, save_model_dir
 from agentrl_cli.engines.openai_api import EngineBackend, add_openai_routes
 from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
+from tests.integration.streaming import LONG, engine_counters, first_content_then_leave, until
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a test dependency: pip install openai")
 
@@ -320,3 +321,31 @@ def test_the_sglang_router_sends_chat_completions_to_both_servers(random_model_d
         router.wait(timeout=30)
         for s in servers:
             s.close()
+
+
+def test_a_stream_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(served):
+    """The first content event of a 64-token generation is read, then the client disconnects: the
+    server's own counters show the request aborted with fewer than 64 tokens generated, so the event
+    left the server (and was read) before the generation had finished, and the generation stopped."""
+    before = engine_counters(served.url)
+    first_content_then_leave(f"{served.url}/v1/chat/completions", LONG)
+    after = until(lambda: (c := engine_counters(served.url))["requests"] > before["requests"] and c,
+                   "the aborted request to finish")
+    assert after["aborted"] == before["aborted"] + 1
+    assert 1 <= after["tokens"] - before["tokens"] < 64
+
+
+def test_a_whole_live_stream_equals_the_call_not_streamed(served):
+    """Read to the end: the content arrives in many events, one log-prob entry per generated token,
+    and the text, tokens and finish equal the same call not streamed."""
+    kwargs = {k: v for k, v in LONG.items() if k not in ("stream", "ignore_eos")} | {"extra_body": {"ignore_eos": True}}
+    whole = served.client().chat.completions.create(**kwargs).choices[0]
+    pieces, entries, finish = [], [], None
+    for chunk in served.client().chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            pieces += [choice.delta.content] if choice.delta.content else []
+            entries += choice.logprobs.content if choice.logprobs else []
+            finish = choice.finish_reason or finish
+    assert "".join(pieces) == whole.message.content and finish == whole.finish_reason == "length"
+    assert [e.token for e in entries] == [e.token for e in whole.logprobs.content] and len(entries) == 64
+    assert len(pieces) > 8  # token by token, not one blob at the end

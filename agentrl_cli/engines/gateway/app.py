@@ -6,7 +6,7 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     DELETE /sessions/{id}                  end it; its SessionRecord
     POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..." / "resp_..."} one call's
                                            (a Messages call's "msg_..." id names its chat completion)
-    POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streaming too), recorded token-exact
+    POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streamed as generated too), recorded token-exact
     POST   /s/{id}/v1/responses            OpenAI Responses (streaming too), each a chat call recorded the same way
     GET    /s/{id}/v1/responses/{rid}      a response of the session (DELETE drops it); previous_response_id reads them
     POST   /s/{id}/v1/messages             Anthropic Messages (streaming too; `engines/messages_api`), recorded
@@ -41,6 +41,7 @@ from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, chat_id,
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
 from agentrl_cli.engines.openai_api.responses_out import response_events
 from agentrl_cli.engines.openai_api.responses_store import create_response
+from agentrl_cli.engines.openai_api.routes import SSE_HEADERS, LiveStreamingResponse
 from agentrl_cli.core.security import AuditLog, KeyRing, bearer_token
 
 log = logging.getLogger(__name__)
@@ -164,7 +165,12 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
     @app.post("/s/{session_id}/v1/chat/completions")
     async def chat(session_id: str, request: Request):
         session = gateway.authorize(session_id, request.headers.get("authorization"))
-        call = await gateway.chat(session, await _json(request))
+        body = await _json(request)
+        if body.get("stream"):
+            events = await gateway.chat_stream(session, body)
+            if events is not None:
+                return LiveStreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        call = await gateway.chat(session, body)
         if call.request.get("stream"):
             return StreamingResponse(chat_stream(call), media_type="text/event-stream")
         return JSONResponse(call.response)

@@ -5,6 +5,12 @@ with `input_ids`, so the embedded server and SGLang serve a gateway alike. Each 
 continues from its partial ids, as the rollout's own turns do, and its weight version is the oldest
 that produced any of its tokens.
 
+Streamed calls (`generate_stream`) read SGLang's `/generate` stream, so the tokens reach the agent
+as the server samples them; a stream the server aborts goes on from its partial ids on a new
+stream (the tokens already sent stay: `rollout.allow_partial_resume` cannot apply), a server lost
+mid-stream fails the call (503; the stream ends, nothing is recorded), and closing the stream (the
+agent went away) closes the server's and asks it to abort the request.
+
 `CallBackend` is the view of one chat call: it takes the ids the chat template rendered, lets the
 session choose the ids to generate from (`splice.plan_call`), and keeps both for the recorder.
 
@@ -15,12 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections import Counter
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
-from agentrl_cli.engines.inference.client import InferenceClient, InferenceError, SamplingParams
+from agentrl_cli.engines.inference.awaiting import Stream
+from agentrl_cli.engines.inference.client import InferenceClient, InferenceError, InferenceUnreachable, SamplingParams
 from agentrl_cli.engines.openai_api import Completion, OpenAIError
-from agentrl_cli.engines.resume import GenerationLost, ResumePolicy, generate_resumable
+from agentrl_cli.engines.openai_api.base import TokenChunk
+from agentrl_cli.engines.resume import GenerationLost, ResumePolicy, version_key, generate_resumable
 
 # sampling_params keys the client's SamplingParams carries, and the rest at the values that leave sampling alone
 CARRIED = {"max_new_tokens", "temperature", "top_p", "top_k", "stop", "stop_token_ids", "sampling_seed", "seed",
@@ -77,11 +86,20 @@ class ClientBackend:
         """Close the client's connections (on the event loop that served the calls)."""
         await self.client.close()
 
-    async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1, top_logprobs: int = 0) -> list[Completion]:
+    @property
+    def streams(self) -> bool:
+        """Whether calls can be streamed as generated: the servers' generate route streams."""
+        return self.client.streams
+
+    @staticmethod
+    def _no_top_logprobs(top_logprobs: int) -> None:
         if top_logprobs:
             raise OpenAIError("top_logprobs is not available through the gateway (SGLang's /generate path it uses "
                               "returns the sampled tokens' log-probs only); ask for logprobs without top_logprobs",
                               param="top_logprobs")
+
+    async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1, top_logprobs: int = 0) -> list[Completion]:
+        self._no_top_logprobs(top_logprobs)
         params = sampling_params(sampling, len(input_ids), self.context_length)
 
         async def one(k: int) -> Completion:
@@ -98,6 +116,63 @@ class ClientBackend:
                               type="server_error") from None
         except InferenceError as exc:
             raise OpenAIError(f"the inference server refused the request: {exc.message}") from None
+
+    async def generate_stream(self, input_ids: list[int], sampling: dict, *,
+                              top_logprobs: int = 0) -> AsyncIterator[TokenChunk]:
+        self._no_top_logprobs(top_logprobs)
+        params = sampling_params(sampling, len(input_ids), self.context_length)
+        tokens = await self._open_stream(list(input_ids), params)
+        return Stream(self._streamed(list(input_ids), params, tokens), tokens.aclose)
+
+    async def _open_stream(self, input_ids: list[int], params: SamplingParams):
+        try:
+            return await self.client.generate_stream(input_ids, params, uuid.uuid4().hex)
+        except InferenceUnreachable as exc:
+            raise OpenAIError(f"no inference server answered: {exc.message}", status=503, type="server_error") from None
+        except InferenceError as exc:
+            raise OpenAIError(f"the inference server refused the request: {exc.message}") from None
+
+    async def _streamed(self, prompt: list[int], params: SamplingParams, tokens) -> AsyncIterator[TokenChunk]:
+        """The tokens as the server sends them; a generation the server aborts (a weight update) goes on
+        from its partial ids on a new stream, as `generate_resumable` does (the tokens sent stay)."""
+        ids: list[int] = []
+        logprobs: list[float] = []
+        versions: list[str] = []
+        attempts = 0
+        try:
+            while True:
+                last = None
+                async for new, new_lp, version, final in tokens:
+                    ids += new
+                    logprobs += new_lp
+                    if new:
+                        versions.append(version)
+                    if new or final is None:
+                        yield TokenChunk(new, new_lp, version)
+                    last = final
+                remaining = params.max_new_tokens - len(ids)
+                stopped = bool(ids) and ids[-1] in (params.stop_token_ids or ())
+                if last is not None and last.aborted and remaining > 0 and not stopped \
+                        and attempts < self.resume.max_attempts:
+                    attempts += 1
+                    self.counters["aborted_generations"] += 1
+                    self.counters["resumed_generations"] += bool(ids)
+                    await tokens.aclose()
+                    tokens = await self._open_stream(prompt + ids, dataclasses.replace(params, max_new_tokens=remaining))
+                    continue
+                finish = last.finish_reason if last is not None else "abort"
+                if last is not None and last.aborted and (remaining <= 0 or stopped):
+                    finish = "length" if remaining <= 0 else "stop"
+                version = min(versions, key=version_key) if versions else (last.weight_version if last else "")
+                yield TokenChunk([], [], version, Completion(output_ids=ids, output_logprobs=logprobs, finish_reason=finish,
+                                                             matched_stop=self._matched(ids, finish, params),
+                                                             weight_version=str(version)))
+                return
+        except InferenceError as exc:
+            raise OpenAIError(f"the inference server failed mid-stream: {exc.message}", status=503,
+                              type="server_error") from None
+        finally:
+            await tokens.aclose()
 
     def _matched(self, ids: list[int], finish: str, p: SamplingParams) -> int | str | None:
         """SGLang's matched_stop: the stop token or stop string that ended a "stop" generation."""
@@ -117,16 +192,25 @@ class CallBackend:
         self.inner, self.choose, self.tokenizer = inner, choose, inner.tokenizer
         self.rendered: list[int] | None = None
         self.sent: list[int] | None = None
+        self.streams = bool(getattr(inner, "streams", False))
 
     def model_name(self) -> str:
         return self.inner.model_name()
 
     async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1, top_logprobs: int = 0) -> list[Completion]:
+        self._choose(input_ids)
+        return await self.inner.generate(self.sent, sampling, n=n, top_logprobs=top_logprobs)
+
+    async def generate_stream(self, input_ids: list[int], sampling: dict, *,
+                              top_logprobs: int = 0) -> AsyncIterator[TokenChunk]:
+        self._choose(input_ids)
+        return await self.inner.generate_stream(self.sent, sampling, top_logprobs=top_logprobs)
+
+    def _choose(self, input_ids: list[int]) -> None:
         if self.sent is not None:
             raise RuntimeError("a gateway call generated twice; each chat call must generate once")
         self.rendered = list(input_ids)
         self.sent = list(self.choose(self.rendered))
-        return await self.inner.generate(self.sent, sampling, n=n, top_logprobs=top_logprobs)
 
 
 def config_urls(config) -> list[str]:

@@ -32,7 +32,9 @@ from dataclasses import asdict, dataclass, field
 from agentrl_cli.core.episode import Action, ToolCall
 from agentrl_cli.engines.gateway.splice import LastCall, Plan, context_key, norm_message
 
-COUNTERS = ("calls", "non_prefix_calls", "spliced_calls", "rerender_exact_calls", "rerender_mismatch_calls", "forks")
+# aborted_calls: streamed calls whose client went away mid-stream (generation aborted, nothing recorded)
+COUNTERS = ("calls", "non_prefix_calls", "spliced_calls", "rerender_exact_calls", "rerender_mismatch_calls", "forks",
+            "aborted_calls")
 
 
 @dataclass

@@ -10,7 +10,10 @@ honours by retrying after that long (twice by default, `max_retries`).
 
 The chat path: `openai_api.chat_completion` validates and renders the request and parses the answer;
 the session's `CallBackend` picks the ids to generate from (`splice.plan_call`) and the session's
-`Recorder` stitches the call in. Counters (`stats()`) carry `engines/gateway/` names.
+`Recorder` stitches the call in. A streamed call is written as it is generated (`chat_stream`) and
+recorded from exactly the ids streamed once it is complete; one whose client went away mid-stream
+is aborted and counted (`aborted_calls`), and nothing of it is recorded. Counters (`stats()`) carry
+`engines/gateway/` names.
 
 Not here: HTTP (`app.py`), keys and expiry (`sessions.py`), stitching (`record.py`).
 """
@@ -21,7 +24,7 @@ import math
 import threading
 import time
 from collections import Counter
-from typing import Callable
+from typing import AsyncIterator, Callable
 
 from agentrl_cli.engines.gateway.backend import CallBackend
 from agentrl_cli.engines.gateway.record import COUNTERS, SessionRecord
@@ -29,6 +32,9 @@ from agentrl_cli.engines.gateway.sessions import Session, SessionStore
 from agentrl_cli.engines.gateway.splice import Plan, plan_call
 from agentrl_cli.model.chat import chat_format
 from agentrl_cli.engines.openai_api import ChatCall, OpenAIError, chat_completion
+from agentrl_cli.engines.inference.awaiting import Stream
+from agentrl_cli.engines.openai_api.live import live_chat
+from agentrl_cli.engines.openai_api.service import prepare_chat
 
 GATEWAY_COUNTERS = ("sessions", "closed_sessions", "expired_sessions", "refused_sessions", "refused_calls",
                     "failed_calls", "unauthorized", *COUNTERS)
@@ -105,6 +111,12 @@ class Gateway:
             self.counters["gateway/unauthorized"] += 1
             raise
 
+    def calls_of(self, session_id: str) -> int:
+        """How many calls of the session are being served (0 for a session that is gone)."""
+        with self._lock:
+            session = self.store.get(session_id)
+            return session.in_flight if session is not None else 0
+
     def close_session(self, session_id: str) -> SessionRecord:
         """End a session; its record (OpenAIError 404 when there is no such session)."""
         with self._lock:
@@ -137,10 +149,23 @@ class Gateway:
             session.last_seen = self.store.clock()
             return session.recorder.snapshot(session.id, session.meta)
 
-    async def chat(self, session: Session, body: dict, *, call_id: str | None = None) -> ChatCall:
-        """Serve and record one chat call of `session` (authorized already). `call_id`: the id the
-        client is served the call under when it is not the chat completion's (a Responses `resp_…`):
-        the call is recorded, and rewarded, by it."""
+    def _admit(self, session: Session) -> None:
+        with self._lock:
+            allowed = self.limit()
+            if allowed is not None and self.calls_in_flight >= allowed:
+                raise self._refuse("call", self.calls_in_flight, allowed)
+            session.in_flight += 1
+            self.calls_in_flight += 1
+
+    def _release(self, session: Session, failed: bool) -> None:
+        with self._lock:
+            session.in_flight -= 1
+            self.calls_in_flight -= 1
+            session.last_seen = self.store.clock()
+            self.counters["gateway/failed_calls"] += failed
+
+    def _view(self, session: Session, body: dict) -> tuple[CallBackend, list[Plan]]:
+        """The call's view of the backend: it chooses the ids to generate from (`splice.plan_call`)."""
         plans: list[Plan] = []
 
         def choose(rendered: list[int]) -> list[int]:
@@ -149,32 +174,78 @@ class Gateway:
                                        self.format.end_of_turn, self.format.stop_ids))
             return plans[-1].sent
 
-        with self._lock:
-            allowed = self.limit()
-            if allowed is not None and self.calls_in_flight >= allowed:
-                raise self._refuse("call", self.calls_in_flight, allowed)
-            session.in_flight += 1
-            self.calls_in_flight += 1
-        view, call = CallBackend(self.backend, choose), None
-        try:
-            call = await chat_completion(view, body)
-        finally:
-            with self._lock:
-                session.in_flight -= 1
-                self.calls_in_flight -= 1
-                session.last_seen = self.store.clock()
-                self.counters["gateway/failed_calls"] += call is None
-        if call_id is not None:
-            call.response["id"] = call_id
+        return CallBackend(self.backend, choose), plans
+
+    def _record(self, session: Session, view: CallBackend, plans: list[Plan], call: ChatCall) -> None:
         if view.sent is None:  # nothing was generated (no choices asked for): nothing to record
-            return call
+            return
         with self._lock:
             before = Counter(session.recorder.counters)
             session.recorder.record(call, view.sent, view.rendered, plans[-1])
             for key, value in session.recorder.counters.items():
                 self.counters[f"gateway/{key}"] += value - before[key]
         _served_prompt(call, view.sent)
+
+    async def chat(self, session: Session, body: dict, *, call_id: str | None = None) -> ChatCall:
+        """Serve and record one chat call of `session` (authorized already). `call_id`: the id the
+        client is served the call under when it is not the chat completion's (a Responses `resp_…`):
+        the call is recorded, and rewarded, by it."""
+        self._admit(session)
+        view, plans = self._view(session, body)
+        call = None
+        try:
+            call = await chat_completion(view, body)
+        finally:
+            self._release(session, call is None)
+        if call_id is not None:
+            call.response["id"] = call_id
+        self._record(session, view, plans, call)
         return call
+
+    async def chat_stream(self, session: Session, body: dict) -> AsyncIterator[str] | None:
+        """A streamed call of `session` written as it is generated (`openai_api.live`), recorded once
+        complete, before its last chunks; None when it is not streamed live (then `chat`). A client that
+        goes away mid-stream aborts the generation and the call is counted `aborted_calls` (the
+        session's episode is masked), never recorded half."""
+        self._admit(session)
+        view, plans = self._view(session, body)
+        try:
+            prepared = prepare_chat(view, body)
+            live = await live_chat(view, prepared)
+        except BaseException:
+            self._release(session, True)
+            raise
+        if live is None:
+            self._release(session, False)
+            return None
+
+        async def on_call(call: ChatCall) -> None:
+            self._record(session, view, plans, call)
+
+        def on_abort() -> None:
+            with self._lock:
+                session.recorder.counters["aborted_calls"] += 1
+                self.counters["gateway/aborted_calls"] += 1
+
+        stream = live.events(on_call, on_abort)
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                async for event in stream:
+                    yield event
+            finally:
+                try:
+                    await stream.aclose()
+                finally:
+                    self._release(session, live.call is None)
+
+        async def never_started() -> None:
+            try:
+                await stream.aclose()
+            finally:
+                self._release(session, True)
+
+        return Stream(events(), never_started)
 
     def stats(self) -> dict:
         with self._lock:

@@ -5,6 +5,9 @@ between steps (prefilled on their own, caches merged with masked left padding). 
 `PrefixCache`, a request that starts with tokens an earlier row was fed prefills only the rest, on
 top of the cached keys and values; rows leaving the batch leave their KV in the cache.
 
+A streamed request's `on_token` is called (in the scheduler thread, so it must only hand the token
+on) with each token as it is sampled, before the step's next forward pass.
+
 `Request` is the engine's record of one generation request; `BatchRun` mutates it and reports
 back through the `BatchHooks` the engine implements (pause/abort checkpoints, completion,
 retraction). Queueing, locks and weight swaps belong in `engine.py`.
@@ -16,7 +19,7 @@ import inspect
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -55,6 +58,7 @@ class Request:
     abort_message: str | None = None  # set by abort(); the batch finishes the row at its next step
     finished: bool = False
     cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    on_token: Callable[[int, float, str], None] | None = None  # a streamed request's listener: (id, log-prob, weight version)
 
     def reset_for_retry(self) -> None:
         self.output_ids, self.output_logprobs, self.input_logprobs = [], [], None
@@ -246,6 +250,8 @@ class BatchRun:
             r.output_ids.append(tok)
             r.output_logprobs.append(lp)
             self.generated += 1
+            if r.on_token is not None:
+                r.on_token(tok, lp, r.weight_version)
             reason = check_finished(r.params, r.output_ids, self.tokenizer)
             if reason is not None:
                 r.finished = True

@@ -37,6 +37,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass
+from typing import AsyncIterator
 
 import aiohttp
 
@@ -44,6 +45,7 @@ from agentrl_cli.core.errors import AgentrlError
 from agentrl_cli.core.security.keys import client_key
 from agentrl_cli.engines.engine import answer_ok, disk_update_calls, distributed_update_calls, pause_call
 from agentrl_cli.engines.generation import Generation, SamplingParams
+from agentrl_cli.engines.inference.awaiting import Stream
 from agentrl_cli.engines.sglang_dialect import ADAPTER_NOT_LOADED, parse_generation
 
 RETRYABLE_STATUS = {500, 502, 503, 504}
@@ -189,6 +191,103 @@ class InferenceClient:
         body = self.engine.generate_body(input_ids, sampling, rid, self.adapter.name)
         data, server, latency, retries = await self._post_with_retries(self.engine.routes.generate, body)
         return self.engine.parse_generation(data, latency, server, retries)
+
+    @property
+    def streams(self) -> bool:
+        """Whether `generate_stream` works: the engine's generate route streams (`Capabilities.generate_stream`)."""
+        capabilities = getattr(self.engine, "capabilities", None)
+        return bool(getattr(capabilities, "generate_stream", False))
+
+    async def generate_stream(self, input_ids: list[int], sampling: SamplingParams,
+                              rid: str) -> AsyncIterator[tuple[list[int], list[float], str, Generation | None]]:
+        """One generation streamed (SGLang's `/generate` with `stream: true`): awaiting it sends the
+        request and waits for the answer's headers, on another server when one fails or answers 5xx
+        (InferenceError for a refusal, InferenceUnreachable when none answers); the iterator yields
+        (new ids, their log-probs, weight version, None) as they arrive, then ([], [], weight version,
+        the whole Generation). Closing it early closes the connection and asks the server to abort
+        `rid` (`/abort_request`). Servers may send ids cumulatively (SGLang's default) or
+        incrementally (`--incremental-streaming-output`, the embedded server); both are read."""
+        if not self.streams:
+            title = getattr(self.engine, "title", "this engine")
+            raise InferenceError(f"streamed generation needs SGLang's /generate stream; {title}'s protocol has none "
+                                 "here, so its client generates whole turns", "send stream=false")
+        body = {**self.engine.generate_body(input_ids, sampling, rid, self.adapter.name), "stream": True}
+        self.stats["requests"] += 1
+        tried: set[str] = set()
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            server = self._pick(tried)
+            if server is None:
+                last = "no inference server in rotation (all are down or were removed)"
+                break
+            tried.add(server)
+            try:
+                response = await self._http().post(server + self.engine.routes.generate, json=body,
+                                                   timeout=aiohttp.ClientTimeout(total=None, sock_read=self.timeout_s))
+            except TRANSPORT_ERRORS as exc:
+                last = f"{server}: {type(exc).__name__}: {exc}"
+                continue
+            if response.status < 400:
+                self.in_flight[server] = self.in_flight.get(server, 0) + 1
+                return Stream(self._stream(server, response, rid, time.perf_counter(), attempt),
+                              lambda: self._stream_closed(server, response, rid))
+            text = (await response.read()).decode("utf-8", "replace")
+            response.release()
+            last = f"{server}: HTTP {response.status}: {text[:300]}"
+            if response.status not in RETRYABLE_STATUS:
+                self.stats["failures"] += 1
+                raise InferenceError(f"inference request rejected: {last}", "fix the request (see the message)")
+        self.stats["failures"] += 1
+        raise InferenceUnreachable(f"streamed inference request failed on every server tried: {last}",
+                                   "check that the inference servers are up (`agentrl stage run 4`)")
+
+    async def _stream(self, server: str, response, rid: str, t0: float, retries: int):
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finished = False
+        try:
+            async for data in _sse_data(response):
+                if data == b"[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise InferenceError(f"{server}: the generation failed mid-stream: {chunk['error']}",
+                                         "see the inference server's log")
+                meta = chunk.get("meta_info") or {}
+                new, new_lp = _new_tokens(chunk, len(ids))
+                ids += new
+                logprobs += new_lp
+                version = str(meta.get("weight_version", "default"))
+                if meta.get("finish_reason") is None:
+                    yield new, new_lp, version, None
+                    continue
+                finished = True
+                self.answered[server] += 1
+                whole = {**chunk, "output_ids": ids,
+                         "meta_info": {**meta, "output_token_logprobs": [[lp, t] for lp, t in zip(logprobs, ids)]}}
+                yield new, new_lp, version, self.engine.parse_generation(whole, time.perf_counter() - t0, server, retries)
+                return
+            if not finished:
+                raise InferenceUnreachable(f"{server}: the stream ended before the generation finished",
+                                           "check the inference server's log")
+        except TRANSPORT_ERRORS as exc:
+            raise InferenceUnreachable(f"{server}: the stream broke: {type(exc).__name__}: {exc}",
+                                       "check that the inference server is up") from None
+        finally:
+            if not finished:  # the reader went away (or the stream broke): the server need not go on
+                await self._stream_closed(server, response, rid)
+            else:
+                self.in_flight[server] -= 1
+                response.close()
+
+    async def _stream_closed(self, server: str, response, rid: str) -> None:
+        """A stream closed before its end: release the connection, ask the server to abort `rid`."""
+        self.in_flight[server] -= 1
+        response.close()
+        try:
+            await self._send("POST", server + "/abort_request", {"rid": rid}, timeout_s=5.0)
+        except TRANSPORT_ERRORS:
+            pass
 
     async def _post_with_retries(self, path: str, body: dict) -> tuple[dict, str, float, int]:
         self.stats["requests"] += 1
@@ -438,6 +537,33 @@ CLIENT_POLICY = {"least_loaded": "least_loaded", "power_of_two": "least_loaded"}
 
 
 _POLICY_ADAPTERS: dict[tuple[str, ...], PolicyAdapter] = {}
+
+
+async def _sse_data(response) -> AsyncIterator[bytes]:
+    """The `data:` payloads of a server-sent-event stream, read in whatever pieces arrive (an event
+    of SGLang's cumulative stream outgrows any line limit as the generation grows)."""
+    buffer = b""
+    async for piece in response.content.iter_any():
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            for line in event.splitlines():
+                if line.startswith(b"data:"):
+                    yield line[5:].strip()
+
+
+def _new_tokens(chunk: dict, have: int) -> tuple[list[int], list[float]]:
+    """The ids (and log-probs) a `/generate` stream chunk adds to the `have` already read: its
+    `output_ids` are all so far (SGLang's default) when they number `completion_tokens`, else the new ones."""
+    meta = chunk.get("meta_info") or {}
+    ids = list(chunk.get("output_ids") or [])
+    pairs = meta.get("output_token_logprobs") or []
+    total = meta.get("completion_tokens")
+    cumulative = total is not None and len(ids) == total and have > 0
+    new = ids[have:] if cumulative else ids
+    pairs = pairs[len(pairs) - len(new):] if len(pairs) >= len(new) else []
+    lps = [float(p[0]) if p[0] is not None else float("nan") for p in pairs] or [float("nan")] * len(new)
+    return new, lps
 
 
 def policy_adapter(urls: list[str]) -> PolicyAdapter:

@@ -42,7 +42,7 @@ import torch
 from safetensors.torch import load_file as load_safetensors
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from agentrl_cli.engines.inference.batch import BatchRun, Request
+from agentrl_cli.engines.inference.batch import ABORTED, BatchRun, Request
 from agentrl_cli.engines.inference.lora import Adapter, merged_model, read_adapter
 from agentrl_cli.engines.inference.prefix_cache import PrefixCache
 from agentrl_cli.engines.inference.sampling import GenParams, context_error
@@ -56,6 +56,7 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 # meta-device weights). This lock holds no data: it only keeps loads in this process one at a time.
 _LOAD_LOCK = threading.Lock()
 WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
+STREAMED_RETRACT = "Aborted: a streamed request cannot restart after a retraction (its tokens were sent)"
 
 
 # config keys that name or describe a saved file rather than the architecture
@@ -214,7 +215,8 @@ class HFEngine:
 
     def submit_many(self, specs: list[dict], *, internal: bool = False) -> list[Future]:
         """Queue several prompts at once (keys as `submit`'s arguments), so they share a batch. A
-        `lora_path` naming no loaded adapter raises ValueError and queues nothing."""
+        `lora_path` naming no loaded adapter raises ValueError and queues nothing. `on_token`: a
+        streamed request's listener (`batch.Request.on_token`), called with each token as sampled."""
         prepared = []
         for spec in specs:
             input_ids, sampling = list(spec["input_ids"]), spec.get("sampling") or {}
@@ -226,15 +228,16 @@ class HFEngine:
             params = GenParams.from_sampling(sampling, prompt_len=len(input_ids), context_length=self.context_length,
                                              eos_ids=self.eos_ids, tokenizer=self.tokenizer)
             prepared.append((spec.get("rid") or uuid.uuid4().hex, input_ids, params, bool(spec.get("return_logprob")),
-                             int(spec.get("logprob_start_len", -1))))
+                             int(spec.get("logprob_start_len", -1)), spec.get("on_token")))
         futures = [Future() for _ in prepared]
         with self._cv:
             if self._closed:
                 raise RuntimeError("the engine is closed")
             adapters = [self._adapter_locked(spec.get("lora_path")) for spec in specs]
-            for (rid, input_ids, params, want_lp, start), adapter, future in zip(prepared, adapters, futures):
+            for (rid, input_ids, params, want_lp, start, on_token), adapter, future in zip(prepared, adapters, futures):
                 self._queue.append(Request(rid, input_ids, params, want_lp, start, future, next(self._seq),
-                                           admitted=self._paused is None, internal=internal, adapter=adapter))
+                                           admitted=self._paused is None, internal=internal, adapter=adapter,
+                                           on_token=on_token))
             self._cv.notify_all()
         return futures
 
@@ -497,12 +500,19 @@ class HFEngine:
             return joining
 
     def retract(self, reqs: list[Request]) -> None:
+        """Put running requests back in the queue, restarted from scratch; a streamed request that has
+        sent tokens is aborted with them instead (what a client was sent cannot be taken back)."""
         with self._cv:
+            again = []
             for r in reqs:
-                r.reset_for_retry()
                 if r in self._running:
                     self._running.remove(r)
-            self._queue[:0] = sorted(reqs, key=lambda r: r.seq)
+                if r.on_token is not None and r.output_ids:
+                    self._complete_locked(r, r.result({**ABORTED, "message": STREAMED_RETRACT}))
+                    continue
+                r.reset_for_retry()
+                again.append(r)
+            self._queue[:0] = sorted(again, key=lambda r: r.seq)
             self._cv.notify_all()
 
     # ---- scheduler ---------------------------------------------------------------------------

@@ -7,6 +7,11 @@ updates in `engine.py`, the weight-update process group in `weight_group.py`; th
 routes, awaits the engine (and blocking collectives) off the event loop, and maps errors to status
 codes. Serve it with `agentrl_cli.core.serving.ServerThread` or uvicorn.
 
+`/generate` with `stream: true` (one prompt, n = 1) answers server-sent events as the engine samples
+the tokens, in SGLang's `--incremental-streaming-output` shape (each chunk the new ids, text and
+log-probs; `completion_tokens` cumulative; `finish_reason` on the last), then `data: [DONE]`. A
+client that goes away mid-stream aborts its request, as `/abort_request` would.
+
 Draining (`app.state.drain()`, and `DrainingServer` on every shutdown, SIGTERM included): new
 generation requests (/generate, /v1/...) get 503 naming the reason, /health answers 503, and the
 requests in flight are aborted as /abort_request aborts them: each answers at once with finish
@@ -29,15 +34,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, StrictBool, StrictInt, StrictStr
 
 from agentrl_cli import __version__
-from agentrl_cli.engines.inference.awaiting import await_results
+from agentrl_cli.engines.inference.awaiting import await_results, stream_request
+from agentrl_cli.engines.inference.detokenize import Detokenizer
 from agentrl_cli.engines.inference.metrics import engine_registry
 from agentrl_cli.engines.inference.vllm_server import add_vllm_routes, vllm_registry
 from agentrl_cli.engines.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, LoadLoRAAdapterIn, PauseIn,
                                             ProtocolError, UnloadLoRAAdapterIn, UpdateWeightsFromDiskIn,
-                                            UpdateWeightVersionIn, build_output, dumps, error_body, parse_generate,
-                                            parse_model)
+                                            UpdateWeightVersionIn, build_output, dumps, error_body, output_text,
+                                            parse_generate, parse_model, stream_chunk)
 from agentrl_cli.engines.messages_api import ApiKeyHeader, add_messages_routes
 from agentrl_cli.engines.openai_api import EngineBackend, add_openai_routes
+from agentrl_cli.engines.openai_api.routes import LiveStreamingResponse
 from agentrl_cli.core.security import WEIGHT_UPDATE_PATHS, AuditLog, BearerAuth, KeyRing
 from agentrl_cli.core.security.http import paths
 from agentrl_cli.engines.weight_group import (BUCKET, DEFAULT_GROUP, DEFAULT_TIMEOUT_S, WeightGroups, backend_problem,
@@ -107,6 +114,13 @@ class RefuseWhileDraining:
             await json_response(error_body(DRAINING), 503)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _rest(text: Detokenizer, result: dict, item) -> str:
+    """The last stream chunk's text: the finished text (a matched stop trimmed) after what was sent."""
+    whole = output_text(result["output_ids"], result["finish_reason"], text.tokenizer, skip_special_tokens=text.skip,
+                        no_stop_trim=item.sampling.get("no_stop_trim", False))
+    return whole[len(text.text):] if whole.startswith(text.text) else ""
 
 
 def json_response(obj, status_code: int = 200) -> Response:
@@ -194,6 +208,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
         parsed = parse_generate(await _body(request), engine.tokenizer, engine.vocab_size, engine.context_length)
         if app.state.draining:  # began while the body was read: nothing was queued yet
             return json_response(error_body(DRAINING), 503)
+        if parsed.stream:
+            return generate_stream(parsed)
         try:
             futures = engine.submit_many([dict(input_ids=i.input_ids, sampling=i.sampling, rid=i.rid,
                                                return_logprob=i.return_logprob, logprob_start_len=i.logprob_start_len,
@@ -210,6 +226,35 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
         outputs = [build_output(item, result, engine.tokenizer, parsed.return_text_in_logprobs)
                    for item, result in zip(parsed.items, results)]
         return json_response(outputs if parsed.as_list else outputs[0])
+
+    def generate_stream(parsed):
+        (item,) = parsed.items
+        try:
+            tokens = stream_request(engine, dict(input_ids=item.input_ids, sampling=item.sampling, rid=item.rid,
+                                                 return_logprob=item.return_logprob, lora_path=item.lora_path,
+                                                 logprob_start_len=item.logprob_start_len))
+        except ValueError as exc:
+            raise ProtocolError(str(exc)) from None
+        except RuntimeError as exc:  # the engine is closed
+            return json_response(error_body(str(exc)), 503)
+        text = Detokenizer(engine.tokenizer, item.sampling.get("skip_special_tokens", True))
+
+        async def events():
+            done = 0
+            try:
+                async for ids, logprobs, version, result in tokens:
+                    done += len(ids)
+                    new = text.add(ids) if result is None else _rest(text, result, item)
+                    chunk = stream_chunk(item, ids, logprobs, new, done, version, result,
+                                         parsed.return_text_in_logprobs, engine.tokenizer)
+                    yield b"data: " + dumps(chunk) + b"\n\n"
+            except Exception as exc:  # noqa: BLE001 - a failed batch: SGLang's mid-stream error event
+                yield b"data: " + dumps(error_body(f"generation failed: {type(exc).__name__}: {exc}")) + b"\n\n"
+            finally:
+                await tokens.aclose()
+            yield b"data: [DONE]\n\n"
+
+        return LiveStreamingResponse(events(), media_type="text/event-stream")
 
     @app.get("/health_generate")
     async def health_generate():

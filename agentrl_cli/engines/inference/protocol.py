@@ -141,6 +141,7 @@ class ParsedGenerate:
     items: list[WorkItem]
     as_list: bool  # a batch or n > 1: the response is a JSON list
     return_text_in_logprobs: bool
+    stream: bool = False  # one prompt, n = 1: answered as server-sent events (`stream_chunk`)
 
 
 def describe_validation(exc: ValidationError, prefix: str = "") -> str:
@@ -259,8 +260,9 @@ def parse_generate(body: Any, tokenizer, vocab_size: int, context_length: int) -
     for key in UNSUPPORTED_TOP_LEVEL:
         if not _unset(body.get(key)):
             raise ProtocolError(f"{key} {UNSUPPORTED_SUFFIX}")
-    if body.get("stream") not in (None, False):
-        raise ProtocolError(f"stream=true {UNSUPPORTED_SUFFIX}; send stream=false")
+    stream = body.get("stream")
+    if stream not in (None, False, True):
+        raise ProtocolError(f"stream: expected a boolean, got {stream!r}")
     top = body.get("top_logprobs_num")
     if any(v not in (None, 0) or isinstance(v, bool) for v in (top if isinstance(top, list) else [top])):
         raise ProtocolError(f"top_logprobs_num > 0 {UNSUPPORTED_SUFFIX}; use 0")
@@ -299,7 +301,10 @@ def parse_generate(body: Any, tokenizer, vocab_size: int, context_length: int) -
                 sample["sampling_seed"] = sp.sampling_seed + k
             items.append(WorkItem(ids, sample, uuid.uuid4().hex if sp.n > 1 or rid is None else rid,
                                   want_lp, start, lora))
-    return ParsedGenerate(items, as_list, text_in_lp)
+    if stream and (as_list or len(items) != 1):
+        raise ProtocolError(f"stream=true with a batch or n > 1 {UNSUPPORTED_SUFFIX}; stream one prompt with n=1, or "
+                            "send stream=false")
+    return ParsedGenerate(items, as_list, text_in_lp, bool(stream))
 
 
 def _loras(value: Any, count: int) -> list[str | None]:
@@ -362,6 +367,24 @@ def build_output(item: WorkItem, result: dict, tokenizer, return_text_in_logprob
                 e2e_latency=result["e2e_latency"],
                 response_sent_to_client_ts=time.time())
     return {"text": text, "output_ids": ids, "meta_info": meta}
+
+
+def stream_chunk(item: WorkItem, ids: list[int], logprobs: list[float], text: str, done: int, version: str,
+                 result: dict | None, return_text_in_logprobs: bool, tokenizer) -> dict:
+    """One `/generate` stream chunk as SGLang writes it with `--incremental-streaming-output`: the new
+    ids, their text and log-prob triples; `completion_tokens` counts all so far; `finish_reason` is
+    null until the last chunk (`result` given), which adds the final meta_info fields."""
+    if result is not None and result.get("waiting_abort"):
+        return build_output(item, result, tokenizer, return_text_in_logprobs)
+    meta = {"id": item.rid, "finish_reason": None if result is None else result["finish_reason"],
+            "prompt_tokens": len(item.input_ids), "weight_version": version,
+            "total_retractions": 0 if result is None else result["retractions"]}
+    if item.return_logprob:
+        meta["output_token_logprobs"] = _triples(logprobs, ids, tokenizer, return_text_in_logprobs)
+    meta.update(completion_tokens=done, cached_tokens=0 if result is None else result.get("cached_tokens", 0))
+    if result is not None:
+        meta.update(e2e_latency=result["e2e_latency"], response_sent_to_client_ts=time.time())
+    return {"text": text, "output_ids": list(ids), "meta_info": meta}
 
 
 def finite(obj: Any) -> Any:

@@ -5,7 +5,8 @@ over any `Backend` that serves token ids: the embedded engine (`EngineBackend`, 
 Modules: `base` (the seam's types), `protocol` (request validation, SGLang sampling params),
 `render` (messages and tools -> prompt ids with the model's chat template), `parse` (generated
 text -> content and tool calls), `responses` (response objects, events, log-probs), `service` (the
-calls), `engine_backend` (the embedded engine as a Backend), `routes` (FastAPI endpoints); the
+calls), `live` (a streamed call written as its tokens are generated), `engine_backend` (the embedded
+engine as a Backend), `routes` (FastAPI endpoints); the
 Responses API as a translation onto the chat call: `responses_api` (validation, input items ->
 messages), `responses_out` (Response objects, events), `responses_store` (kept responses, the path
 of one `POST /v1/responses`). No app of its own; imports only `engines/inference/` and `model/` pieces (and the harnesses' tool-call parser).

@@ -1,5 +1,5 @@
 """The seam of the OpenAI-compatible API: what serves the tokens (`Backend`), one generated choice
-exactly as served (`Completion`), one chat call token-exact (`ChatCall`, what a recording gateway
+exactly as served (`Completion`) and the tokens of a streamed one as they come (`TokenChunk`), one chat call token-exact (`ChatCall`, what a recording gateway
 keeps) and the error every layer raises (`OpenAIError`, written as OpenAI's error object).
 
 Types only. Validation is `protocol.py`, prompts `render.py`, tool-call parsing `parse.py`,
@@ -25,12 +25,28 @@ class Completion:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
+@dataclass
+class TokenChunk:
+    """Tokens of a streamed choice as they were generated (`Backend.generate_stream`); the last chunk
+    carries the whole choice (`done`), whose ids are every chunk's ids in order."""
+
+    ids: list[int]
+    logprobs: list[float]
+    weight_version: str = ""
+    done: Completion | None = None
+
+
 class Backend(Protocol):
     """What serves the tokens: the embedded engine (`engine_backend.EngineBackend`) or a client of
     SGLang-protocol servers. `sampling` is in SGLang's `sampling_params` form (max_new_tokens,
     temperature, top_p, top_k, min_p, penalties, stop, stop_token_ids, ignore_eos, sampling_seed);
     `n` samples of one prompt share a batch; log-probs are always returned. Raise `OpenAIError`
-    for what the client must fix (400) and for a backend that cannot serve now (503)."""
+    for what the client must fix (400) and for a backend that cannot serve now (503).
+
+    Optional: a backend with `streams = True` also has `generate_stream` (one choice): awaiting it
+    validates and submits the request (raising as `generate` does), and the iterator it returns
+    yields `TokenChunk`s as the tokens are generated; closing the iterator early (the client went
+    away) aborts the generation. Without it a streamed call is generated whole, then written."""
 
     tokenizer: Any  # a transformers tokenizer carrying the model's chat template
 
@@ -38,6 +54,9 @@ class Backend(Protocol):
 
     async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1,
                        top_logprobs: int = 0) -> list[Completion]: ...
+
+    # optional, with `streams = True`:
+    # async def generate_stream(self, input_ids, sampling, *, top_logprobs=0) -> AsyncIterator[TokenChunk]: ...
 
 
 @dataclass

@@ -3,7 +3,10 @@ or not), `POST /v1/completions`, `GET /v1/models`, and the Responses API (`POST 
 `GET` and `DELETE /v1/responses/{id}`, kept in a bounded `ResponseStore`). The app's owner keeps its middleware (the
 embedded server's API key covers `/v1`); this module only routes and writes errors as OpenAI's
 error object. `on_call` sees every chat call, token-exact, before the client gets its answer (a
-recording gateway's hook); an `OpenAIError` it raises is the client's answer instead.
+recording gateway's hook; for a stream written as generated, before its last content and finish
+chunks); an `OpenAIError` it raises is the client's answer instead (a live stream just ends).
+A streamed call is written as it is generated when the backend streams (`live.py`); a client that
+goes away mid-stream aborts its generation (`LiveStreamingResponse`).
 """
 
 from __future__ import annotations
@@ -12,17 +15,44 @@ import json
 import logging
 from typing import Awaitable, Callable
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
 from agentrl_cli.engines.inference.protocol import dumps
 from agentrl_cli.engines.openai_api.base import Backend, ChatCall, OpenAIError
+from agentrl_cli.engines.openai_api.live import live_chat
 from agentrl_cli.engines.openai_api.responses_out import response_events
 from agentrl_cli.engines.openai_api.responses_store import ResponseStore, create_response
-from agentrl_cli.engines.openai_api.service import chat_completion, chat_stream, completion_stream, text_completion
+from agentrl_cli.engines.openai_api.service import (chat_completion, chat_stream, completion_stream, prepare_chat,
+                                                    text_completion)
 
 log = logging.getLogger(__name__)
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class LiveStreamingResponse(StreamingResponse):
+    """A stream that notices its client going away while it waits for tokens (it listens for the
+    disconnect beside sending, whatever ASGI version the server speaks) and closes its body iterator
+    however it ends, so the generation behind it is aborted at once."""
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+                async def stream() -> None:
+                    try:
+                        await self.stream_response(send)
+                    except OSError:  # the client is gone
+                        pass
+                    group.cancel_scope.cancel()
+
+                group.start_soon(stream)
+                await self.listen_for_disconnect(receive)
+                group.cancel_scope.cancel()
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def error_response(exc: OpenAIError) -> Response:
@@ -58,7 +88,12 @@ def add_openai_routes(app: FastAPI, backend: Backend, *,
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         try:
-            call = await chat_completion(backend, await _body(request))
+            body = await _body(request)
+            prepared = prepare_chat(backend, body)
+            live = await live_chat(backend, prepared)
+            if live is not None:
+                return LiveStreamingResponse(live.events(on_call), media_type="text/event-stream", headers=SSE_HEADERS)
+            call = await chat_completion(backend, body, prepared)
             if on_call is not None:
                 await on_call(call)
         except OpenAIError as exc:

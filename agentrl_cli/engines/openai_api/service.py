@@ -2,20 +2,23 @@
 the `n` choices in one go, parse tool calls, build the response), a text completion, and their
 server-sent-event streams.
 
-Streams: the backends return a choice when it is complete (the embedded engine decodes a batch
-to the end and cannot hand out tokens as it goes), so a stream is written once the choices are
-generated: a role chunk, the content one token's text at a time with that token's log-prob, the
-tool calls, a finish chunk per choice, the usage chunk when `stream_options.include_usage`, then
-`[DONE]`. The concatenated deltas equal the non-streamed message (text cut at a stop string is cut
-in the stream too). A turn whose content is not its tokens' text in order (parsed tool calls cut
-out, a forced tool-call opening) sends its content in one delta. Errors found before generating
-are HTTP errors, never a stream.
+Streams: a streamed call with one choice on a backend that streams (`Backend.streams`: the
+embedded engine, the gateway's client of SGLang-protocol servers) is written as its tokens are
+generated (`live.py`). Otherwise (`n` > 1, a backend that returns complete choices) the stream is
+written once the choices are generated (`chat_stream`): a role chunk, the content one token's text
+at a time with that token's log-prob, the tool calls, a finish chunk per choice, the usage chunk
+when `stream_options.include_usage`, then `[DONE]`. Either way the concatenated deltas equal the
+non-streamed message (text cut at a stop string is cut in the stream too). A turn whose content
+is not its tokens' text in order (parsed tool calls cut out, a forced tool-call opening) sends
+that content in one delta once it is known. Errors found before generating are HTTP errors, never
+a stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 from agentrl_cli.engines.inference.protocol import output_text
@@ -41,21 +44,45 @@ def _decoded(tokenizer, completion: Completion, req, skip_special: bool) -> str:
                        skip_special_tokens=skip_special, no_stop_trim=req.no_stop_trim)
 
 
-def _skip_special(req: ChatIn, rendered: Rendered) -> bool:
+def skip_special(req: ChatIn, rendered: Rendered) -> bool:
     """SGLang keeps special tokens in the text when tools are in play (a parser may need them)."""
     return req.skip_special_tokens and not rendered.tools
 
 
-async def chat_completion(backend: Backend, body: dict) -> ChatCall:
-    """One `/v1/chat/completions` call, not streamed yet (`chat_stream` writes a stream of it)."""
+@dataclass
+class Prepared:
+    """A validated chat call rendered with the model's template, not generated yet."""
+
+    body: dict
+    req: ChatIn
+    rendered: Rendered
+    sampling: dict  # SGLang sampling_params
+
+    @property
+    def top_logprobs(self) -> int:
+        return (self.req.top_logprobs or 0) if self.req.logprobs else 0
+
+
+def prepare_chat(backend: Backend, body: dict) -> Prepared:
+    """Validate and render one `/v1/chat/completions` request (OpenAIError 400 naming what is wrong)."""
     req = parse_chat(body)
-    tok = backend.tokenizer
-    rendered = render_chat(tok, req)
-    sampling = sampling_params(req, rendered.stop_ids, max_tokens=req.max_completion_tokens or req.max_tokens)
-    completions = await backend.generate(rendered.prompt_ids, sampling, n=req.n,
-                                         top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0)
+    rendered = render_chat(backend.tokenizer, req)
+    return Prepared(body, req, rendered, sampling_params(req, rendered.stop_ids,
+                                                         max_tokens=req.max_completion_tokens or req.max_tokens))
+
+
+async def chat_completion(backend: Backend, body: dict, prepared: Prepared | None = None) -> ChatCall:
+    """One `/v1/chat/completions` call, not streamed yet (`chat_stream` writes a stream of it)."""
+    p = prepared or prepare_chat(backend, body)
+    completions = await backend.generate(p.rendered.prompt_ids, p.sampling, n=p.req.n, top_logprobs=p.top_logprobs)
+    return build_call(backend, p, completions)
+
+
+def build_call(backend: Backend, p: Prepared, completions: list[Completion]) -> ChatCall:
+    """The ChatCall of generated choices: tool calls parsed, the response object built."""
+    req, rendered, tok = p.req, p.rendered, backend.tokenizer
     names = {t["function"]["name"] for t in rendered.tools or ()}
-    skip = _skip_special(req, rendered)
+    skip = skip_special(req, rendered)
     choices, deltas = [], []
     for i, c in enumerate(completions):
         turn = parse_turn(_decoded(tok, c, req, skip), prefix=rendered.prefix, visible_from=len(rendered.client_prefix),
@@ -66,8 +93,8 @@ async def chat_completion(backend: Backend, body: dict) -> ChatCall:
             ids = None if turn.tool_calls else _visible_ids(c, req.no_stop_trim)
             deltas.append(content_deltas(tok, ids, turn.content, logprobs, skip))
     response = chat_response(req.model or backend.model_name(), choices, len(rendered.prompt_ids), completions)
-    return ChatCall(request=body, prompt_ids=rendered.prompt_ids, choices=completions, response=response,
-                    messages=list(req.messages), tools=body.get("tools"), prefix=rendered.prefix,
+    return ChatCall(request=p.body, prompt_ids=rendered.prompt_ids, choices=completions, response=response,
+                    messages=list(req.messages), tools=p.body.get("tools"), prefix=rendered.prefix,
                     deltas=deltas if req.stream else None)
 
 

@@ -15,8 +15,9 @@ episode's advantage), the weight version and any posted reward of each call, and
 Termination: done; `timeout` past the harness's deadline (scored, as a step timeout is); an agent
 that raised or exited non-zero is the harness's failure (`harness_failed(result, "agent", exc)`:
 masked, counted), unless the gateway was refusing its calls (the run's staleness limit: masked as
-`gateway_backpressure`, not the harness's doing); no call at all: `infra_error` masked
-(`agent_made_no_call`). Counters: `token_exact_episodes` / `token_exact_mismatches` (the stored ids
+`gateway_backpressure`, not the harness's doing); a streamed call the agent went away from
+mid-stream (aborted, not recorded): `infra_error` masked (`stream_aborted`), never a half-recorded
+step; no call at all: `infra_error` masked (`agent_made_no_call`). Counters: `token_exact_episodes` / `token_exact_mismatches` (the stored ids
 against the served ones), `agent_calls`, `agent_segments`, `agent_non_prefix_calls`.
 
 This is the one episode loop (`episode_loop.play_episode`: reset with its retries, evidence and
@@ -102,6 +103,7 @@ class AgentTurns:
         except Exception as exc:  # noqa: BLE001 - sorted below: a timeout, the run's backpressure, or the agent's failure
             outcome, failure = None, exc
         finally:
+            await gateway.settle(session.id)
             self.record = record = gateway.close(session.id)
         answer = outcome.answer if outcome is not None else None
         if record is not None:
@@ -110,6 +112,12 @@ class AgentTurns:
             checked, mismatches = gateway.tap.check(record)
             result.counters["token_exact_episodes"] += 1 if checked else 0
             result.counters["token_exact_mismatches"] += mismatches
+        if record is not None and record.counters.get("aborted_calls"):
+            result.termination, result.infra_flag = Termination.INFRA_ERROR, "stream_aborted"
+            result.error = (f"the agent went away mid-stream from {record.counters['aborted_calls']} call(s): those "
+                            "generations were aborted and not recorded, so the episode has no complete record"
+                            + (f" (the agent then failed: {failure})" if failure is not None else ""))
+            return False
         if failure is not None:
             if isinstance(failure, TimeoutError):  # the harness's deadline (harnesses.agent.runners.AgentTimeout)
                 result.termination, result.error = Termination.TIMEOUT, str(failure)

@@ -32,11 +32,13 @@ from agentrl_cli.engines.gateway.backend import ClientBackend
 from agentrl_cli.engines.gateway.record import SessionRecord
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
+from agentrl_cli.engines.inference.awaiting import Stream
 from agentrl_cli.engines.openai_api import OpenAIError
 from agentrl_cli.engines.resume import ResumePolicy
 
 log = logging.getLogger(__name__)
 TAP_PROMPTS = 8192  # prompts whose served generations are kept until an episode checks them
+SETTLE_S = 10.0  # how long closing a session waits for calls its agent left in flight (a stream being aborted)
 
 
 def _digest(ids) -> bytes:
@@ -92,12 +94,32 @@ class RunBackend:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
-    async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1, top_logprobs: int = 0):
+    @property
+    def streams(self) -> bool:
+        return self.inner.streams
+
+    def _capped(self, sampling: dict) -> dict:
         asked = sampling.get("max_new_tokens")
-        sampling = {**sampling, "max_new_tokens": self.max_new_tokens if asked is None else min(int(asked), self.max_new_tokens)}
-        choices = await self.inner.generate(input_ids, sampling, n=n, top_logprobs=top_logprobs)
+        return {**sampling, "max_new_tokens": self.max_new_tokens if asked is None else min(int(asked), self.max_new_tokens)}
+
+    async def generate(self, input_ids: list[int], sampling: dict, *, n: int = 1, top_logprobs: int = 0):
+        choices = await self.inner.generate(input_ids, self._capped(sampling), n=n, top_logprobs=top_logprobs)
         self.tap.add(input_ids, [c.output_ids for c in choices])
         return choices
+
+    async def generate_stream(self, input_ids: list[int], sampling: dict, *, top_logprobs: int = 0):
+        chunks = await self.inner.generate_stream(input_ids, self._capped(sampling), top_logprobs=top_logprobs)
+
+        async def tapped():
+            try:
+                async for chunk in chunks:
+                    if chunk.done is not None:
+                        self.tap.add(input_ids, [chunk.done.output_ids])
+                    yield chunk
+            finally:
+                await chunks.aclose()
+
+        return Stream(tapped(), chunks.aclose)
 
 
 @dataclass
@@ -170,6 +192,14 @@ class AgentGateway:
                 if time.monotonic() + exc.retry_after_s > end:
                     raise TimeoutError(f"the gateway refused a session for {deadline_s:g} s: {exc.message}") from None
                 await asyncio.sleep(exc.retry_after_s)
+
+    async def settle(self, session_id: str, timeout_s: float = SETTLE_S) -> None:
+        """Wait (at most `timeout_s`) until no call of the session is in flight, so a call the agent
+        left behind when it returned (a stream it stopped reading, being aborted) is counted in the
+        record `close` takes."""
+        end = time.monotonic() + timeout_s
+        while self.gateway.calls_of(session_id) and time.monotonic() < end:
+            await asyncio.sleep(0.01)
 
     def close(self, session_id: str) -> SessionRecord | None:
         """End the session; its record (the one kept when it expired; None when it is gone)."""
