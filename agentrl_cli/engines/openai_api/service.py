@@ -56,10 +56,11 @@ async def chat_completion(backend: Backend, body: dict) -> ChatCall:
                                          top_logprobs=(req.top_logprobs or 0) if req.logprobs else 0)
     names = {t["function"]["name"] for t in rendered.tools or ()}
     skip = _skip_special(req, rendered)
-    choices, deltas = [], []
+    choices, deltas, rejected = [], [], []
     for i, c in enumerate(completions):
         turn = parse_turn(_decoded(tok, c, req, skip), prefix=rendered.prefix, visible_from=len(rendered.client_prefix),
                           tool_names=names or None, parallel=req.parallel_tool_calls)
+        rejected.append(turn.rejected)
         logprobs = chat_logprobs(tok, c) if req.logprobs else None
         choices.append(chat_choice(i, turn, c, logprobs))
         if req.stream:
@@ -68,7 +69,7 @@ async def chat_completion(backend: Backend, body: dict) -> ChatCall:
     response = chat_response(req.model or backend.model_name(), choices, len(rendered.prompt_ids), completions)
     return ChatCall(request=body, prompt_ids=rendered.prompt_ids, choices=completions, response=response,
                     messages=list(req.messages), tools=body.get("tools"), prefix=rendered.prefix,
-                    deltas=deltas if req.stream else None)
+                    deltas=deltas if req.stream else None, rejected=rejected)
 
 
 def content_deltas(tokenizer, ids: list[int] | None, content: str, logprobs: list | None,
