@@ -129,8 +129,8 @@ class PartsBuilder:
         if harness_attr(name, "needs_gateway"):
             extra["gateway"] = self.built.get("gateway")
             hc = next((h for h in self.cfg.harnesses if h.name == name), None)
-            if hc is not None and sandboxed_agent(hc):
-                extra["sandbox_provider"] = sandboxes.for_harness(name)
+            if hc is not None and (sandboxed_agent(hc) or (hc.options or {}).get("sandbox") is True):
+                extra["sandbox_provider"] = sandboxes.for_harness(name)  # a command's, or a sandboxed entry's tools
         return create(name, self.cfg, sandboxes=sandboxes.for_harness(name) if uses_sandboxes(name) else None, **extra)
 
 

@@ -4,6 +4,8 @@ OpenAI base URL and key):
 - `EntryRunner` (`options.entry: "module:function"`): `async def run(task, client_base_url, api_key)`
   called in the calling thread (the rollout's harness thread) on a private event loop of its own,
   cancelled at the deadline. A plain (non-async) function is called as is and cannot be cancelled.
+  With `options.sandbox: true` it is called with a fourth argument, `sandbox`: the episode's sandbox
+  from the harness's pool (`sandbox.exec(command)`), which the harness takes and gives back.
 - `CommandRunner` (`options.command: "python3 my_agent.py"`): the command run by bash in a
   sandbox from the harness's provider (bubblewrap: nothing reachable but the allow-listed gateway),
   with `OPENAI_BASE_URL` and `OPENAI_API_KEY` set to the session (and `ANTHROPIC_BASE_URL`, the
@@ -86,7 +88,7 @@ def outcome_of(value) -> AgentOutcome:
 class EntryRunner:
     """`entry`: "module:function", imported when the runner is made (ConfigError when it cannot be)."""
 
-    def __init__(self, entry: str) -> None:
+    def __init__(self, entry: str, sandbox: bool = False) -> None:
         if not isinstance(entry, str) or not PLUGIN_PATH.match(entry):
             raise ConfigError(f"agent harness: options.entry {entry!r} is not a `module:function` path",
                               'set harnesses[].options.entry to e.g. "my_agent:run" (an async def run(task, base_url, api_key))')
@@ -97,22 +99,27 @@ class EntryRunner:
         if not callable(self.fn):
             raise ConfigError(f"agent harness: options.entry {entry!r} is not a function",
                               "point it at `async def run(task, client_base_url, api_key) -> str | dict`")
-        self.entry = entry
+        self.entry, self.sandbox = entry, sandbox
+        if sandbox and "sandbox" not in _parameters(self.fn):
+            raise ConfigError(f"agent harness: options.sandbox is set but {entry} takes no `sandbox` argument",
+                              "define it as run(task, client_base_url, api_key, sandbox), or remove options.sandbox")
 
-    def __call__(self, task: dict, base_url: str, api_key: str, timeout_s: float) -> AgentOutcome:
+    def __call__(self, task: dict, base_url: str, api_key: str, timeout_s: float, sandbox=None) -> AgentOutcome:
+        """`sandbox`: the episode's, handed to an entry that takes one (the harness acquires and releases it)."""
+        args = (task, base_url, api_key) + ((sandbox,) if self.sandbox else ())
         try:
             if inspect.iscoroutinefunction(self.fn):
-                value = asyncio.run(self._bounded(task, base_url, api_key, timeout_s))
+                value = asyncio.run(self._bounded(args, timeout_s))
             else:
-                value = self.fn(task, base_url, api_key)
+                value = self.fn(*args)
         except AgentTimeout:
             raise
         except Exception as exc:  # noqa: BLE001 - the agent's own failure, reported with its exception
             raise AgentFailed(f"{self.entry} raised {type(exc).__name__}: {exc}") from exc
         return outcome_of(value)
 
-    async def _bounded(self, task: dict, base_url: str, api_key: str, timeout_s: float):
-        job = asyncio.ensure_future(self.fn(task, base_url, api_key))
+    async def _bounded(self, args: tuple, timeout_s: float):
+        job = asyncio.ensure_future(self.fn(*args))
         done, _ = await asyncio.wait({job}, timeout=timeout_s)
         if not done:
             job.cancel()
@@ -120,6 +127,13 @@ class EntryRunner:
                 await job
             raise AgentTimeout(f"{self.entry} ran past {timeout_s:g} s (options.timeout_s)")
         return job.result()
+
+
+def _parameters(fn) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return {"sandbox"}
 
 
 def _uploads(paths) -> dict[str, bytes]:

@@ -65,6 +65,7 @@ def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick
     assert last["gateway/calls"] >= 2 * last["gateway/closed_sessions"] > 0  # two calls an episode, all recorded
     assert last["rollout/token_exact_mismatches"] == 0 and last["rollout/token_exact_episodes"] > 0
     assert last["gateway/non_prefix_calls"] == 0 and last["gateway/unauthorized"] == 0
+    assert last["gateway/agent/malformed_tool_calls"] <= last["gateway/malformed_tool_calls"]  # counted per harness
     records = [r for r in read_records(_store()) if r.harness == "agent"]
     assert records and all(r.reward_status in ("ok", "fail") for r in records)
     assert {len(r.steps) for r in records} == {2} and all(r.segment_starts == [] for r in records)

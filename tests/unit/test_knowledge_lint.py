@@ -59,7 +59,7 @@ def _written(name: str, writers: str) -> bool:
 
 def test_the_signal_registry_matches_the_code_that_writes_each_signal():
     writers = _source("agentrl_cli", "run", "training_run.py") + _source("agentrl_cli", "runtime", "rollout", "harness_errors.py") + "".join(p.read_text(encoding="utf-8")
-                                                         for d in ("runtime/observe", "run/loop", "weightsync")
+                                                         for d in ("runtime/observe", "run/loop", "weightsync", "engines/gateway")
                                                          for p in sorted((ROOT / "agentrl_cli" / d).glob("*.py"))
                                                          if p.name != "keys.py")
     learner = _source("agentrl_cli", "learner", "policy_rank.py")  # the step every trainer backend runs

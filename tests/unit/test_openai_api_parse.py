@@ -48,9 +48,17 @@ def test_several_calls_keep_their_order_and_parallel_false_keeps_the_first():
     CALL.replace("calculator", "rm_rf"),  # a tool nobody offered
     '<tool_call>\n{"name": "calculator", "arguments": {}}',  # never closed
 ])
-def test_a_block_that_is_not_a_valid_offered_call_stays_in_the_content(text):
+def test_a_block_that_is_not_a_valid_offered_call_stays_in_the_content_and_is_rejected(text):
     turn = parse_turn(text, tool_names=NAMES)
-    assert turn.tool_calls == [] and turn.content == text
+    assert turn.tool_calls == [] and turn.content == text and len(turn.rejected) == 1
+
+
+def test_only_blocks_the_model_wrote_are_rejected_and_a_call_left_out_by_parallel_false_is_not():
+    bad = '<tool_call>\n{"name": "calculator", "arguments": 7}\n</tool_call>'
+    assert parse_turn(" Done.", prefix=bad, visible_from=len(bad), tool_names=NAMES).rejected == []  # the client's text
+    assert parse_turn("Hm. " + bad, tool_names=NAMES).rejected == ["a tool call: arguments must be an object"]
+    assert parse_turn(CALL + CALL, tool_names=NAMES, parallel=False).rejected == []
+    assert parse_turn("no calls here", tool_names=NAMES).rejected == []
 
 
 def test_without_tools_nothing_is_parsed():

@@ -20,6 +20,8 @@ def test_keys_map_to_metric_names_and_labels():
     assert series("env/h/create_failures/OSError") == ("agentrl_env_create_failures", {"harness": "h", "error": "OSError"})
     assert series("watchdog/stuck{trainer}") == ("agentrl_watchdog_stuck", {"component": "trainer"})
     assert series("eval/tool_api_like/success_rate") == ("agentrl_eval_success_rate", {"harness": "tool_api_like"})
+    assert series("gateway/malformed_tool_calls") == ("agentrl_gateway_malformed_tool_calls", {})
+    assert series("gateway/agent/malformed_tool_calls") == ("agentrl_gateway_harness_malformed_tool_calls", {"harness": "agent"})
 
 
 def test_endpoint_serves_the_newest_row_and_skips_lists_and_nulls():

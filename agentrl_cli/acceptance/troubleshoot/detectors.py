@@ -351,6 +351,30 @@ def harness_errors(d: DiagnosedRun, t: dict) -> Hit | None:
                f"{total} episodes masked because harness code raised; most: {next(iter(by))}")
 
 
+MALFORMED_KEY = re.compile(keys.GATEWAY_MALFORMED_PATTERN)
+MALFORMED_HINT = "the model writes tool calls the agent cannot parse: check the tool-call parser for this model family"
+
+
+def malformed_tool_calls(d: DiagnosedRun, t: dict) -> Hit | None:
+    """Tool calls the model wrote through the run's gateway that the parser refused (not JSON, a tool
+    not offered, never closed): `gateway/malformed_tool_calls` of the calls served, `gateway/calls`
+    (both cumulative), by harness from `gateway/<harness>/malformed_tool_calls`."""
+    malformed = max((r.get(keys.GATEWAY_MALFORMED_TOOL_CALLS) or 0 for r in d.rows), default=0)
+    calls = max((r.get(keys.gateway("calls")) or 0 for r in d.rows), default=0)
+    if malformed < t["min_calls"] or malformed / max(calls, malformed) < t["min_fraction"]:
+        return None
+    by: Counter = Counter()
+    for r in d.rows:
+        for (h,), n in _counts(r, MALFORMED_KEY).items():
+            by[h] = max(by[h], int(n))
+    rate = malformed / max(calls, malformed)
+    most = f"; most in harness {by.most_common(1)[0][0]}" if by else ""
+    return Hit(min(3.0, max(1.0, rate / t["min_fraction"])) if t["min_fraction"] > 0 else 1.0,
+               {"gateway/malformed_tool_calls": int(malformed), "gateway/calls": int(calls),
+                "gateway/<harness>/malformed_tool_calls": dict(by.most_common(5)) or None},
+               f"{int(malformed)} tool calls in {int(calls)} gateway calls were refused by the parser{most}: {MALFORMED_HINT}")
+
+
 def _failed_checks(d: DiagnosedRun) -> list[tuple[str, dict]]:
     """(where, check as a dict) of every failing check in the run's stage and verify reports."""
     rec = d.record
@@ -465,6 +489,6 @@ DETECTORS: dict[str, Callable[[DiagnosedRun, dict], Hit | None]] = {
     "reset_mismatch": reset_mismatch, "eval_below_training": eval_below_training, "mismatch_kl": mismatch_kl,
     "episode_errors": episode_errors, "store_growth": store_growth, "loss_not_finite": loss_not_finite,
     "entropy_trend": entropy_check, "grad_norm": grad_norm, "env_failure_rate": env_failure_rate,
-    "repeat_variance": repeat_variance, "harness_errors": harness_errors,
+    "repeat_variance": repeat_variance, "harness_errors": harness_errors, "malformed_tool_calls": malformed_tool_calls,
     **{f"alert:{name}": alert_rule(name) for name in ALERTS},
 }

@@ -1,7 +1,8 @@
 """Every signal name the knowledge base may cite, and where the runtime produces it.
 
 - METRICS: keys of a training run's `metrics.jsonl` rows (named in `agentrl_cli/runtime/observe/keys.py`;
-  `train/*` come from the learner's `train_step`, `env/…` from the harness service levels). A name
+  `train/*` come from the learner's `train_step`, `env/…` from the harness service levels, `gateway/…`
+  from the run's recording gateway, `agentrl_cli/engines/gateway/`). A name
   with `<…>` stands for one key per harness, error, tool or status.
 - BASELINE: figures of the stage-0 loop (`baseline.json`, and verify's `verify/probe.json`), by path.
 - DERIVED: figures the run diagnosis computes from rows, trajectories, logs, reports and the store
@@ -20,7 +21,8 @@ METRICS = frozenset({
     "rollout/resumed_generations", "rollout/wasted_tokens", "rollout/server_retries", "rollout/weight_resyncs",
     "rollout/infra_errors", "rollout/goodput", "watchdog/stuck_now",
     "eval/<harness>/success_rate", "env/<harness>/create_failures/<error>", "env/<harness>/tool/<tool>/<status>",
-    "env/<harness>/harness_errors/<method>",
+    "env/<harness>/harness_errors/<method>", "gateway/calls", "gateway/malformed_tool_calls",
+    "gateway/<harness>/malformed_tool_calls",
 })
 
 BASELINE = {

@@ -7,7 +7,9 @@ re-tokenization of text. A call whose ids extend a segment's ids + the generated
 last call's choices continues that segment: the new ids between are appended with loss mask 0 (the
 closing of the assistant turn, tool results, the next generation prompt), then the call's own
 generated ids with loss mask 1 and their log-probs. Any other call starts a new segment and, unless
-it is the session's first, is counted as `non_prefix_calls` (the agent rewrote its history).
+it is the session's first, is counted as `non_prefix_calls` (the agent rewrote its history). A tool
+call the model wrote that the parser refused (`ChatCall.rejected`: not JSON, not an offered tool,
+never closed) is counted as `malformed_tool_calls` and named on its step.
 
 A call with n > 1 choices forks: the choice the next call continues stays in the segment, every
 other choice is a segment of its own (the shared prefix with loss mask 0), and a segment whose last
@@ -31,10 +33,12 @@ from dataclasses import asdict, dataclass, field
 
 from agentrl_cli.core.episode import Action, ToolCall
 from agentrl_cli.engines.gateway.splice import LastCall, Plan, context_key, norm_message
+from agentrl_cli.engines.openai_api.parse import UNCLOSED
 
-# aborted_calls: streamed calls whose client went away mid-stream (generation aborted, nothing recorded)
+# aborted_calls: streamed calls whose client went away mid-stream (generation aborted, nothing recorded);
+# malformed_tool_calls: tool calls the model wrote that the parser refused
 COUNTERS = ("calls", "non_prefix_calls", "spliced_calls", "rerender_exact_calls", "rerender_mismatch_calls", "forks",
-            "aborted_calls")
+            "aborted_calls", "malformed_tool_calls")
 
 
 @dataclass
@@ -53,6 +57,7 @@ class Step:
     finish_reason: str
     spliced: bool  # the prompt spliced the earlier generated ids in (splice.py), not the template's re-render
     reward: float | None = None  # a per-call reward posted for this call
+    malformed_tool_calls: list[str] = field(default_factory=list)  # why each tool call the model wrote was refused
 
     def action(self) -> Action:
         """The step's action in the episode vocabulary (arguments that are not a JSON object are kept
@@ -133,14 +138,23 @@ class _Open:
     last_messages: list[dict]  # the last call's messages as sent (a fork's initial observation)
 
 
+def malformed(call, choice: int, finish_reason: str) -> list[str]:
+    """Why each tool call the model wrote in `choice` was refused by the parser (openai_api/parse.py);
+    a block cut off by the length limit is the limit's doing, not a malformed call."""
+    rejected = call.rejected[choice] if choice < len(getattr(call, "rejected", None) or ()) else []
+    return [r for r in rejected if not (r == UNCLOSED and finish_reason == "length")]
+
+
 def _step(call, index: int, choice: int, completion, prompt_tokens: int, spliced: bool) -> Step:
     message = (call.response.get("choices") or [{}] * (choice + 1))[choice].get("message") or {}
     calls = [{"id": c.get("id", ""), "name": (c.get("function") or {}).get("name", ""),
               "arguments": (c.get("function") or {}).get("arguments", "")} for c in message.get("tool_calls") or []]
+    finish = str(completion.finish_reason)
     return Step(call_id=str(call.response.get("id", "")), index=index, choice=choice,
                 action_text=message.get("content") or "", tool_calls=calls, observation=[],
                 prompt_tokens=prompt_tokens, completion_tokens=len(completion.output_ids),
-                weight_version=str(completion.weight_version), finish_reason=str(completion.finish_reason), spliced=spliced)
+                weight_version=str(completion.weight_version), finish_reason=finish, spliced=spliced,
+                malformed_tool_calls=malformed(call, choice, finish))
 
 
 class Recorder:
@@ -172,6 +186,7 @@ class Recorder:
                                                           for c in call.response.get("choices") or []],
                         choices=list(call.choices), indices=list(range(len(call.choices))))
         pending = [_step(call, index, i, c, len(sent), plan.spliced) for i, c in enumerate(call.choices)]
+        self.counters["malformed_tool_calls"] += sum(len(s.malformed_tool_calls) for s in pending)
         messages = copy.deepcopy(list(body.get("messages") or []))
         seg, pos = self._continued(sent, plan)
         if seg is None:

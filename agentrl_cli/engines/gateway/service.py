@@ -13,7 +13,9 @@ the session's `CallBackend` picks the ids to generate from (`splice.plan_call`) 
 `Recorder` stitches the call in. A streamed call is written as it is generated (`chat_stream`) and
 recorded from exactly the ids streamed once it is complete; one whose client went away mid-stream
 is aborted and counted (`aborted_calls`), and nothing of it is recorded. Counters (`stats()`) carry
-`engines/gateway/` names.
+`gateway/` names; a session opened with a `harness` in its meta (the run's agent episodes) also
+counts the tool calls its model wrote that the parser refused under
+`gateway/<harness>/malformed_tool_calls` (beside the total, `gateway/malformed_tool_calls`).
 
 Not here: HTTP (`app.py`), keys and expiry (`sessions.py`), stitching (`record.py`).
 """
@@ -87,7 +89,10 @@ class Gateway:
             if allowed is not None and len(self.store) >= allowed:
                 raise self._refuse("session", len(self.store), allowed)
             self.counters["gateway/sessions"] += 1
-            return self.store.create(meta)
+            session = self.store.create(meta)
+            if harness_of(session) is not None:
+                self.counters[malformed_key(harness_of(session))] += 0  # in the rows from the harness's first session
+            return session
 
     def open_sessions(self) -> int:
         with self._lock:
@@ -184,6 +189,10 @@ class Gateway:
             session.recorder.record(call, view.sent, view.rendered, plans[-1])
             for key, value in session.recorder.counters.items():
                 self.counters[f"gateway/{key}"] += value - before[key]
+            harness = harness_of(session)
+            if harness is not None:
+                self.counters[malformed_key(harness)] += session.recorder.counters["malformed_tool_calls"] - \
+                    before["malformed_tool_calls"]
         _served_prompt(call, view.sent)
 
     async def chat(self, session: Session, body: dict, *, call_id: str | None = None) -> ChatCall:
@@ -251,6 +260,17 @@ class Gateway:
         with self._lock:
             return {**dict(self.counters), "gateway/open_sessions": len(self.store),
                     "gateway/calls_in_flight": self.calls_in_flight}
+
+
+def harness_of(session: Session) -> str | None:
+    """The harness a session plays for (its meta's `harness`), None when it was not given one."""
+    h = (session.meta or {}).get("harness")
+    return h if isinstance(h, str) and h else None
+
+
+def malformed_key(h: str) -> str:
+    """The counter of tool calls the model wrote, in sessions of harness `h`, that the parser refused."""
+    return f"gateway/{h}/malformed_tool_calls"
 
 
 def _served_prompt(call: ChatCall, sent: list[int]) -> None:

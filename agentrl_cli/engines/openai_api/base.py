@@ -73,6 +73,7 @@ class ChatCall:
     tools: list[dict] | None
     prefix: str = ""  # text of the assistant turn already in the prompt (continued or forced)
     deltas: list | None = None  # per choice, the streamed content as (text, log-prob entries); set when streamed
+    rejected: list[list[str]] = field(default_factory=list)  # per choice, why each tool call the model wrote was refused (parse.py)
 
 
 class OpenAIError(Exception):

@@ -83,10 +83,11 @@ def build_call(backend: Backend, p: Prepared, completions: list[Completion]) -> 
     req, rendered, tok = p.req, p.rendered, backend.tokenizer
     names = {t["function"]["name"] for t in rendered.tools or ()}
     skip = skip_special(req, rendered)
-    choices, deltas = [], []
+    choices, deltas, rejected = [], [], []
     for i, c in enumerate(completions):
         turn = parse_turn(_decoded(tok, c, req, skip), prefix=rendered.prefix, visible_from=len(rendered.client_prefix),
                           tool_names=names or None, parallel=req.parallel_tool_calls)
+        rejected.append(turn.rejected)
         logprobs = chat_logprobs(tok, c) if req.logprobs else None
         choices.append(chat_choice(i, turn, c, logprobs))
         if req.stream:
@@ -95,7 +96,7 @@ def build_call(backend: Backend, p: Prepared, completions: list[Completion]) -> 
     response = chat_response(req.model or backend.model_name(), choices, len(rendered.prompt_ids), completions)
     return ChatCall(request=p.body, prompt_ids=rendered.prompt_ids, choices=completions, response=response,
                     messages=list(req.messages), tools=p.body.get("tools"), prefix=rendered.prefix,
-                    deltas=deltas if req.stream else None)
+                    deltas=deltas if req.stream else None, rejected=rejected)
 
 
 def content_deltas(tokenizer, ids: list[int] | None, content: str, logprobs: list | None,

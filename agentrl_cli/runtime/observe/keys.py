@@ -103,6 +103,17 @@ def gateway(counter: str) -> str:
     return f"gateway/{counter}"
 
 
+GATEWAY_MALFORMED_TOOL_CALLS = "gateway/malformed_tool_calls"  # tool calls the model wrote that the parser refused
+
+
+def gateway_malformed_tool_calls(h: str) -> str:
+    """`gateway/<harness>/malformed_tool_calls`: of those, the ones in the sessions of harness `h` (cumulative)."""
+    return f"gateway/{h}/malformed_tool_calls"
+
+
+GATEWAY_MALFORMED_PATTERN = r"^gateway/([^/]+)/malformed_tool_calls$"  # group: harness
+
+
 def rollout(counter: str) -> str:
     """`rollout/<counter>`: a counter of the rollout controller (ROLLOUT_COUNTERS)."""
     return f"rollout/{counter}"
@@ -214,7 +225,7 @@ def env_resource(h: str, figure: str) -> str:
 ENV_TOOL_PATTERN = r"^env/([^/]+)/tool/(.+)/([^/]+)$"  # groups: harness, tool, status
 ENV_CREATE_FAILURES_PATTERN = r"^env/([^/]+)/create_failures/(.+)$"  # groups: harness, error
 ENV_HARNESS_ERRORS_PATTERN = r"^env/([^/]+)/harness_errors/(.+)$"  # groups: harness, method
-LEVEL_NAMESPACES = ("env", "infer")  # `<ns>/<harness>/<figure>`: per-harness service levels
+LEVEL_NAMESPACES = ("env", "infer", "gateway")  # `<ns>/<harness>/<figure>`: per-harness service levels
 
 
 def system_gpu(gpu: str, figure: str) -> str:

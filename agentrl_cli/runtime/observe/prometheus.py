@@ -7,7 +7,9 @@ Key to metric: `train/loss` -> `agentrl_train_loss`; per-harness keys carry the 
 (`agentrl_env_tool_calls{harness,tool,status}`), creation failures the error
 (`agentrl_env_create_failures{harness,error}`), the sandbox pools' counters the harness
 (`sandbox/<h>/leaked_processes` -> `agentrl_sandbox_leaked_processes{harness="<h>"}`), watchdog
-counts the component (`agentrl_watchdog_stuck{component}`). Every series also carries `run_id`.
+counts the component (`agentrl_watchdog_stuck{component}`), the gateway's per-harness counters the
+harness under a name of their own beside the run's total (`gateway/<h>/malformed_tool_calls` ->
+`agentrl_gateway_harness_malformed_tool_calls{harness="<h>"}`). Every series also carries `run_id`.
 Belongs here: naming and serving; the figures come from the rows.
 """
 
@@ -38,6 +40,8 @@ def series(key: str) -> tuple[str, dict[str, str]] | None:
     if len(parts) < 2:
         return None
     ns = parts[0]
+    if ns == "gateway" and len(parts) == 3:  # `gateway/<counter>` is the run's total, with no label
+        return metric_name(["gateway", "harness", parts[2]]), {"harness": parts[1]}
     if ns in ("env", "eval", "infer", "sandbox") and len(parts) >= 3:
         labels["harness"] = parts[1]
         rest = parts[2:]

@@ -10,7 +10,9 @@ step's tool calls; the last step's observation the final answer, done), the evid
 files), the training arrays of every segment one after the other with `segment_starts` when there
 are several (an agent that rewrote its history trains one sample per segment, all sharing the
 episode's advantage), the weight version and any posted reward of each call, and the token counts
-(`prompt_tokens`: ids not generated; `completion_tokens`: ids generated, over all segments).
+(`prompt_tokens`: ids not generated; `completion_tokens`: ids generated, over all segments). A step
+whose call held a tool call the model wrote and the parser refused (`gateway/malformed_tool_calls`)
+is stored with observation status `invalid_action`, so the trajectory's `invalid_actions` counts it.
 
 Termination: done; `timeout` past the harness's deadline (scored, as a step timeout is); an agent
 that raised or exited non-zero is the harness's failure (`harness_failed(result, "agent", exc)`:
@@ -36,7 +38,16 @@ from agentrl_cli.runtime.rollout.episode_loop import EpisodeResult, Settings, ha
 
 
 def _observation(step, final: bool, answer: str | None) -> Observation:
-    """The observation after one call: the messages the next call added (tool results as calls)."""
+    """The observation after one call: the messages the next call added (tool results as calls);
+    `invalid_action` when the model wrote a tool call the parser refused (named in `info`)."""
+    seen = _seen(step, final, answer)
+    malformed = list(getattr(step, "malformed_tool_calls", None) or ())
+    if malformed:
+        seen.status, seen.info = "invalid_action", {**seen.info, "malformed_tool_calls": malformed}
+    return seen
+
+
+def _seen(step, final: bool, answer: str | None) -> Observation:
     if not step.observation:
         if final:
             return Observation(text=answer or "", status="ok" if answer else "empty", done=True,
