@@ -1,7 +1,7 @@
 """The `agent` harness: agents written with the openai SDK, the OpenAI Agents SDK (Responses API) and
 the anthropic SDK (Messages API) (tests/agents/, never importing agentrl) trained as they are through
-the run's recording gateway. Stage 8 smoke passes with one (with the other two under the `long`
-marker, stage 5 checks them token-exact); stage 5
+the run's recording gateway. Stage 8 smoke passes with one (the other two alone, stage 5 and stage 8,
+under the `long` marker: CI plays them together in test_agent_catalogue.py); stage 5
 checks a sandboxed command agent (reaching the gateway through the allowlist and nothing else) and
 an agent that posts its own reward, token-exact; a history-rewriting agent trains one sample per
 segment; the gateway admits no more sessions than the run's staleness limit allows; an agent that
@@ -72,6 +72,7 @@ def test_an_openai_sdk_agent_trains_through_stage_8_smoke(cli, write_yaml, quick
     assert len({r.reward for r in records}) > 1  # the final answer's length decides: rewards vary
 
 
+@pytest.mark.long  # in CI, test_agent_catalogue.py plays it beside the other catalogued agents in one run
 def test_the_openai_agents_sdk_agent_passes_stage_5_token_exact_over_the_responses_api(cli, write_yaml, quick_sets):
     write_yaml("harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.agents_sdk_agent:run', tasks: brief}\n")
     result, data = cli.json("stage", "run", "5", *quick_sets)
@@ -106,6 +107,7 @@ def test_the_openai_agents_sdk_agent_trains_through_stage_8_smoke(cli, write_yam
 ANTHROPIC_AGENT = "harnesses:\n  - name: agent\n    options: {entry: 'tests.agents.anthropic_agent:run', tasks: brief}\n"
 
 
+@pytest.mark.long  # in CI, test_agent_catalogue.py plays it beside the other catalogued agents in one run
 def test_stage_5_checks_an_anthropic_sdk_agent_token_exact(cli, write_yaml, quick_sets):
     """The Messages API agent (tests/agents/anthropic_agent.py): its two calls recorded token-exact
     through the gateway, its episode through the training path."""
