@@ -281,7 +281,8 @@ def _concurrency(ctx: StageContext, name: str, capacity: int | None, root: Path)
     tasks = _tasks(ctx, name)
     if not tasks:
         return Check.skipped(check, "the harness has no tasks (see its tasks check)")
-    played = play_at(ctx.config, name, tasks, concurrency, 2 * concurrency, root / "concurrency")
+    # a full wave at once, then up to 8 more on instances and sandboxes the first wave gave back
+    played = play_at(ctx.config, name, tasks, concurrency, concurrency + min(concurrency, 8), root / "concurrency")
     measured = {"concurrency": concurrency, "episodes": played.episodes, "episodes_per_s": played.per_s,
                 "failures": len(played.failures), "backpressure": played.backpressure, "given_up": played.given_up,
                 "leaks": played.leaks, **({"capped_at": played.capped_at} if played.capped_at else {})}

@@ -63,6 +63,7 @@ def play_at(config, name: str, tasks: list, concurrency: int, episodes: int, roo
     cfg = config if config.sandbox.service_url else with_overrides(
         config, {"sandbox.root_dir": str(root)}, "stage 5's play at the run's concurrency")
     played = Played(concurrency)
+    _warm_up(cfg, name, tasks)
     fds = _fds()
     sandboxes = HarnessSandboxes(cfg)
     with leftover_processes.marked() as token:
@@ -79,6 +80,18 @@ def play_at(config, name: str, tasks: list, concurrency: int, episodes: int, roo
              "sandboxes_held": held, "dirs": closed.get("sandbox/leftover_dirs"), "fds": _fds_more(fds)}
     played.leaks = {k: v for k, v in leaks.items() if v is not None}
     return played
+
+
+def _warm_up(cfg, name: str, tasks: list) -> None:
+    """One episode, alone and not counted, before the file descriptors are counted: what a harness opens
+    once per process (a client's connection pool, a loaded library) is not a leak of its episodes."""
+    from agentrl_cli.envs.sandbox.provider import HarnessSandboxes
+
+    sandboxes = HarnessSandboxes(cfg)
+    try:
+        asyncio.run(_play_all(cfg, name, tasks[:1], 1, Played(1), lambda: _instance(cfg, name, sandboxes)))
+    finally:
+        sandboxes.close()
 
 
 def _instance(cfg, name: str, sandboxes):
