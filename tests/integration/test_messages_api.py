@@ -24,7 +24,9 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.inference import create_app
 from agentrl_cli.engines.messages_api import add_messages_routes
 from agentrl_cli.engines.openai_api import Completion
+from agentrl_cli.engines.openai_api.base import TokenChunk
 from agentrl_cli.model.chat import chat_format
+from tests.integration.streaming import engine_counters, until
 from tests.integration.test_gateway import ADMIN, Running, gateway_on, mismatches
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is a test dependency: pip install anthropic")
@@ -269,3 +271,81 @@ def test_a_bad_key_is_an_authentication_error_on_the_gateway_and_the_server(gw, 
         assert sdk(keyed.url, "sekret").messages.create(model="m", max_tokens=2, messages=ASK).usage.output_tokens >= 1
     finally:
         keyed.stop()
+
+
+LONG = {"model": "m", "max_tokens": 64, "system": "You are terse.", "messages": HELLO, "extra_body": GREEDY}
+
+
+@pytest.mark.parametrize("where", ["server", "gateway"])
+def test_a_live_message_stream_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(server, gw, where):
+    """The SDK reads the first text delta of a 64-token message and leaves the stream: the inference
+    server's own counters show the request aborted before its 64th token (so the delta left, and was
+    read, before the generation finished), and a gateway session records no step of it, only
+    `aborted_calls` (which masks the episode)."""
+    s, client = session(gw) if where == "gateway" else (None, sdk(server.url))
+    before, aborted = engine_counters(server.url), gw.gateway.stats()["gateway/aborted_calls"]
+    with client.messages.stream(**LONG) as stream:
+        first = next(e for e in stream if e.type == "content_block_delta")
+    after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
+                  "the aborted request to finish")
+    assert first.delta.text and after["aborted"] == before["aborted"] + 1
+    assert 1 <= after["tokens"] - before["tokens"] < 64
+    if s is not None:
+        until(lambda: gw.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
+        record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+        assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+        assert gw.gateway.stats()["gateway/aborted_calls"] == aborted + 1
+
+
+def test_a_whole_live_message_stream_is_the_message_not_streamed_and_is_recorded_as_streamed(server, gw):
+    """Read to the end through a gateway session, token by token: the text, stop reason and usage
+    equal the same request not streamed on the server, and the recorded ids are the ids streamed."""
+    whole = sdk(server.url).messages.create(**LONG)
+    s, client = session(gw)
+    with client.messages.stream(**LONG) as stream:
+        kinds, text, _ = _events(stream)
+        final = stream.get_final_message()
+    assert _in_order(kinds) and kinds.count("content_block_delta") > 8, kinds
+    assert text == whole.content[0].text == final.content[0].text
+    assert (final.stop_reason, final.usage.output_tokens) == (whole.stop_reason, whole.usage.output_tokens) == \
+        ("max_tokens", 64)
+    record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+    (segment,) = record["segments"]
+    (step,) = segment["calls"]
+    assert step["call_id"].replace("chatcmpl-", "msg_") == final.id and step["action_text"] == text
+    assert mismatches(segment, gw.client.served[-1:]) == 0 and final.usage.input_tokens == step["prompt_tokens"]
+
+
+class StreamingBackend(ScriptedBackend):
+    """The scripted backend streaming its tokens one at a time (`Backend.streams`)."""
+
+    streams = True
+
+    async def generate_stream(self, input_ids, sampling, *, top_logprobs=0):
+        (done,) = await self.generate(input_ids, sampling)
+
+        async def chunks():
+            for tok, logprob in zip(done.output_ids, done.output_logprobs):
+                yield TokenChunk([tok], [logprob], "1")
+            yield TokenChunk([], [], "1", done)
+        return chunks()
+
+
+def test_a_live_tool_call_is_sent_once_complete_and_parsed(tokenizer):
+    """Text then a call, streamed as generated: the text deltas are the text before the call (no
+    partial call text leaks), and the call is one tool_use block parsed by the model's format."""
+    backend = StreamingBackend(tokenizer, ["Let me look.\n" + CALL_TEXT])
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    add_messages_routes(app, backend)
+    srv = ServerThread(app, name="streaming").start()
+    try:
+        with sdk(srv.url).messages.stream(model="m", max_tokens=64, messages=ASK, tools=[LOOKUP]) as stream:
+            kinds, text, partial = _events(stream)
+            final = stream.get_final_message()
+    finally:
+        srv.stop()
+    assert _in_order(kinds) and kinds.count("content_block_start") == 2, kinds
+    assert text == "Let me look." and kinds.index("content_block_stop") > 3  # the text came in several deltas
+    assert json.loads(partial) == {"word": "gateway"} and final.stop_reason == "tool_use"
+    assert [b.type for b in final.content] == ["text", "tool_use"] and final.content[1].input == {"word": "gateway"}

@@ -391,3 +391,8 @@ def test_a_live_function_call_is_sent_once_complete_and_parsed(tokenizer):
     final = events[-1].response
     assert [o.type for o in final.output] == ["message", "function_call"] and final.output[0].id == events[2].item.id
     assert json.loads(final.output[1].arguments) == {"word": "gateway"}
+    from pydantic import TypeAdapter
+    from openai.types.responses import ResponseStreamEvent
+
+    adapter = TypeAdapter(ResponseStreamEvent)  # the SDK builds its objects without validating: validate the wire
+    assert [adapter.validate_python(e.model_dump(mode="json")).type for e in events] == kinds
