@@ -24,7 +24,7 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.inference import create_app
 from agentrl_cli.engines.messages_api import add_messages_routes
 from agentrl_cli.engines.openai_api import Completion
-from agentrl_cli.engines.openai_api.base import TokenChunk
+from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
 from tests.integration.streaming import engine_counters, until
 from tests.integration.test_gateway import ADMIN, Running, gateway_on, mismatches
@@ -317,15 +317,19 @@ def test_a_whole_live_message_stream_is_the_message_not_streamed_and_is_recorded
 
 
 class StreamingBackend(ScriptedBackend):
-    """The scripted backend streaming its tokens one at a time (`Backend.streams`)."""
+    """The scripted backend streaming its tokens one at a time (`Backend.streams`); with `fail_after`
+    set, the stream fails after that many tokens as a lost inference server does (503)."""
 
     streams = True
+    fail_after: int | None = None
 
     async def generate_stream(self, input_ids, sampling, *, top_logprobs=0):
         (done,) = await self.generate(input_ids, sampling)
 
         async def chunks():
-            for tok, logprob in zip(done.output_ids, done.output_logprobs):
+            for k, (tok, logprob) in enumerate(zip(done.output_ids, done.output_logprobs)):
+                if k == self.fail_after:
+                    raise OpenAIError("the inference server failed mid-stream", status=503, type="server_error")
                 yield TokenChunk([tok], [logprob], "1")
             yield TokenChunk([], [], "1", done)
         return chunks()
@@ -349,3 +353,24 @@ def test_a_live_tool_call_is_sent_once_complete_and_parsed(tokenizer):
     assert text == "Let me look." and kinds.index("content_block_stop") > 3  # the text came in several deltas
     assert json.loads(partial) == {"word": "gateway"} and final.stop_reason == "tool_use"
     assert [b.type for b in final.content] == ["text", "tool_use"] and final.content[1].input == {"word": "gateway"}
+
+
+def test_a_live_stream_whose_server_fails_mid_way_ends_with_an_error_event_and_records_nothing(tokenizer):
+    backend = StreamingBackend(tokenizer, ["A long answer that never ends."])
+    backend.fail_after = 4
+    gateway = Gateway(backend)
+    srv = ServerThread(gateway_app(gateway, admin_key=ADMIN), name="failing-gateway").start()
+    try:
+        gw = Running(srv.url, gateway, backend)
+        s = gw.session()
+        body = {"model": "m", "max_tokens": 64, "messages": ASK, "stream": True}
+        r = httpx.post(s["base_url"] + "/messages", json=body, headers={"x-api-key": s["api_key"]}, timeout=60)
+        record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+    finally:
+        srv.stop()
+    events = [json.loads(block.split("data: ", 1)[1]) for block in r.text.strip().split("\n\n")]
+    assert [e["type"] for e in events][:2] == ["message_start", "content_block_start"]
+    assert events[-1] == {"type": "error", "error": {"type": "overloaded_error",
+                                                     "message": "the inference server failed mid-stream"}}
+    assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+    assert gateway.stats()["gateway/failed_calls"] == 1 and gateway.stats()["gateway/calls_in_flight"] == 0

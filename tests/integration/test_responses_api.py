@@ -23,7 +23,7 @@ from agentrl_cli.core.serving import ServerThread
 from agentrl_cli.engines.gateway.app import create_app as gateway_app
 from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.openai_api import Completion, add_openai_routes
-from agentrl_cli.engines.openai_api.base import TokenChunk
+from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
 from tests.integration.streaming import engine_counters, until
 from tests.integration.test_gateway import ADMIN, gateway_on, mismatches
@@ -354,16 +354,20 @@ def test_a_whole_live_response_through_a_gateway_is_recorded_from_exactly_the_id
 
 
 class StreamingBackend(ScriptedBackend):
-    """The scripted backend streaming its tokens one at a time (`Backend.streams`)."""
+    """The scripted backend streaming its tokens one at a time (`Backend.streams`); with `fail_after`
+    set, the stream fails after that many tokens as a lost inference server does (503)."""
 
     streams = True
+    fail_after: int | None = None
 
     async def generate_stream(self, input_ids, sampling, *, top_logprobs=0):
         (done,) = await self.generate(input_ids, sampling)
 
         async def chunks():
-            for k, tok in enumerate(done.output_ids):
-                yield TokenChunk([tok], [done.output_logprobs[k]], "1")
+            for k, (tok, logprob) in enumerate(zip(done.output_ids, done.output_logprobs)):
+                if k == self.fail_after:
+                    raise OpenAIError("the inference server failed mid-stream", status=503, type="server_error")
+                yield TokenChunk([tok], [logprob], "1")
             yield TokenChunk([], [], "1", done)
         return chunks()
 
@@ -396,3 +400,23 @@ def test_a_live_function_call_is_sent_once_complete_and_parsed(tokenizer):
 
     adapter = TypeAdapter(ResponseStreamEvent)  # the SDK builds its objects without validating: validate the wire
     assert [adapter.validate_python(e.model_dump(mode="json")).type for e in events] == kinds
+
+
+def test_a_live_response_whose_server_fails_mid_way_ends_failed_and_is_not_stored(tokenizer):
+    backend = StreamingBackend(tokenizer)
+    backend.script.append("A long answer that never ends.")
+    backend.fail_after = 4
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    add_openai_routes(app, backend)
+    srv = ServerThread(app, name="failing").start()
+    try:
+        events = list(sdk(f"{srv.url}/v1").responses.create(model="m", input="hi", stream=True))
+        with pytest.raises(openai.NotFoundError):
+            sdk(f"{srv.url}/v1").responses.retrieve(events[0].response.id)
+    finally:
+        srv.stop()
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"] and kinds[-1] == "response.failed"
+    assert events[-1].response.status == "failed" and "failed mid-stream" in events[-1].response.error.message
