@@ -5,7 +5,11 @@ recording gateway session over it (a two-call conversation recorded as one segme
 /generate was sent and answered), and a tool loop (`tool_use` -> `tool_result`) whose tool call comes
 from a scripted Backend, the openai_api seam, since a random model rarely writes one: parsed into
 a `tool_use` block, streamed as `input_json_delta`, and recorded token-exact by a gateway.
-Refusals name the field in the API's error shape; a bad key is an authentication_error."""
+Refusals name the field in the API's error shape; a bad key is an authentication_error. Streams are
+written as generated: the first text delta of a 64-token message is read before the generation
+finished and a client that leaves aborts it (the server's own counters), a gateway records the
+streamed ids or, when the client left, nothing; a tool_use block is sent once the call is complete
+and parsed; a server failing mid-stream ends it with an `error` event."""
 
 from __future__ import annotations
 

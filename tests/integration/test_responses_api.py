@@ -3,7 +3,10 @@ recording gateway session: plain text from the random tiny model (equal to the c
 the same messages), the documented events in order with deltas that add up to the text, a function
 call and its output continued by `previous_response_id` and by sending the items back (one
 token-exact segment, the stored call ids the served response ids), retrieval, and refusals naming
-the field.
+the field. Streams are written as generated: the first text delta of a 64-token response is read
+before the generation finished and a client that leaves aborts it (the server's own counters), a
+gateway records the streamed ids or, when the client left, nothing; a function call is sent once
+complete and parsed; a server failing mid-stream ends it `response.failed`.
 
 Function calls come from a scripted Backend (the seam both the server's routes and the gateway
 serve from: a real tokenizer, fixed generated ids), so the model "emits" a call every time without
