@@ -5,7 +5,11 @@ recording gateway session over it (a two-call conversation recorded as one segme
 /generate was sent and answered), and a tool loop (`tool_use` -> `tool_result`) whose tool call comes
 from a scripted Backend, the openai_api seam, since a random model rarely writes one: parsed into
 a `tool_use` block, streamed as `input_json_delta`, and recorded token-exact by a gateway.
-Refusals name the field in the API's error shape; a bad key is an authentication_error."""
+Refusals name the field in the API's error shape; a bad key is an authentication_error. Streams are
+written as generated: the first text delta of a 64-token message is read before the generation
+finished and a client that leaves aborts it (the server's own counters), a gateway records the
+streamed ids or, when the client left, nothing; a tool_use block is sent once the call is complete
+and parsed; a server failing mid-stream ends it with an `error` event."""
 
 from __future__ import annotations
 
@@ -24,7 +28,9 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.inference import create_app
 from agentrl_cli.engines.messages_api import add_messages_routes
 from agentrl_cli.engines.openai_api import Completion
+from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
+from tests.integration.streaming import engine_counters, until
 from tests.integration.test_gateway import ADMIN, Running, gateway_on, mismatches
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is a test dependency: pip install anthropic")
@@ -269,3 +275,106 @@ def test_a_bad_key_is_an_authentication_error_on_the_gateway_and_the_server(gw, 
         assert sdk(keyed.url, "sekret").messages.create(model="m", max_tokens=2, messages=ASK).usage.output_tokens >= 1
     finally:
         keyed.stop()
+
+
+LONG = {"model": "m", "max_tokens": 64, "system": "You are terse.", "messages": HELLO, "extra_body": GREEDY}
+
+
+@pytest.mark.parametrize("where", ["server", "gateway"])
+def test_a_live_message_stream_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(server, gw, where):
+    """The SDK reads the first text delta of a 64-token message and leaves the stream: the inference
+    server's own counters show the request aborted before its 64th token (so the delta left, and was
+    read, before the generation finished), and a gateway session records no step of it, only
+    `aborted_calls` (which masks the episode)."""
+    s, client = session(gw) if where == "gateway" else (None, sdk(server.url))
+    before, aborted = engine_counters(server.url), gw.gateway.stats()["gateway/aborted_calls"]
+    with client.messages.stream(**LONG) as stream:
+        first = next(e for e in stream if e.type == "content_block_delta")
+    after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
+                  "the aborted request to finish")
+    assert first.delta.text and after["aborted"] == before["aborted"] + 1
+    assert 1 <= after["tokens"] - before["tokens"] < 64
+    if s is not None:
+        until(lambda: gw.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
+        record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+        assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+        assert gw.gateway.stats()["gateway/aborted_calls"] == aborted + 1
+
+
+def test_a_whole_live_message_stream_is_the_message_not_streamed_and_is_recorded_as_streamed(server, gw):
+    """Read to the end through a gateway session, token by token: the text, stop reason and usage
+    equal the same request not streamed on the server, and the recorded ids are the ids streamed."""
+    whole = sdk(server.url).messages.create(**LONG)
+    s, client = session(gw)
+    with client.messages.stream(**LONG) as stream:
+        kinds, text, _ = _events(stream)
+        final = stream.get_final_message()
+    assert _in_order(kinds) and kinds.count("content_block_delta") > 8, kinds
+    assert text == whole.content[0].text == final.content[0].text
+    assert (final.stop_reason, final.usage.output_tokens) == (whole.stop_reason, whole.usage.output_tokens) == \
+        ("max_tokens", 64)
+    record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+    (segment,) = record["segments"]
+    (step,) = segment["calls"]
+    assert step["call_id"].replace("chatcmpl-", "msg_") == final.id and step["action_text"] == text
+    assert mismatches(segment, gw.client.served[-1:]) == 0 and final.usage.input_tokens == step["prompt_tokens"]
+
+
+class StreamingBackend(ScriptedBackend):
+    """The scripted backend streaming its tokens one at a time (`Backend.streams`); with `fail_after`
+    set, the stream fails after that many tokens as a lost inference server does (503)."""
+
+    streams = True
+    fail_after: int | None = None
+
+    async def generate_stream(self, input_ids, sampling, *, top_logprobs=0):
+        (done,) = await self.generate(input_ids, sampling)
+
+        async def chunks():
+            for k, (tok, logprob) in enumerate(zip(done.output_ids, done.output_logprobs)):
+                if k == self.fail_after:
+                    raise OpenAIError("the inference server failed mid-stream", status=503, type="server_error")
+                yield TokenChunk([tok], [logprob], "1")
+            yield TokenChunk([], [], "1", done)
+        return chunks()
+
+
+def test_a_live_tool_call_is_sent_once_complete_and_parsed(tokenizer):
+    """Text then a call, streamed as generated: the text deltas are the text before the call (no
+    partial call text leaks), and the call is one tool_use block parsed by the model's format."""
+    backend = StreamingBackend(tokenizer, ["Let me look.\n" + CALL_TEXT])
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    add_messages_routes(app, backend)
+    srv = ServerThread(app, name="streaming").start()
+    try:
+        with sdk(srv.url).messages.stream(model="m", max_tokens=64, messages=ASK, tools=[LOOKUP]) as stream:
+            kinds, text, partial = _events(stream)
+            final = stream.get_final_message()
+    finally:
+        srv.stop()
+    assert _in_order(kinds) and kinds.count("content_block_start") == 2, kinds
+    assert text == "Let me look." and kinds.index("content_block_stop") > 3  # the text came in several deltas
+    assert json.loads(partial) == {"word": "gateway"} and final.stop_reason == "tool_use"
+    assert [b.type for b in final.content] == ["text", "tool_use"] and final.content[1].input == {"word": "gateway"}
+
+
+def test_a_live_stream_whose_server_fails_mid_way_ends_with_an_error_event_and_records_nothing(tokenizer):
+    backend = StreamingBackend(tokenizer, ["A long answer that never ends."])
+    backend.fail_after = 4
+    gateway = Gateway(backend)
+    srv = ServerThread(gateway_app(gateway, admin_key=ADMIN), name="failing-gateway").start()
+    try:
+        gw = Running(srv.url, gateway, backend)
+        s = gw.session()
+        body = {"model": "m", "max_tokens": 64, "messages": ASK, "stream": True}
+        r = httpx.post(s["base_url"] + "/messages", json=body, headers={"x-api-key": s["api_key"]}, timeout=60)
+        record = gw.admin("GET", f"/sessions/{s['session_id']}").json()
+    finally:
+        srv.stop()
+    events = [json.loads(block.split("data: ", 1)[1]) for block in r.text.strip().split("\n\n")]
+    assert [e["type"] for e in events][:2] == ["message_start", "content_block_start"]
+    assert events[-1] == {"type": "error", "error": {"type": "overloaded_error",
+                                                     "message": "the inference server failed mid-stream"}}
+    assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+    assert gateway.stats()["gateway/failed_calls"] == 1 and gateway.stats()["gateway/calls_in_flight"] == 0

@@ -3,7 +3,10 @@ recording gateway session: plain text from the random tiny model (equal to the c
 the same messages), the documented events in order with deltas that add up to the text, a function
 call and its output continued by `previous_response_id` and by sending the items back (one
 token-exact segment, the stored call ids the served response ids), retrieval, and refusals naming
-the field.
+the field. Streams are written as generated: the first text delta of a 64-token response is read
+before the generation finished and a client that leaves aborts it (the server's own counters), a
+gateway records the streamed ids or, when the client left, nothing; a function call is sent once
+complete and parsed; a server failing mid-stream ends it `response.failed`.
 
 Function calls come from a scripted Backend (the seam both the server's routes and the gateway
 serve from: a real tokenizer, fixed generated ids), so the model "emits" a call every time without
@@ -23,7 +26,9 @@ from agentrl_cli.core.serving import ServerThread
 from agentrl_cli.engines.gateway.app import create_app as gateway_app
 from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.openai_api import Completion, add_openai_routes
+from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
+from tests.integration.streaming import engine_counters, until
 from tests.integration.test_gateway import ADMIN, gateway_on, mismatches
 
 pytestmark = [pytest.mark.integration]
@@ -301,3 +306,120 @@ def test_responses_and_events_validate_against_the_openai_packages_own_types(scr
         events = [json.loads(block.split("data: ", 1)[1]) for block in r.text.strip().split("\n\n")]
         kinds = [TypeAdapter(ResponseStreamEvent).validate_python(e).type for e in events]
         assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+
+
+LONG = {"model": "tiny-random", "instructions": "You are terse.", "input": "Say something.", "max_output_tokens": 64,
+        "temperature": 0}
+
+
+@pytest.mark.parametrize("where", ["server", "gateway"])
+def test_a_live_response_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(real, server, where):
+    """The SDK reads the first text delta of a 64-token response and closes the stream: the inference
+    server's own counters show the request aborted before its 64th token (so the delta left, and was
+    read, before the generation finished), and a gateway session records no step of it, only
+    `aborted_calls` (which masks the episode)."""
+    client, session = real_client(real, server, where)
+    before, aborted = engine_counters(server.url), real.gateway.stats()["gateway/aborted_calls"]
+    stream = client.responses.create(stream=True, **LONG)
+    created = next(e for e in stream if e.type == "response.created").response
+    first = next(e for e in stream if e.type == "response.output_text.delta")
+    stream.close()
+    after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
+                  "the aborted request to finish")
+    assert first.delta and after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < 64
+    if session is not None:
+        until(lambda: real.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
+        record = real.admin("GET", f"/sessions/{session['session_id']}").json()
+        assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1
+        assert real.gateway.stats()["gateway/aborted_calls"] == aborted + 1
+        with pytest.raises(openai.NotFoundError):  # nothing half-done is kept for previous_response_id either
+            client.responses.retrieve(created.id)
+
+
+def test_a_whole_live_response_through_a_gateway_is_recorded_from_exactly_the_ids_streamed(real, tokenizer):
+    """Read to the end, token by token: the streamed text is the decode of the ids the server
+    generated, which are the ids recorded; the response is stored once complete."""
+    session = real.session()
+    client = sdk(session["base_url"], session["api_key"])
+    events = list(client.responses.create(stream=True, **LONG))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    final = events[-1].response
+    (served,) = real.client.served[-1:]
+    assert "".join(deltas) == final.output_text == tokenizer.decode(served[1]) and len(deltas) > 8
+    assert (final.status, final.usage.output_tokens, len(served[1])) == ("incomplete", 64, 64)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+    record = real.admin("GET", f"/sessions/{session['session_id']}").json()
+    (segment,) = record["segments"]
+    (step,) = segment["calls"]
+    assert step["call_id"] == final.id and step["action_text"] == final.output_text
+    assert mismatches(segment, [served]) == 0
+
+
+class StreamingBackend(ScriptedBackend):
+    """The scripted backend streaming its tokens one at a time (`Backend.streams`); with `fail_after`
+    set, the stream fails after that many tokens as a lost inference server does (503)."""
+
+    streams = True
+    fail_after: int | None = None
+
+    async def generate_stream(self, input_ids, sampling, *, top_logprobs=0):
+        (done,) = await self.generate(input_ids, sampling)
+
+        async def chunks():
+            for k, (tok, logprob) in enumerate(zip(done.output_ids, done.output_logprobs)):
+                if k == self.fail_after:
+                    raise OpenAIError("the inference server failed mid-stream", status=503, type="server_error")
+                yield TokenChunk([tok], [logprob], "1")
+            yield TokenChunk([], [], "1", done)
+        return chunks()
+
+
+def test_a_live_function_call_is_sent_once_complete_and_parsed(tokenizer):
+    """Text then a call, streamed as generated: the text deltas are the text before the call (no
+    partial call text leaks), and the call is one function_call item parsed by the model's format."""
+    backend = StreamingBackend(tokenizer)
+    backend.script.append("Let me look.\n" + CALL_TEXT)
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    add_openai_routes(app, backend)
+    srv = ServerThread(app, name="streaming").start()
+    try:
+        events = list(sdk(f"{srv.url}/v1").responses.create(model="m", input="What is a gateway?", tools=TOOLS,
+                                                            stream=True))
+    finally:
+        srv.stop()
+    kinds = [e.type for e in events]
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Let me look." and kinds.count("response.output_text.delta") > 1
+    assert [k for k in kinds if k != "response.output_text.delta"] == ORDER + [
+        "response.output_item.added", "response.function_call_arguments.delta", "response.function_call_arguments.done",
+        "response.output_item.done", "response.completed"]
+    final = events[-1].response
+    assert [o.type for o in final.output] == ["message", "function_call"] and final.output[0].id == events[2].item.id
+    assert json.loads(final.output[1].arguments) == {"word": "gateway"}
+    from pydantic import TypeAdapter
+    from openai.types.responses import ResponseStreamEvent
+
+    adapter = TypeAdapter(ResponseStreamEvent)  # the SDK builds its objects without validating: validate the wire
+    assert [adapter.validate_python(e.model_dump(mode="json")).type for e in events] == kinds
+
+
+def test_a_live_response_whose_server_fails_mid_way_ends_failed_and_is_not_stored(tokenizer):
+    backend = StreamingBackend(tokenizer)
+    backend.script.append("A long answer that never ends.")
+    backend.fail_after = 4
+    app = FastAPI()
+    app.get("/health")(lambda: {})
+    add_openai_routes(app, backend)
+    srv = ServerThread(app, name="failing").start()
+    try:
+        events = list(sdk(f"{srv.url}/v1").responses.create(model="m", input="hi", stream=True))
+        with pytest.raises(openai.NotFoundError):
+            sdk(f"{srv.url}/v1").responses.retrieve(events[0].response.id)
+    finally:
+        srv.stop()
+    kinds = [e.type for e in events]
+    assert kinds[:4] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added"] and kinds[-1] == "response.failed"
+    assert events[-1].response.status == "failed" and "failed mid-stream" in events[-1].response.error.message

@@ -7,9 +7,9 @@ POST /sessions; the run (or whoever runs the episodes) manages sessions and post
     POST   /sessions/{id}/reward           {"reward": x} the episode's, {"reward": x, "call_id": "chatcmpl-..." / "resp_..."} one call's
                                            (a Messages call's "msg_..." id names its chat completion)
     POST   /s/{id}/v1/chat/completions     OpenAI chat completions (streamed as generated too), recorded token-exact
-    POST   /s/{id}/v1/responses            OpenAI Responses (streaming too), each a chat call recorded the same way
+    POST   /s/{id}/v1/responses            OpenAI Responses (streamed as generated too), each a chat call recorded the same way
     GET    /s/{id}/v1/responses/{rid}      a response of the session (DELETE drops it); previous_response_id reads them
-    POST   /s/{id}/v1/messages             Anthropic Messages (streaming too; `engines/messages_api`), recorded
+    POST   /s/{id}/v1/messages             Anthropic Messages (streamed as generated too; `engines/messages_api`), recorded
                                            as the chat completion it is translated to
     GET    /s/{id}/v1/models               the served model
     GET    /health, GET /stats             liveness; the gateway/ counters (admin)
@@ -37,10 +37,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from agentrl_cli.engines.gateway.backend import describe
 from agentrl_cli.engines.gateway.service import Backpressure, Gateway
 from agentrl_cli.engines.gateway.sessions import base_url
-from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, chat_id, error_response, to_chat
+from agentrl_cli.engines.messages_api import answer, api_key_as_bearer, chat_id, error_response, live_answer, to_chat
 from agentrl_cli.engines.openai_api import OpenAIError, chat_stream
+from agentrl_cli.engines.openai_api.responses_live import live_response
 from agentrl_cli.engines.openai_api.responses_out import response_events
-from agentrl_cli.engines.openai_api.responses_store import create_response
+from agentrl_cli.engines.openai_api.responses_store import begin_response, serve_response
 from agentrl_cli.engines.openai_api.routes import SSE_HEADERS, LiveStreamingResponse
 from agentrl_cli.core.security import AuditLog, KeyRing, bearer_token
 
@@ -182,7 +183,14 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
         async def serve(body: dict, response_id: str):
             return await gateway.chat(session, body, call_id=response_id)
 
-        created = await create_response(await _json(request), session.responses, serve)
+        async def start_live(body: dict, response_id: str):
+            return await gateway.chat_deltas(session, body, call_id=response_id)
+
+        pending = begin_response(await _json(request), session.responses)
+        events = await live_response(pending, session.responses, start_live)
+        if events is not None:
+            return LiveStreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+        created = await serve_response(pending, session.responses, serve)
         if created.request.stream:
             return StreamingResponse(response_events(created.response, created.call), media_type="text/event-stream")
         return JSONResponse(created.response)
@@ -202,7 +210,11 @@ def create_app(gateway: Gateway, *, admin_key: KeyRing | str | None = None, publ
         try:
             session = gateway.authorize(session_id, api_key_as_bearer(request.headers))
             body = await _json(request)
-            call = await gateway.chat(session, to_chat(body))
+            chat = to_chat(body)
+            started = await gateway.chat_deltas(session, chat) if chat.get("stream") else None
+            if started is not None:
+                return live_answer(*started, body)
+            call = await gateway.chat(session, chat)
         except OpenAIError as exc:
             if exc.status == 401 and not api_key_as_bearer(request.headers):
                 exc.message = ("no API key: send the session's key as x-api-key (the anthropic SDK's api_key, or "

@@ -10,7 +10,8 @@ honours by retrying after that long (twice by default, `max_retries`).
 
 The chat path: `openai_api.chat_completion` validates and renders the request and parses the answer;
 the session's `CallBackend` picks the ids to generate from (`splice.plan_call`) and the session's
-`Recorder` stitches the call in. A streamed call is written as it is generated (`chat_stream`) and
+`Recorder` stitches the call in. A streamed call is written as it is generated (`chat_deltas`, which
+`chat_stream` writes as chat chunks and the Responses and Messages routes as their own events) and
 recorded from exactly the ids streamed once it is complete; one whose client went away mid-stream
 is aborted and counted (`aborted_calls`), and nothing of it is recorded. Counters (`stats()`) carry
 `gateway/` names; a session opened with a `harness` in its meta (the run's agent episodes) also
@@ -35,7 +36,7 @@ from agentrl_cli.engines.gateway.splice import Plan, plan_call
 from agentrl_cli.model.chat import chat_format
 from agentrl_cli.engines.openai_api import ChatCall, OpenAIError, chat_completion
 from agentrl_cli.engines.inference.awaiting import Stream
-from agentrl_cli.engines.openai_api.live import live_chat
+from agentrl_cli.engines.openai_api.live import Delta, LiveChat, live_chat
 from agentrl_cli.engines.openai_api.service import prepare_chat
 
 GATEWAY_COUNTERS = ("sessions", "closed_sessions", "expired_sessions", "refused_sessions", "refused_calls",
@@ -212,21 +213,34 @@ class Gateway:
         return call
 
     async def chat_stream(self, session: Session, body: dict) -> AsyncIterator[str] | None:
-        """A streamed call of `session` written as it is generated (`openai_api.live`), recorded once
-        complete, before its last chunks; None when it is not streamed live (then `chat`). A client that
-        goes away mid-stream aborts the generation and the call is counted `aborted_calls` (the
-        session's episode is masked), never recorded half."""
+        """A streamed chat call of `session` written as it is generated (`chat_deltas` as chat chunks);
+        None when it is not streamed live (then `chat`)."""
+        started = await self.chat_deltas(session, body)
+        if started is None:
+            return None
+        live, deltas = started
+        return live.chat_events(deltas)
+
+    async def chat_deltas(self, session: Session, body: dict, *,
+                          call_id: str | None = None) -> tuple[LiveChat, AsyncIterator[Delta]] | None:
+        """A streamed call of `session` submitted to be generated live (`openai_api.live`): the call
+        and its `Delta`s, which any dialect writes as its own stream; None when it is not streamed
+        live (then `chat`). The call is recorded once complete, from exactly the ids streamed, before
+        its last deltas; a client that goes away mid-stream (the deltas closed early) aborts the
+        generation and the call is counted `aborted_calls` (the session's episode is masked), never
+        recorded half. `call_id` as `chat`'s."""
         self._admit(session)
         view, plans = self._view(session, body)
         try:
             prepared = prepare_chat(view, body)
-            live = await live_chat(view, prepared)
+            live = await live_chat(view, prepared, call_id=call_id)
         except BaseException:
             self._release(session, True)
             raise
         if live is None:
             self._release(session, False)
             return None
+        live.prompt_tokens = len(view.sent or ())
 
         async def on_call(call: ChatCall) -> None:
             self._record(session, view, plans, call)
@@ -236,25 +250,25 @@ class Gateway:
                 session.recorder.counters["aborted_calls"] += 1
                 self.counters["gateway/aborted_calls"] += 1
 
-        stream = live.events(on_call, on_abort)
+        deltas = live.deltas(on_call, on_abort)
 
-        async def events() -> AsyncIterator[str]:
+        async def released() -> AsyncIterator[Delta]:
             try:
-                async for event in stream:
-                    yield event
+                async for delta in deltas:
+                    yield delta
             finally:
                 try:
-                    await stream.aclose()
+                    await deltas.aclose()
                 finally:
                     self._release(session, live.call is None)
 
         async def never_started() -> None:
             try:
-                await stream.aclose()
+                await deltas.aclose()
             finally:
                 self._release(session, True)
 
-        return Stream(events(), never_started)
+        return live, Stream(released(), never_started)
 
     def stats(self) -> dict:
         with self._lock:

@@ -19,6 +19,8 @@ events, or its error object. Pure translation of OpenAI's wire objects (the `cha
   after the stream began is an `error` event.
 - errors: `{"type": "error", "error": {"type": ..., "message": ...}}`, the type by HTTP status.
 
+A call written as it is generated streams the same events from the live call's deltas (`live.py`).
+
 Not here: the request (`request.py`), HTTP (`routes.py`, the gateway's app).
 """
 
@@ -76,7 +78,7 @@ def _input(arguments: str) -> dict:
     return value if isinstance(value, dict) else {"_raw": arguments}  # the parser hands out objects only
 
 
-def _usage(input_tokens: int, output_tokens: int) -> dict:
+def usage_block(input_tokens: int, output_tokens: int) -> dict:
     return {"input_tokens": input_tokens, "output_tokens": output_tokens, "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": 0}
 
@@ -92,7 +94,7 @@ def to_message(response: dict, stop_sequences: list[str] = ()) -> dict:
     usage = response["usage"]
     return {"id": message_id(response["id"]), "type": "message", "role": "assistant", "model": response["model"],
             "content": content, "stop_reason": reason, "stop_sequence": sequence,
-            "usage": _usage(usage["prompt_tokens"], usage["completion_tokens"])}
+            "usage": usage_block(usage["prompt_tokens"], usage["completion_tokens"])}
 
 
 def event(kind: str, data: dict) -> str:
@@ -134,7 +136,7 @@ async def message_events(chat_sse: AsyncIterator[str], *, input_tokens: int = 0,
                 started = True
                 yield event("message_start", {"message": {
                     "id": message_id(chunk["id"]), "type": "message", "role": "assistant", "model": chunk.get("model", ""),
-                    "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(input_tokens, 0)}})
+                    "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage_block(input_tokens, 0)}})
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
@@ -157,20 +159,25 @@ async def message_events(chat_sse: AsyncIterator[str], *, input_tokens: int = 0,
                     for line in close():
                         yield line
     except Exception as exc:  # noqa: BLE001 - the stream began: the failure is an event, not a status
-        failure = exc if isinstance(exc, OpenAIError) else OpenAIError(
-            f"generation failed: {type(exc).__name__}: {exc}", status=500, type="server_error")
-        if not isinstance(exc, OpenAIError):
-            log.exception("a Messages stream failed")
-        yield event("error", error_body(failure))
+        yield failure_event(exc)
         return
     for line in close():
         yield line
     reason, sequence = stop_reason(finish, matched, list(stop_sequences))
     usage = usage or {}
     yield event("message_delta", {"delta": {"stop_reason": reason, "stop_sequence": sequence},
-                                  "usage": _usage(usage.get("prompt_tokens", input_tokens),
+                                  "usage": usage_block(usage.get("prompt_tokens", input_tokens),
                                                   usage.get("completion_tokens", 0))})
     yield event("message_stop", {})
+
+
+def failure_event(exc: Exception) -> str:
+    """The `error` event that ends a stream that failed after it began."""
+    failure = exc if isinstance(exc, OpenAIError) else OpenAIError(
+        f"generation failed: {type(exc).__name__}: {exc}", status=500, type="server_error")
+    if not isinstance(exc, OpenAIError):
+        log.exception("a Messages stream failed")
+    return event("error", error_body(failure))
 
 
 def error_type(status: int) -> str:

@@ -2,7 +2,9 @@
 `openai_api.Backend`: the request is translated to a chat completion (`request.to_chat`), served
 by `openai_api.chat_completion` (the same render, generation and parsing as `/v1/chat/completions`,
 and the same `on_call` hook a recorder uses), and answered as a `message` or its event stream
-(`reply.py`). Errors are the Messages API's error object.
+(`reply.py`). A streamed request on a backend that streams is written as it is generated
+(`live.py`, `live_answer`; a client that goes away aborts the generation); otherwise the stream is
+written once the call is complete. Errors are the Messages API's error object.
 
 `ApiKeyHeader`: ASGI middleware for an app whose key check reads `Authorization: Bearer` only
 (`core.security.BearerAuth`): on `/v1/messages` it hands an `x-api-key` header (what the anthropic
@@ -14,14 +16,17 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from agentrl_cli.engines.messages_api.reply import error_body, error_response, message_events, to_message
 from agentrl_cli.engines.messages_api.request import to_chat
+from agentrl_cli.engines.messages_api.live import live_message_events
 from agentrl_cli.engines.openai_api import Backend, ChatCall, OpenAIError, chat_completion, chat_stream
+from agentrl_cli.engines.openai_api.live import Delta, LiveChat, live_deltas
+from agentrl_cli.engines.openai_api.routes import LiveStreamingResponse
 
 log = logging.getLogger(__name__)
 PATH = "/v1/messages"
@@ -54,6 +59,12 @@ def answer(call: ChatCall, body: dict):
     return JSONResponse(to_message(call.response, stops))
 
 
+def live_answer(live: LiveChat, deltas: AsyncIterator[Delta], body: dict) -> LiveStreamingResponse:
+    """The event stream of a call being generated (`live.py`); a client that goes away aborts it."""
+    return LiveStreamingResponse(live_message_events(live, deltas, list(body.get("stop_sequences") or ())),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
+
+
 def add_messages_routes(app: FastAPI, backend: Backend, *,
                         on_call: Callable[[ChatCall], Awaitable[None]] | None = None) -> None:
     """Mount `POST /v1/messages` on `app`, served by `backend`; `on_call` as `add_openai_routes`'s."""
@@ -62,7 +73,11 @@ def add_messages_routes(app: FastAPI, backend: Backend, *,
     async def messages(request: Request):
         try:
             body = await read_body(request)
-            call = await chat_completion(backend, to_chat(body))
+            chat = to_chat(body)
+            started = await live_deltas(backend, chat, on_call=on_call) if chat.get("stream") else None
+            if started is not None:
+                return live_answer(*started, body)
+            call = await chat_completion(backend, chat)
             if on_call is not None:
                 await on_call(call)
         except OpenAIError as exc:

@@ -9,7 +9,7 @@ calls), `live` (a streamed call written as its tokens are generated), `engine_ba
 engine as a Backend), `routes` (FastAPI endpoints); the
 Responses API as a translation onto the chat call: `responses_api` (validation, input items ->
 messages), `responses_out` (Response objects, events), `responses_store` (kept responses, the path
-of one `POST /v1/responses`). No app of its own; imports only `engines/inference/` and `model/` pieces (and the harnesses' tool-call parser).
+of one `POST /v1/responses`), `responses_live` (a streamed response written as its tokens are generated). No app of its own; imports only `engines/inference/` and `model/` pieces (and the harnesses' tool-call parser).
 """
 
 from agentrl_cli.engines.openai_api.base import Backend, ChatCall, Completion, OpenAIError

@@ -21,8 +21,10 @@ the call's response id (what a gateway records and rewards by).
 A client that goes away mid-stream closes the iterator: the backend's stream is closed (the
 generation aborted) and `on_abort` is called; nothing is recorded.
 
-Other dialects (the Responses and Messages APIs) stream the same turn by translating
-`LiveChat.deltas` (start, content, done with the complete call) into their own events.
+Other dialects stream the same turn by translating `LiveChat.deltas` (start, content, done with
+the complete call) into their own events: the Responses API (`responses_live.py`) and the Messages
+API (`engines/messages_api/live.py`); a recording gateway hands them its recorded deltas
+(`Gateway.chat_deltas`), so every dialect is recorded from the ids it streamed.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from agentrl_cli.engines.inference.awaiting import Stream
 from agentrl_cli.engines.inference.detokenize import Detokenizer
 from agentrl_cli.engines.openai_api.base import Backend, ChatCall, Completion, OpenAIError, TokenChunk
 from agentrl_cli.engines.openai_api.responses import DONE, chat_logprobs, sse
-from agentrl_cli.engines.openai_api.service import Prepared, build_call, skip_special
+from agentrl_cli.engines.openai_api.service import Prepared, build_call, prepare_chat, skip_special
 
 log = logging.getLogger(__name__)
 OPENING = "<tool_call>"  # where a Hermes call begins (`parse.py` reads the calls once the turn is complete)
@@ -78,12 +80,16 @@ class Delta:
 
 
 class LiveChat:
-    """One streamed call being generated; iterate `events` (chat chunks) or `deltas` once."""
+    """One streamed call being generated; iterate `events` (chat chunks) or `deltas` once. `id`: the
+    id the call is served and recorded under (`call_id`, a Responses `resp_…`, else a new
+    `chatcmpl-…`); `prompt_tokens`: the prompt's length as served (a gateway sets the ids it sent)."""
 
-    def __init__(self, backend: Backend, prepared: Prepared, chunks: AsyncIterator[TokenChunk]) -> None:
+    def __init__(self, backend: Backend, prepared: Prepared, chunks: AsyncIterator[TokenChunk],
+                 call_id: str | None = None) -> None:
         self.backend, self.p, self.chunks = backend, prepared, chunks
-        self.id, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        self.id, self.created = call_id or f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.model = prepared.req.model or backend.model_name()
+        self.prompt_tokens = len(prepared.rendered.prompt_ids)
         self.call: ChatCall | None = None  # once complete
 
     def _chunk(self, version: str, choice: dict | None, **fields) -> str:
@@ -111,7 +117,10 @@ class LiveChat:
     def events(self, on_call: Callable[[ChatCall], Awaitable[None]] | None = None,
                on_abort: Callable[[], None] | None = None) -> AsyncIterator[str]:
         """The call's `chat.completion.chunk` server-sent events, ending `data: [DONE]`."""
-        deltas = self.deltas(on_call, on_abort)
+        return self.chat_events(self.deltas(on_call, on_abort))
+
+    def chat_events(self, deltas: AsyncIterator[Delta]) -> AsyncIterator[str]:
+        """`deltas` (this call's, from `deltas`) as chat chunks; closing the events closes `deltas`."""
         return Stream(self._chat_events(deltas), deltas.aclose)
 
     async def _chat_events(self, deltas) -> AsyncIterator[str]:
@@ -199,15 +208,23 @@ class LiveChat:
         yield Delta("done", weight_version=version, call=call)
 
 
+async def live_deltas(backend: Backend, body: dict, *, on_call: Callable[[ChatCall], Awaitable[None]] | None = None,
+                      call_id: str | None = None) -> tuple[LiveChat, AsyncIterator[Delta]] | None:
+    """A chat body submitted live (`live_chat`) and its `deltas`, for a dialect's stream on a server
+    (a gateway has its own, recording: `Gateway.chat_deltas`); None when it is not written live."""
+    live = await live_chat(backend, prepare_chat(backend, body), call_id=call_id)
+    return None if live is None else (live, live.deltas(on_call))
+
+
 def streams_live(backend: Backend, p: Prepared) -> bool:
     """Whether the call is written as it is generated: streamed, one choice, a backend that streams."""
     return bool(p.req.stream) and p.req.n == 1 and bool(getattr(backend, "streams", False))
 
 
-async def live_chat(backend: Backend, p: Prepared) -> LiveChat | None:
+async def live_chat(backend: Backend, p: Prepared, *, call_id: str | None = None) -> LiveChat | None:
     """Submit a streamed call to a backend that streams (raising what submitting raises: HTTP errors);
-    None when the call is not written live (`streams_live`)."""
+    None when the call is not written live (`streams_live`). `call_id`: the id to serve it under."""
     if not streams_live(backend, p):
         return None
     chunks = await backend.generate_stream(p.rendered.prompt_ids, p.sampling, top_logprobs=p.top_logprobs)
-    return LiveChat(backend, p, chunks)
+    return LiveChat(backend, p, chunks, call_id)

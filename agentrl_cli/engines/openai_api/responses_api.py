@@ -18,7 +18,7 @@ ones above (reasoning items: the model's format here has no reasoning parser, so
 returns any and cannot render one it is handed).
 
 Not here: Response objects and events (`responses_out.py`), the store of responses
-(`responses_store.py`), HTTP (`responses_routes.py`).
+(`responses_store.py`), a stream written as generated (`responses_live.py`), HTTP (`routes.py`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The responses a server keeps for `previous_response_id` and `GET /v1/responses/{id}`, and the one
-path both the embedded server and a gateway session take to answer `POST /v1/responses`.
+path both the embedded server and a gateway session take to answer `POST /v1/responses`: begun
+(`begin_response`: validated, translated, named), served, finished (`finish_response`: the Response
+built and stored) — in one go (`create_response`), or around a stream written as it is generated
+(`responses_live.py`), which finishes the response once the call is complete, before its last events.
 
 A stored response keeps its Response object and its conversation as chat messages (the history
 before it, its input, its reply), so a follow-up continues exactly the messages the model saw:
@@ -64,24 +67,51 @@ class ResponseStore:
 
 
 @dataclass
+class Pending:
+    """A `POST /v1/responses` validated and translated, not served yet: the chat body, the `resp_…`
+    id it is served (and recorded) under."""
+
+    request: ResponsesIn
+    chat: dict
+    response_id: str
+    created_at: float
+
+
+@dataclass
 class Created:
     request: ResponsesIn
     response: dict
     call: ChatCall
 
 
-async def create_response(body: dict, store: ResponseStore, serve: ServeChat) -> Created:
-    """One `POST /v1/responses`: validate, continue the previous response's conversation, serve the
-    chat call under a new `resp_…` id, build (and store, unless `store: false`) the Response."""
+def begin_response(body: dict, store: ResponseStore) -> Pending:
+    """Validate, continue the previous response's conversation, name the response."""
     created_at = time.time()
     req = parse_responses(body)
     history = [] if req.previous_response_id is None else \
         store.get(req.previous_response_id, param="previous_response_id").conversation
-    chat = chat_body(req, history)
-    response_id = new_id("resp")
-    call = await serve(chat, response_id)
-    response = response_object(response_id, req, call, created_at)
+    return Pending(req, chat_body(req, history), new_id("resp"), created_at)
+
+
+def finish_response(pending: Pending, call: ChatCall, store: ResponseStore, message_id: str | None = None) -> dict:
+    """The Response of the served call, stored unless `store: false`; `message_id` as
+    `response_object`'s."""
+    req = pending.request
+    response = response_object(pending.response_id, req, call, pending.created_at, message_id)
     if req.store is not False:
         skip = 1 if req.instructions is not None else 0
-        store.put(Stored(response, chat["messages"][skip:] + [reply_message(call.response)]))
-    return Created(req, response, call)
+        store.put(Stored(response, pending.chat["messages"][skip:] + [reply_message(call.response)]))
+    return response
+
+
+async def serve_response(pending: Pending, store: ResponseStore, serve: ServeChat) -> Created:
+    """Serve a begun response whole: the chat call under its `resp_…` id, then its Response."""
+    call = await serve(pending.chat, pending.response_id)
+    return Created(pending.request, finish_response(pending, call, store), call)
+
+
+async def create_response(body: dict, store: ResponseStore, serve: ServeChat) -> Created:
+    """One `POST /v1/responses` answered once complete: validate, continue the previous response's
+    conversation, serve the chat call under a new `resp_…` id, build (and store, unless `store:
+    false`) the Response."""
+    return await serve_response(begin_response(body, store), store, serve)

@@ -5,8 +5,9 @@ embedded server's API key covers `/v1`); this module only routes and writes erro
 error object. `on_call` sees every chat call, token-exact, before the client gets its answer (a
 recording gateway's hook; for a stream written as generated, before its last content and finish
 chunks); an `OpenAIError` it raises is the client's answer instead (a live stream just ends).
-A streamed call is written as it is generated when the backend streams (`live.py`); a client that
-goes away mid-stream aborts its generation (`LiveStreamingResponse`).
+A streamed call (a chat completion or a response) is written as it is generated when the backend
+streams (`live.py`, `responses_live.py`); a client that goes away mid-stream aborts its generation
+(`LiveStreamingResponse`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from fastapi.responses import Response, StreamingResponse
 
 from agentrl_cli.engines.inference.protocol import dumps
 from agentrl_cli.engines.openai_api.base import Backend, ChatCall, OpenAIError
-from agentrl_cli.engines.openai_api.live import live_chat
+from agentrl_cli.engines.openai_api.live import live_chat, live_deltas
+from agentrl_cli.engines.openai_api.responses_live import live_response
 from agentrl_cli.engines.openai_api.responses_out import response_events
-from agentrl_cli.engines.openai_api.responses_store import ResponseStore, create_response
+from agentrl_cli.engines.openai_api.responses_store import ResponseStore, begin_response, serve_response
 from agentrl_cli.engines.openai_api.service import (chat_completion, chat_stream, completion_stream, prepare_chat,
                                                     text_completion)
 
@@ -132,10 +134,17 @@ def add_openai_routes(app: FastAPI, backend: Backend, *,
             await on_call(call)
         return call
 
+    async def start_live(body: dict, response_id: str):
+        return await live_deltas(backend, body, on_call=on_call, call_id=response_id)
+
     @app.post("/v1/responses")
     async def create(request: Request):
         try:
-            created = await create_response(await _body(request), responses, serve)
+            pending = begin_response(await _body(request), responses)
+            events = await live_response(pending, responses, start_live)
+            if events is not None:
+                return LiveStreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+            created = await serve_response(pending, responses, serve)
         except OpenAIError as exc:
             return error_response(exc)
         except Exception as exc:  # noqa: BLE001 - as above
