@@ -22,8 +22,8 @@ Options (`harnesses[].options`, checked at load):
   files      host files or directories copied into the sandbox's work directory (command only)
   collect    work-directory files read back after the command, as evidence for the verifier
   tasks      a shipped task set, `basic` (default) or `brief` (`harnesses.agent.tasks`), or `harbor`:
-             the shipped Harbor tasks, worked on in the entry's sandbox (`sandbox: true`) and graded
-             by their own tests (`reward: harness`; `harnesses.agent.harbor_tasks`);
+             the shipped Harbor tasks, worked on in the agent's sandbox (a command's, or a
+             `sandbox: true` entry's) and graded by their own tests (`reward: harness`; `harnesses.agent.harbor_tasks`);
              `harnesses[].tasks` (a file) replaces it
   timeout_s  the agent's deadline per episode (default 300)
 With neither entry nor command, `harnesses.agent.default_agent` runs (one call, its reply the answer).

@@ -16,6 +16,8 @@ serve set to anything but its default (`UNSUPPORTED`: background, conversations,
 reasoning, structured output, ...); non-function tools; input items or content parts other than the
 ones above (reasoning items: the model's format here has no reasoning parser, so this server never
 returns any and cannot render one it is handed).
+Taken though they change nothing: `client_metadata` (a client's tags for its own logs, as Codex CLI
+sends them) and `include: ["reasoning.encrypted_content"]` (there are no reasoning items to include it on).
 
 Not here: Response objects and events (`responses_out.py`), the store of responses
 (`responses_store.py`), HTTP (`responses_routes.py`).
