@@ -22,8 +22,8 @@ Options (`harnesses[].options`, checked at load):
   files      host files or directories copied into the sandbox's work directory (command only)
   collect    work-directory files read back after the command, as evidence for the verifier
   tasks      a shipped task set, `basic` (default) or `brief` (`harnesses.agent.tasks`), or `harbor`:
-             the shipped Harbor tasks, worked on in the entry's sandbox (`sandbox: true`) and graded
-             by their own tests (`reward: harness`; `harnesses.agent.harbor_tasks`);
+             the shipped Harbor tasks, worked on in the agent's sandbox (a command's, or a
+             `sandbox: true` entry's) and graded by their own tests (`reward: harness`; `harnesses.agent.harbor_tasks`);
              `harnesses[].tasks` (a file) replaces it
   timeout_s  the agent's deadline per episode (default 300)
 With neither entry nor command, `harnesses.agent.default_agent` runs (one call, its reply the answer).
@@ -75,10 +75,11 @@ def check_options(options: dict) -> None:
     if options.get("tasks", "basic") not in (*shipped.SETS, harbor_tasks.NAME):
         raise ConfigError(f"agent harness: options.tasks {options.get('tasks')!r} is not a shipped task set",
                           f"use one of {', '.join(shipped.SETS)}, {harbor_tasks.NAME}, or point harnesses[].tasks at a task file")
-    if options.get("tasks") == harbor_tasks.NAME and not options.get("sandbox"):
-        raise ConfigError("agent harness: options.tasks: harbor needs an entry agent with options.sandbox: true "
-                          "(the task's files are in its sandbox, where its tests grade them)",
-                          "set harnesses[].options.sandbox: true and harnesses[].reward: harness")
+    if options.get("tasks") == harbor_tasks.NAME and not (options.get("sandbox") or options.get("command")):
+        raise ConfigError("agent harness: options.tasks: harbor needs an agent in a sandbox: a command, or an entry "
+                          "with options.sandbox: true (the task's files are in its sandbox, where its tests grade them)",
+                          "set harnesses[].options.sandbox: true (or run the agent as a command) and "
+                          "harnesses[].reward: harness")
     timeout = options.get("timeout_s", 300.0)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
         raise ConfigError(f"agent harness: options.timeout_s must be a positive number of seconds, got {timeout!r}",
@@ -141,23 +142,24 @@ class AgentHarness:
         if self.in_sandbox and self.provider is None:
             raise AgentFailed("this agent harness has no sandboxes: a command agent, or an entry with options.sandbox, "
                               "runs inside a training run, which gives it its sandbox pool")
-        if isinstance(self.runner, CommandRunner):
-            self.outcome = self.runner(task, base_url, api_key, self.timeout_s, self.provider, env)
-        elif self.in_sandbox:
-            self.outcome = self._in_sandbox(task, base_url, api_key)
+        if self.in_sandbox:
+            self.outcome = self._in_sandbox(task, base_url, api_key, env)
         else:
             self.outcome = self.runner(task, base_url, api_key, self.timeout_s)
         return self.outcome
 
-    def _in_sandbox(self, task: dict, base_url: str, api_key: str) -> AgentOutcome:
-        """A sandboxed entry: the episode's sandbox (a Harbor task's files in it first), its final
-        files read back for grading before it is given back."""
+    def _in_sandbox(self, task: dict, base_url: str, api_key: str, env: dict) -> AgentOutcome:
+        """A command, or a sandboxed entry: the episode's sandbox (a Harbor task's files in it first),
+        its final files read back for grading before it is given back."""
         sandbox = self.provider.acquire()
         try:
             harbor = harbor_tasks.is_harbor(self.task)
             if harbor:
                 harbor_tasks.prepare(sandbox, self.task)
-            outcome = self.runner(task, base_url, api_key, self.timeout_s, sandbox=sandbox)
+            if isinstance(self.runner, CommandRunner):
+                outcome = self.runner(task, base_url, api_key, self.timeout_s, sandbox, env)
+            else:
+                outcome = self.runner(task, base_url, api_key, self.timeout_s, sandbox=sandbox)
             if harbor:
                 self.final = harbor_tasks.final_files(sandbox, self.task)
             return outcome

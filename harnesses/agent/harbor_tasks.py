@@ -1,6 +1,6 @@
 """Harbor tasks for the `agent` harness (`options.tasks: harbor`, the shipped
-`harnesses/adapters/harbor_tasks`): an entry agent with `options.sandbox: true` works on the task in
-its episode's sandbox, graded by the task's own tests as the `harbor` harness grades it
+`harnesses/adapters/harbor_tasks`): a command agent, or an entry agent with `options.sandbox: true`,
+works on the task in its episode's sandbox, graded by the task's own tests as the `harbor` harness grades it
 (`harbor_verify`: the final working directory carried to a fresh sandbox with tests/, test.sh's
 reward). Needs `harnesses[].reward: harness` (no agentrl verifier can run the tests).
 

@@ -165,27 +165,24 @@ class CommandRunner:
                               'set harnesses[].options.command to e.g. "python3 my_agent.py"')
         self.command, self.uploads, self.collect = command, _uploads(files), [str(p) for p in collect or ()]
 
-    def __call__(self, task: dict, base_url: str, api_key: str, timeout_s: float, provider, env: dict | None = None) -> AgentOutcome:
-        sandbox = provider.acquire()
-        try:
-            for path, data in self.uploads.items():
-                sandbox.write_file(path, data)
-            r = sandbox.exec(self.command, timeout=timeout_s, stdin=task["prompt"],
-                             env={"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "AGENT_TASK": json.dumps(task),
-                                  "ANTHROPIC_BASE_URL": base_url.rstrip("/").removesuffix("/v1"),
-                                  "ANTHROPIC_API_KEY": api_key, **(env or {})})
-            if r.killed_reason == "wall_timeout":
-                raise AgentTimeout(f"`{self.command}` ran past {timeout_s:g} s (options.timeout_s)")
-            if r.exit_code != 0 or r.error:
-                why = r.error or (f"stopped: {r.killed_reason}" if r.killed_reason else f"exit code {r.exit_code}")
-                raise AgentFailed(f"`{self.command}` failed ({why}): {r.stderr.strip()[-400:] or r.stdout.strip()[-400:]}")
-            lines = [line for line in r.stdout.splitlines() if line.strip()]
-            files = {}
-            for path in self.collect:
-                try:
-                    files[path] = sandbox.read_file(path, max_bytes=256 * 1024)
-                except (OSError, UnsafePath):  # missing, or linked out: absent evidence, never the host's file
-                    files[path] = None
-            return AgentOutcome(final_answer(lines[-1] if lines else None), files)
-        finally:
-            provider.release(sandbox)
+    def __call__(self, task: dict, base_url: str, api_key: str, timeout_s: float, sandbox, env: dict | None = None) -> AgentOutcome:
+        """Run the command in `sandbox` (the episode's: the harness acquires it, and gives it back)."""
+        for path, data in self.uploads.items():
+            sandbox.write_file(path, data)
+        r = sandbox.exec(self.command, timeout=timeout_s, stdin=task["prompt"],
+                         env={"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": api_key, "AGENT_TASK": json.dumps(task),
+                              "ANTHROPIC_BASE_URL": base_url.rstrip("/").removesuffix("/v1"),
+                              "ANTHROPIC_API_KEY": api_key, **(env or {})})
+        if r.killed_reason == "wall_timeout":
+            raise AgentTimeout(f"`{self.command}` ran past {timeout_s:g} s (options.timeout_s)")
+        if r.exit_code != 0 or r.error:
+            why = r.error or (f"stopped: {r.killed_reason}" if r.killed_reason else f"exit code {r.exit_code}")
+            raise AgentFailed(f"`{self.command}` failed ({why}): {r.stderr.strip()[-400:] or r.stdout.strip()[-400:]}")
+        lines = [line for line in r.stdout.splitlines() if line.strip()]
+        files = {}
+        for path in self.collect:
+            try:
+                files[path] = sandbox.read_file(path, max_bytes=256 * 1024)
+            except (OSError, UnsafePath):  # missing, or linked out: absent evidence, never the host's file
+                files[path] = None
+        return AgentOutcome(final_answer(lines[-1] if lines else None), files)

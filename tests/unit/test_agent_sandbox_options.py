@@ -21,7 +21,7 @@ def takes_a_sandbox(task, base_url, api_key, sandbox):
     ({"entry": f"{__name__}:takes_a_sandbox", "sandbox": "yes"}, "options.sandbox must be true or false"),
     ({"command": "python3 a.py", "sandbox": True}, "a command always runs in a sandbox"),
     ({"entry": f"{__name__}:needs_no_sandbox", "sandbox": True}, "takes no `sandbox` argument"),
-    ({"entry": f"{__name__}:takes_a_sandbox", "tasks": "harbor"}, "tasks: harbor needs an entry agent with options.sandbox"),
+    ({"entry": f"{__name__}:takes_a_sandbox", "tasks": "harbor"}, "tasks: harbor needs an agent in a sandbox"),
 ])
 def test_a_bad_sandbox_option_is_refused_at_load_naming_it(options, named):
     with pytest.raises(ConfigError) as info:

@@ -47,7 +47,8 @@ def test_instructions_history_and_input_make_the_chat_body_with_tools_in_the_cha
 @pytest.mark.parametrize("body, param", [
     ({"input": "x", "seed": 1}, "seed"),
     ({"input": "x", "truncation": "auto"}, "truncation"),
-    ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include"),
+    ({"input": "x", "include": ["file_search_call.results"]}, "include"),
+    ({"input": "x", "client_metadata": {"turn": 1}}, "client_metadata.turn"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f"}]}, "input[0].arguments"),
     ({"input": "x", "tool_choice": {"type": "function", "name": "g"}, "tools": [{"type": "function", "name": "f"}]},
@@ -58,3 +59,14 @@ def test_what_is_not_served_is_refused_naming_the_field(body, param):
     with pytest.raises(OpenAIError) as info:
         chat_body(parse_responses(body), [])
     assert info.value.param == param and info.value.status == 400
+
+
+def test_codex_clis_request_fields_are_taken_and_change_nothing_of_the_chat_call():
+    """What Codex CLI 0.171 sends besides its input and tools: its tags (`client_metadata`), a request
+    for encrypted reasoning (there is none: this server returns no reasoning items), an empty
+    `reasoning`, `store: false`, a cache key."""
+    codex = {"model": "policy", "input": "hi", "stream": True, "tool_choice": "auto", "parallel_tool_calls": True,
+             "reasoning": {}, "store": False, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "t-1",
+             "client_metadata": {"session_id": "t-1", "turn_id": "u-2"}}
+    assert chat_body(parse_responses(codex), []) == chat_body(parse_responses(
+        {"model": "policy", "input": "hi", "stream": True, "tool_choice": "auto", "parallel_tool_calls": True}), [])

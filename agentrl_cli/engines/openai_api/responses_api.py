@@ -16,6 +16,8 @@ serve set to anything but its default (`UNSUPPORTED`: background, conversations,
 reasoning, structured output, ...); non-function tools; input items or content parts other than the
 ones above (reasoning items: the model's format here has no reasoning parser, so this server never
 returns any and cannot render one it is handed).
+Taken though they change nothing: `client_metadata` (a client's tags for its own logs, as Codex CLI
+sends them) and `include: ["reasoning.encrypted_content"]` (there are no reasoning items to include it on).
 
 Not here: Response objects and events (`responses_out.py`), the store of responses
 (`responses_store.py`), a stream written as generated (`responses_live.py`), HTTP (`routes.py`).
@@ -33,6 +35,9 @@ from agentrl_cli.engines.openai_api.protocol import _param
 
 Number = StrictFloat | StrictInt
 LOGPROBS = "message.output_text.logprobs"
+# asked for on reasoning items, which this server never returns (no reasoning parser): nothing to leave out
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+INCLUDABLE = (LOGPROBS, ENCRYPTED_REASONING)
 
 
 def _unset(value: Any) -> bool:
@@ -99,6 +104,9 @@ class ResponsesIn(BaseModel):
     user: StrictStr | None = None
     safety_identifier: StrictStr | None = None
     prompt_cache_key: StrictStr | None = None  # a hint; prefix caching is automatic
+    # the client's tags for its own logs (Codex CLI sends its session and turn ids): accepted, never stored,
+    # no effect on the generation; not in the openai package's types, but OpenAI's API takes it from Codex
+    client_metadata: dict[str, StrictStr] | None = None
     # known, not served (UNSUPPORTED)
     background: Any = None
     background_options: Any = None
@@ -151,8 +159,9 @@ def parse_responses(body: Any) -> ResponsesIn:
         ("temperature", req.temperature is None or 0 <= req.temperature <= 2, "must be in [0, 2]"),
         ("top_p", req.top_p is None or 0 < req.top_p <= 1, "must be in (0, 1]"),
         ("top_logprobs", req.top_logprobs is None or 0 <= req.top_logprobs <= 20, "must be in [0, 20]"),
-        ("include", all(x == LOGPROBS for x in req.include or ()),
-         f"only {LOGPROBS!r} can be included (nothing else this server returns is optional)"),
+        ("include", all(x in INCLUDABLE for x in req.include or ()),
+         f"only {LOGPROBS!r} (and {ENCRYPTED_REASONING!r}, of which there is none: this server returns no "
+         "reasoning items) can be included (nothing else this server returns is optional)"),
     ]
     for param, ok, rule in rules:
         if not ok:
