@@ -97,17 +97,17 @@ def test_codex_runs_its_commands_in_the_sandbox_on_a_harbor_task_and_every_call_
     assert sum(len(seg["calls"]) for seg in record["segments"]) == 2
 
 
-@pytest.mark.long
-def test_codex_passes_stage_5_token_exact_on_the_harbor_tasks_and_trains_through_stage_8_smoke(
-        cli, write_yaml, quick_sets):
-    """The catalogue's acceptance on the built-in model (it writes no tool call: the plumbing is what is
+# Codex's own instructions and tool schemas are about 13,000 tokens of the built-in tokenizer: past the
+# 2048 a run allows by default (the tiny model's RoPE positions go on past its configured 2048)
+LONG_CONTEXT = ["--set", "model.context_length=16384", "--set", "training.seq_len_limit=16384"]
+CODEX = "{command: 'bash codex_agent.sh', files: ['%s'], timeout_s: 240, tasks: %s}"
+
+
+def test_codex_passes_stage_5_token_exact_on_the_harbor_tasks(cli, write_yaml, quick_sets):
+    """The catalogue's acceptance on the random model (it writes no tool call: the plumbing is what is
     judged). Stage 5 on the Harbor tasks: every call served and stored token-exact, the episode graded by
-    the task's own tests. Stage 8 smoke on the `brief` tasks, whose reward varies within a group (on the
-    Harbor tasks an agent that never acts scores the same in every episode)."""
-    # Codex's own instructions and tool schemas are about 13,000 tokens of the built-in tokenizer: past the
-    # 2048 a run allows by default (the tiny model's RoPE positions go on past its configured 2048)
-    sets = [*quick_sets, "--set", "model.context_length=16384", "--set", "training.seq_len_limit=16384"]
-    agent = "{command: 'bash codex_agent.sh', files: ['%s'], timeout_s: 240, tasks: %s}"
+    the task's own tests."""
+    sets, agent = [*quick_sets, *LONG_CONTEXT], CODEX
     write_yaml(f"harnesses:\n  - name: agent\n    reward: harness\n    options: {agent % (AGENT, 'harbor')}\n")
     result, data = cli.json("stage", "run", "5", *sets)
     checks = {c["name"]: c for c in data["reports"][0]["checks"]}
@@ -115,8 +115,14 @@ def test_codex_passes_stage_5_token_exact_on_the_harbor_tasks_and_trains_through
     exact = checks["harness agent: token-exact through the gateway"]
     assert exact["status"] == "pass" and exact["measured"]["calls"] >= 1 and exact["measured"]["mismatches"] == 0
     graded = checks["harness agent: one episode through the training path"]["measured"]
-    assert graded["verifier"] == "harness" and graded["reward_status"] == "ok"  # Harbor's tests ran on its files
+    assert graded["verifier"] == "harness" and graded["reward_status"] in ("ok", "fail")  # scored by Harbor's tests
 
+
+@pytest.mark.long  # about 95 s: each episode prefills ~13,000 tokens on the CPU; CI's budget has no room for it
+def test_codex_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
+    """Stage 8 smoke on the `brief` tasks, whose reward varies within a group (on the Harbor tasks an
+    agent that never acts scores the same in every episode)."""
+    sets, agent = [*quick_sets, *LONG_CONTEXT], CODEX
     write_yaml(f"harnesses:\n  - name: agent\n    options: {agent % (AGENT, 'brief')}\n")
     wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",
             "--set", "training.gradient_accumulation_steps=2",
