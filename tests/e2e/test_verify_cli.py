@@ -102,10 +102,12 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
     from agentrl_cli.acceptance.troubleshoot import signals
 
     emitted = {k for r in rows for k in r}
-    # every signal the knowledge base may cite is in the run's rows; kl_ref needs training.kl_coef > 0 and
-    # creation failures, tool statuses and harness errors appear when they happen
+    # every signal the knowledge base may cite is in the run's rows; kl_ref needs training.kl_coef > 0,
+    # creation failures, tool statuses and harness errors appear when they happen, and the gateway's
+    # counters when the run trains an agent through the gateway (the `agent` harness; this run has none)
     occasional = {"train/kl_ref", "env/<harness>/create_failures/<error>", "env/<harness>/tool/<tool>/<status>",
-                  "env/<harness>/harness_errors/<method>"}
+                  "env/<harness>/harness_errors/<method>", "gateway/calls", "gateway/malformed_tool_calls",
+                  "gateway/<harness>/malformed_tool_calls"}
     missing = [s for s in signals.METRICS - occasional
                if not any(re.fullmatch(re.sub(r"<\w+>", "[^/]+", s), k) for k in emitted)]
     assert not missing, missing
