@@ -12,14 +12,15 @@ import pytest
 
 from agentrl_cli.config import load_config
 from agentrl_cli.run.training_run import TrainingRun
-from tests.conftest import free_port
+from tests.integration.test_supervisor import free_ports
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
 
 
 def config(tmp_path, model, **extra):
-    sets = {"inference.port": free_port(), "inference.max_new_tokens": 8, "rollout.concurrency": 4,
+    # replica i serves on inference.port + i: two consecutive free ports, not one
+    sets = {"inference.port": free_ports(2), "inference.max_new_tokens": 8, "rollout.concurrency": 4,
             "rollout.group_size": 2, "rollout.max_steps_per_trajectory": 2, "rollout.mode": "sync",
             "training.micro_batch_size": 4, "training.checkpoint_interval_steps": 100, "data.root": str(tmp_path / "store"),
             "model.path": str(model), "sandbox.pool_size": 2, **extra}
