@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import sys
@@ -33,9 +34,11 @@ PLAIN = "tests.integration.test_plugin_recipes:PlainTorchBackend"
 
 
 def free_ports(n: int) -> int:
-    """The first of `n` consecutive ports free on loopback now."""
+    """The first of `n` consecutive ports free on loopback now, below the kernel's ephemeral range
+    (32768-60999): a server restarted on its port must not find it taken meanwhile by a port the kernel
+    handed out (another test's free_port(), or the local end of any outgoing connection)."""
     for _ in range(100):
-        first = free_port()
+        first = random.randrange(20000, 32000 - n)
         socks = []
         try:
             for p in range(first, first + n):
