@@ -15,3 +15,7 @@ class AnthropicAgent(AgentHarness):
 
 class MiniSweAgent(AgentHarness):
     name = "mini_swe_agent"  # tests/agents/mini_swe_agent.py: mini-swe-agent (litellm), commands in the sandbox
+
+
+class CodexAgent(AgentHarness):
+    name = "codex_agent"  # tests/agents/codex_agent.sh: OpenAI's Codex CLI, a command in the sandbox

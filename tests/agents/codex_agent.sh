@@ -8,10 +8,16 @@
 # A reply cut at the token cap is a failed turn to Codex (`Incomplete response returned, reason:
 # max_output_tokens`, exit 1), as against OpenAI; an untrained model is cut nearly every time, so
 # that one failure ends the episode with the text it got, and any other fails the command.
+# An optional argument names an instructions file (Codex's own `model_instructions_file`) to send in
+# place of Codex's built-in instructions: about 10,500 of its ~12,900 tokens, written for OpenAI's
+# models, more than a small open model's context holds.
 set -euo pipefail
 export CODEX_HOME="${CODEX_HOME:-/tmp/codex-home}"  # the sandbox's own tmpfs, not the graded work directory
 mkdir -p "$CODEX_HOME"
+instructions=""
+if [ $# -ge 1 ]; then instructions="model_instructions_file = \"$(realpath "$1")\""; fi
 cat > "$CODEX_HOME/config.toml" <<EOF
+$instructions
 model = "policy"
 model_provider = "agentrl"
 approval_policy = "never"

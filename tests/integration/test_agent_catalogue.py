@@ -1,12 +1,16 @@
 """The catalogue of real agents (docs/agents.md), unmodified, trained in CI: the OpenAI Agents SDK
-(Responses API), the anthropic SDK (Messages API) and mini-swe-agent (litellm's chat completions, its
-commands in agentrl's sandbox), side by side in one run (each the `agent` harness under a name of its
-own, tests/agents/catalogue.py). Stage 5 checks each token-exact through the gateway (every call
-served, stored as served); stage 8 smoke trains on all three's episodes with no token-exact mismatch.
+(Responses API), the anthropic SDK (Messages API), mini-swe-agent (litellm's chat completions, its
+commands in agentrl's sandbox) and OpenAI's Codex CLI (Responses API, a command in the sandbox), side
+by side in one run (each the `agent` harness under a name of its own, tests/agents/catalogue.py). Stage
+5 checks each token-exact through the gateway (every call served, stored as served); stage 8 smoke
+trains on all four's episodes with no token-exact mismatch. Codex runs with a short instructions file
+of its own config (`model_instructions_file`): its built-in instructions are ~10,500 of the ~12,900
+tokens it sends, which a 4096-token context does not hold (Codex with them: test_codex_cli.py, stage 5
+in CI, stage 8 under `-m long`).
 The built-in model mostly writes nonsense for them: the plumbing is what is judged. Each agent's own
 tests (its dialect with the real SDK, a scripted model that makes mini-swe-agent's tool run in the
 sandbox and find no host file) are in test_responses_api.py, test_messages_api.py and
-test_mini_swe_agent.py."""
+test_mini_swe_agent.py and test_codex_cli.py."""
 
 from __future__ import annotations
 
@@ -19,17 +23,25 @@ import pytest
 from agentrl_cli.runtime.data.writer import read_records
 from agentrl_cli.runtime.observe.step_metrics import read_rows
 from tests.integration.conftest import needs_bwrap
+from tests.integration.test_codex_cli import VERSION, _codex
+
+AGENTS = Path(__file__).parents[1] / "agents"
 
 pytestmark = [pytest.mark.integration, needs_bwrap,
               pytest.mark.skipif(importlib.util.find_spec("minisweagent") is None or importlib.util.find_spec("agents") is None,
-                                 reason="the catalogue's agents are not installed (pip install -e '.[dev]')")]
+                                 reason="the catalogue's agents are not installed (pip install -e '.[dev]')"),
+              pytest.mark.skipif(_codex() is None, reason=f"the Codex CLI is not installed under /usr "
+                                                          f"(bash .ci/setup --dev: npm install -g @openai/codex@{VERSION})")]
 CATALOGUE = {
     "tests.agents.catalogue:AgentsSdkAgent": "{entry: 'tests.agents.agents_sdk_agent:run', tasks: brief}",
     "tests.agents.catalogue:AnthropicAgent": "{entry: 'tests.agents.anthropic_agent:run', tasks: brief}",
     "tests.agents.catalogue:MiniSweAgent": "{entry: 'tests.agents.mini_swe_agent:run', sandbox: true, timeout_s: 120, tasks: brief}",
+    "tests.agents.catalogue:CodexAgent": f"{{command: 'bash codex_agent.sh codex_instructions.md', timeout_s: 120, tasks: brief, "
+                                         f"files: ['{AGENTS / 'codex_agent.sh'}', '{AGENTS / 'codex_instructions.md'}']}}",
 }
-# mini-swe-agent's instructions are about 2,100 tokens of the built-in tokenizer: more than the 2048
-# a run allows by default (the tiny model's positions go on past its configured 2048)
+# mini-swe-agent's instructions are about 2,100 tokens of the built-in tokenizer and Codex's prompt with
+# the short instructions about 2,400: more than the 2048 a run allows by default (the tiny model's
+# positions go on past its configured 2048)
 LONG_CONTEXT = ["--set", "model.context_length=4096", "--set", "training.seq_len_limit=4096"]
 
 

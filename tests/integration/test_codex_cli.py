@@ -118,10 +118,12 @@ def test_codex_passes_stage_5_token_exact_on_the_harbor_tasks(cli, write_yaml, q
     assert graded["verifier"] == "harness" and graded["reward_status"] in ("ok", "fail")  # scored by Harbor's tests
 
 
-@pytest.mark.long  # about 95 s: each episode prefills ~13,000 tokens on the CPU; CI's budget has no room for it
+@pytest.mark.long  # about 70 s: each episode's ~13,000 tokens prefilled and trained on the CPU
 def test_codex_trains_through_stage_8_smoke(cli, write_yaml, quick_sets):
-    """Stage 8 smoke on the `brief` tasks, whose reward varies within a group (on the Harbor tasks an
-    agent that never acts scores the same in every episode)."""
+    """Stage 8 smoke with Codex's built-in instructions, on the `brief` tasks, whose reward varies within a
+    group (on the Harbor tasks an agent that never acts scores the same in every episode). In CI Codex
+    trains through stage 8 smoke with a short instructions file, beside the other catalogued agents
+    (test_agent_catalogue.py)."""
     sets, agent = [*quick_sets, *LONG_CONTEXT], CODEX
     write_yaml(f"harnesses:\n  - name: agent\n    options: {agent % (AGENT, 'brief')}\n")
     wide = ["--set", "rollout.group_size=4", "--set", "training.micro_batch_size=4",
