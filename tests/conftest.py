@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -27,13 +28,21 @@ def pytest_addoption(parser):
 def pytest_runtest_protocol(item, nextitem):
     """A test marked `exclusive` runs while no other test of this session runs (pytest-xdist): it waits
     for the other workers' current tests to end, and they wait for it. Every other test holds a shared
-    lock; the gate in front of it keeps an exclusive test from waiting forever. Serial runs skip this."""
+    lock; the gate in front of it keeps an exclusive test from waiting forever. A test marked
+    `serial(GROUP)` runs while no other test of its group runs, beside any other test (a lock of the
+    group's own, taken before the shared lock so a waiting test holds nothing). Serial runs skip this."""
     workerinput = getattr(item.config, "workerinput", None)
     if workerinput is None or not item.config.option.basetemp:
         return (yield)
     shared = Path(item.config.option.basetemp).parent  # this session's basetemp, the same for every worker
     exclusive = item.get_closest_marker("exclusive") is not None
-    with open(shared / "exclusive.gate", "a") as gate, open(shared / "exclusive.lock", "a") as lock:
+    serial = item.get_closest_marker("serial")
+    with contextlib.ExitStack() as held:
+        if serial is not None:
+            group = held.enter_context(open(shared / f"serial-{serial.args[0]}.lock", "a"))
+            fcntl.flock(group, fcntl.LOCK_EX)  # released when the file closes
+        gate = held.enter_context(open(shared / "exclusive.gate", "a"))
+        lock = held.enter_context(open(shared / "exclusive.lock", "a"))
         fcntl.flock(gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,17 +27,21 @@ from agentrl_cli.ops.rehearse.record import PREFIX, STATE_DIR
 from agentrl_cli.acceptance.rehearsal.rehearsal import Options, Rehearsal, unavailable
 
 _problem = unavailable()
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive,
+pytestmark = [pytest.mark.integration, pytest.mark.serial("netns"),
               pytest.mark.skipif(_problem is not None, reason=f"a rehearsal cannot run here: {_problem}")]
 AGENTRL = [sys.executable, "-m", "agentrl_cli"]
 
 
 def _host_state() -> dict:
-    """What a rehearsal must leave as it found: namespaces, links, routes, mounts."""
+    """What a rehearsal must leave as it found: namespaces, links, routes, mounts (less those in other
+    tests' temporary directories: a test beside this one may mount a tmpfs in its own; this test's own,
+    its working directory, are kept)."""
     def out(*argv: str) -> str:
         return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
 
-    mounts = sorted(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    mine, tests = f"{Path.cwd()}/", f"{tempfile.gettempdir()}/pytest-of-"
+    points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    mounts = sorted(p for p in points if p.startswith(mine) or not p.startswith(tests))
     return {"netns": [n for n in netns_names() if n.startswith(PREFIX)], "links": out("ip", "-o", "link", "show"),
             "routes": out("ip", "route", "show", "table", "all"), "mounts": mounts}
 

@@ -27,9 +27,9 @@ from agentrl_cli.ops.rehearse.nodes import Network
 
 _problem = unavailable()
 needs_firewall = pytest.mark.skipif(_problem is not None, reason=f"firewall on simulated nodes unavailable: {_problem}")
-# exclusive: test_rehearse_nodes.py compares the host's namespaces and mounts before and after; these
-# tests' nodes must not appear in between (pytest-xdist runs test files side by side)
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+# serial("netns"): the rehearsal tests compare the host's named network namespaces and mounts before and
+# after; another rehearsal's nodes must not appear in between (pytest-xdist runs test files side by side)
+pytestmark = [pytest.mark.integration, pytest.mark.serial("netns")]
 PY = sys.executable
 CFG = PlatformConfig()  # defaults: inference.port 30000, training.master_port 29500
 INFERENCE, MASTER = CFG.inference.port, CFG.training.master_port

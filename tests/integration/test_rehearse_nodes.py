@@ -27,7 +27,7 @@ from agentrl_cli.ops.rehearse.record import STATE_DIR
 
 _problem = unavailable()
 needs_nodes = pytest.mark.skipif(_problem is not None, reason=f"simulated nodes unavailable: {_problem}")
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial("netns")]  # see test_rehearse_firewall.py
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 

@@ -35,9 +35,9 @@ from agentrl_cli.ops.rehearse.trainers import unavailable as trainers_unavailabl
 
 _problem = unavailable() or slurm.unavailable()
 needs_slurm_nodes = pytest.mark.skipif(_problem is not None, reason=f"Slurm on simulated nodes unavailable: {_problem}")
-# exclusive: test_rehearse_nodes.py compares the host's namespaces and mounts before and after; this
-# test's nodes must not appear in between (pytest-xdist runs test files side by side)
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+# serial("netns"): the rehearsal tests compare the host's named network namespaces and mounts before and
+# after; another rehearsal's nodes must not appear in between (pytest-xdist runs test files side by side)
+pytestmark = [pytest.mark.integration, pytest.mark.serial("netns")]
 PY = sys.executable
 SETTINGS = {"controlplane.executor": "slurm", "cluster.nodes": "2"}
 # the job's own command: what Slurm allocated, then one step per allocated node (--ntasks-per-node=1:

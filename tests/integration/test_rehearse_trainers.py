@@ -24,7 +24,7 @@ from agentrl_cli.ops.rehearse.nodes import Network
 from agentrl_cli.ops.rehearse.trainers import PRIVSEP_DIR, add_trainers, unavailable
 
 _problem = unavailable() or firewall.unavailable()
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive,  # exclusive: see test_rehearse_firewall.py
+pytestmark = [pytest.mark.integration, pytest.mark.serial("netns"),  # serial("netns"): see test_rehearse_firewall.py
               pytest.mark.skipif(_problem is not None, reason=f"trainer nodes unavailable: {_problem}")]
 PY = sys.executable
 SETTINGS = {"cluster": {"nodes": 2}, "training": {"world_size": 2, "micro_batch_size": 1, "start_timeout_s": 300}}
