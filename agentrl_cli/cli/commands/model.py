@@ -26,8 +26,10 @@ def build_tiny_command(
     steps: Annotated[int, typer.Option("--steps", min=1, help="Warm-start (SFT) steps.")] = SFT_STEPS,
     config: ConfigOpt = None, sets: SetOpt = None, json_out: JsonOpt = False,
 ) -> None:
-    """Build builtin:tiny-agent: scripted demonstrations from the training harnesses' task sets, a
-    supervised warm start, saved as a Hugging Face model directory in model.cache_dir (about 10 minutes on 2 cores).
+    """Build builtin:tiny-agent from its recipe: scripted demonstrations from the training harnesses' task
+    sets, a supervised warm start, saved as a Hugging Face model directory in model.cache_dir (about 10
+    minutes on 2 cores). A first use of builtin:tiny-agent installs the copy shipped in the package
+    instead; --force rebuilds over it.
 
     Examples:
 
