@@ -63,6 +63,16 @@ class PlatformConfig(Section):
         return harnesses
 
     @model_validator(mode="after")
+    def _buffer_fits_its_budget(self) -> "PlatformConfig":
+        from agentrl_cli.config.buffer_budget import buffer_limit, too_small
+
+        r = self.rollout
+        why = too_small(buffer_limit(r.max_buffer_mb, r.buffer_size, self.model.context_length))
+        if why:
+            raise ValueError(why)
+        return self
+
+    @model_validator(mode="after")
     def _mix_has_a_weight(self) -> "PlatformConfig":
         mixed = [h.name for h in self.harnesses if h.reward == "mix"]
         if mixed and not self.reward.weights.get("harness"):

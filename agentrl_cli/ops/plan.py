@@ -134,6 +134,7 @@ def build_plan(cfg, shape: ModelShape, inputs: PlanInputs) -> list[PlanLine]:
     lines.append(PlanLine("inference", "memory per server", (weights + kv) / GB, "GB",
                           f"weights {p} x {dtype_b} B + KV cache; divide by tp_size {inf.tp_size} per accelerator",
                           {"weights_gb": round(weights / GB, 4), "tp_size": inf.tp_size}))
+    lines += rollout_lines(cfg)
     trained = [h for h in cfg.harnesses]
     total_w = sum(h.weight for h in trained) or 1.0
     cpu = mem = 0.0
@@ -169,6 +170,27 @@ def build_plan(cfg, shape: ModelShape, inputs: PlanInputs) -> list[PlanLine]:
                           f"kept {cfg.data.retention_days} days",
                           {"retention_days": cfg.data.retention_days}))
     return lines
+
+
+def rollout_lines(cfg) -> list[PlanLine]:
+    """The rollout's backpressure limit derived from its memory budget (`config/buffer_budget.py`)."""
+    from agentrl_cli.config.buffer_budget import ARRAY_BYTES_PER_TOKEN, EPISODE_OVERHEAD_BYTES, TEXT_BYTES_PER_TOKEN, MB, buffer_limit
+
+    ro = cfg.rollout
+    lim = buffer_limit(ro.max_buffer_mb, ro.buffer_size, cfg.model.context_length)
+    inputs = {**lim.to_dict(), "array_bytes_per_token": ARRAY_BYTES_PER_TOKEN, "text_bytes_per_token": TEXT_BYTES_PER_TOKEN,
+              "episode_overhead_bytes": EPISODE_OVERHEAD_BYTES}
+    return [
+        PlanLine("rollout", "memory per held episode", lim.bytes_per_episode / MB, "MiB",
+                 f"model.context_length {lim.context_length} x ({ARRAY_BYTES_PER_TOKEN} B ids+mask+log-probs + "
+                 f"{TEXT_BYTES_PER_TOKEN} B text) + {EPISODE_OVERHEAD_BYTES // 1024} KiB record", inputs),
+        PlanLine("rollout", "episodes the memory budget holds", float(lim.budget_episodes), "episodes",
+                 f"floor(rollout.max_buffer_mb {lim.max_buffer_mb:g} MiB / memory per held episode)"),
+        PlanLine("rollout", "episodes held at most (in flight + buffered)", float(lim.capacity), "episodes",
+                 lim.formula() + "; new episodes wait while this many are held", {"binds": lim.binds}),
+        PlanLine("rollout", "episodes in flight at most", float(min(ro.concurrency, lim.capacity)), "episodes",
+                 f"min(rollout.concurrency {ro.concurrency}, episodes held at most {lim.capacity})"),
+    ]
 
 
 def plan_dict(shape: ModelShape, lines: list[PlanLine], inputs: PlanInputs) -> dict:

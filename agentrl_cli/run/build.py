@@ -56,7 +56,9 @@ class PartsBuilder:
         b["sampler"] = TaskSampler({h.name: task_set(h, cfg.data).select("train") for h in train},
                                    {h.name: h.weight for h in train}, group_size=r.group_size, seed=r.seed,
                                    curriculum=r.curriculum)
-        b["buffer"] = TrajectoryBuffer(r.buffer_size, r.max_staleness, r.group_size)
+        b["buffer"] = buffer = TrajectoryBuffer.from_config(cfg)
+        if buffer.limit.binds == "rollout.max_buffer_mb":
+            self.progress(f"rollout holds at most {buffer.capacity} episodes (in flight + buffered): {buffer.limit.formula()}")
         b["writer"] = open_writer(cfg.data)
         await self._rollout(urls)
         if self.trainer:

@@ -50,7 +50,7 @@ class SandboxPool:
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox-pool")
         self.counters = {"created": 0, "destroyed": 0, "acquired": 0, "warm_hits": 0, "reclaimed": 0,
-                         "spawn_failures": 0, "leaked_processes": 0}
+                         "spawn_failures": 0, "leaked_processes": 0, "in_use_peak": 0}
         self._baseline_fds = _count_fds()
         self._reaper = threading.Thread(target=self._reap, name="sandbox-reaper", daemon=True)
         self._reaper.start()
@@ -126,6 +126,7 @@ class SandboxPool:
     def _lease(self, sb: Sandbox) -> Sandbox:
         self._leases[sb.id] = _Lease(sb, time.monotonic())
         self.counters["acquired"] += 1
+        self.counters["in_use_peak"] = max(self.counters["in_use_peak"], len(self._leases))  # episodes holding one at once
         return sb
 
     def _schedule_spawns(self) -> None:

@@ -3,7 +3,9 @@
 `put` waits while the buffer is full (backpressure: the rollout stops starting episodes); `take`
 returns whole GRPO groups whose oldest token was produced no more than `max_staleness` policy
 versions before the trainer's current one, and drops (and counts) the rest. Versions are integers
-(the trainer's weight version; the inference server reports them as strings).
+(the trainer's weight version; the inference server reports them as strings). Its capacity, which the
+controller also counts episodes in flight against, is `rollout.buffer_size` or fewer when
+`rollout.max_buffer_mb` holds fewer (`from_config`; the arithmetic is `config/buffer_budget.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import asyncio
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+from agentrl_cli.config.buffer_budget import BufferLimit, buffer_limit
 
 
 @dataclass
@@ -32,6 +36,16 @@ class TrajectoryBuffer:
         self._groups: OrderedDict[str, list[Episode]] = OrderedDict()
         self._cond = asyncio.Condition()
         self.counters = {"put": 0, "taken": 0, "dropped_stale": 0, "waits_full": 0}
+        self.limit: BufferLimit | None = None  # how the capacity was derived (from_config)
+
+    @classmethod
+    def from_config(cls, cfg) -> "TrajectoryBuffer":
+        """The run's buffer: capacity from `rollout.buffer_size` and `rollout.max_buffer_mb` (the smaller binds)."""
+        r = cfg.rollout
+        limit = buffer_limit(r.max_buffer_mb, r.buffer_size, cfg.model.context_length)
+        buffer = cls(limit.capacity, r.max_staleness, r.group_size)
+        buffer.limit = limit
+        return buffer
 
     def __len__(self) -> int:
         return sum(len(g) for g in list(self._groups.values()))  # a copy: the run's gateway reads it from its thread

@@ -7,7 +7,9 @@ Backpressure: groups are drawn whole, and their episodes start one by one while 
 `concurrency` are in flight and episodes in flight + episodes buffered stay within the buffer's
 capacity, and within `lead_limit()` when the run sets one (what its remaining steps can train before
 the episodes grow stale), so an async rollout does not generate episodes nobody trains
-(`backpressure_waits` counts the times it had to wait). A concurrency below the group size
+(`backpressure_waits` counts the times it had to wait; `in_flight_peak` and `held_peak`, in flight
+plus buffered, the most there were at once). The buffer's capacity comes from `rollout.buffer_size`
+and the memory budget `rollout.max_buffer_mb` (`TrajectoryBuffer.from_config`). A concurrency below the group size
 therefore runs a group's episodes in turn (concurrency 1: one episode at a time). Harness instances
 are reused, one episode at a time each, at most `concurrency` (or the harness's own `max_concurrency`,
 or fewer when its environment's server refuses sessions at capacity: `env_busy.py`).
@@ -339,6 +341,8 @@ class RolloutController:
             draw = self.starting.pop(0)
             self.inflight_draws[_draw_key(draw)] = draw
             self.in_flight += 1
+            self.counters["in_flight_peak"] = max(self.counters["in_flight_peak"], self.in_flight)
+            self.counters["held_peak"] = max(self.counters["held_peak"], ahead + 1)  # in flight + buffered: highest at a start
             task = asyncio.create_task(self._episode_into_buffer(draw))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
