@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from agentrl_cli.core.errors import ConfigError, NotFoundError
-from agentrl_cli.model.recipe import PRACTICE_PER_FAMILY, SFT_STEPS, WARM_START_HARNESSES
+from agentrl_cli.model.build import build_tiny
 
 BUILTINS = ("tiny-agent",)
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
@@ -93,33 +93,3 @@ def install_builtin(dest: Path, progress: Progress = lambda phase, done, total: 
             return dest if is_complete(dest) else shipped.install(dest)
     progress(f"{why}: building it from the recipe (demonstrations, then warm-start steps, about 10 minutes on 2 cores)", 0, 0)
     return build_tiny(dest, progress=progress)
-
-
-def build_tiny(dest: Path, steps: int = SFT_STEPS, seed: int = 0, force: bool = False,
-               progress: Progress = lambda phase, done, total: None) -> Path:
-    """Build the built-in model at `dest` (demonstrations, warm start, save); returns `dest`."""
-    from agentrl_cli.model.demos import collect
-    from agentrl_cli.model.sft import train_sft
-    from agentrl_cli.model.tiny import ARCH, init_model, is_complete, save_model_dir
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            progress("waiting for another process's build to finish", 0, 0)
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the finished model
-        if is_complete(dest) and not force:
-            return dest
-        progress("demonstrations", 0, 0)
-        demos = collect(list(WARM_START_HARNESSES), split=None, practice_per_family=PRACTICE_PER_FAMILY,
-                        progress=lambda d, t: progress("demonstrations", d, t))
-        progress("initialising the model", 0, 0)
-        model, tokenizer = init_model(seed)
-        progress("warm start", 0, steps)
-        stats = train_sft(model, tokenizer, demos, steps=steps, progress=lambda s, loss: progress("warm start", s, steps))
-        progress("saving", 0, 0)
-        return save_model_dir(model, tokenizer, dest, {"kind": "sft", "seed": seed, "arch": ARCH,
-                                                       "demonstrations": {"harnesses": list(WARM_START_HARNESSES), "count": len(demos),
-                                                                          "practice_per_family": PRACTICE_PER_FAMILY},
-                                                       "sft": stats})

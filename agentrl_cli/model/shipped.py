@@ -109,7 +109,7 @@ if __name__ == "__main__":  # rebuild the shipped copy from the recipe
     import subprocess
     import sys
 
-    from agentrl_cli.model.resolve import build_tiny
+    from agentrl_cli.model.build import build_tiny
 
     built = Path(sys.argv[1]) if len(sys.argv) > 1 else None  # a directory build_tiny already wrote
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent)
