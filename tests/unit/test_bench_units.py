@@ -224,6 +224,22 @@ def test_peer_share_of_gemm_uses_the_higher_measurement_and_each_runs_tokens():
     assert figs["single_agentrl_share_of_gemm_prompt_once"]["value"] == pytest.approx(100 * (7600 + 3800) / 2 / 1e4)
 
 
+def test_peer_same_work_allows_sampling_noise_in_lengths_but_not_a_different_workload():
+    from benchmarks import peer_trl
+
+    def run(lengths: list[int], prompt: int = 40) -> dict:  # (sequence, model's own, prompt once) per sample
+        trained = [(prompt + n, n, n + prompt // 4) for n in lengths]
+        return {"summary": {"samples": len(trained)}, "trained": trained}
+
+    noisy = [20, 32, 12, 32, 25, 32, 8, 32]  # sampled reply lengths: means 24.1 against 26.9 below, ~11% apart
+    same = peer_trl._same_work([run(noisy)], [run([32, 30, 12, 32, 32, 32, 15, 30])], "trl")
+    assert same["met"] and same["value"]["model_tokens"]["diff"] > 0.05, same  # within noise: not a different workload
+    longer = peer_trl._same_work([run([32] * 64)], [run([30] * 64)], "trl")  # every reply 2 tokens longer: no noise
+    assert not longer["met"] and longer["value"]["model_tokens"]["allowed"] == peer_trl.TOKEN_TOLERANCE
+    fewer = peer_trl._same_work([run(noisy[:6])], [run(noisy)], "trl")
+    assert not fewer["met"] and fewer["value"]["samples"]["diff"] == 0.25  # samples must be equal
+
+
 def test_peer_settings_take_flags_over_the_models_defaults_and_name_bad_input(tmp_path):
     from benchmarks import peer_trl
 
