@@ -69,6 +69,44 @@ def linear_shapes(model_dir: Path) -> list[tuple[str, int, int]]:
     return [(name, m.in_features, m.out_features) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
 
 
+def decode_bound(shapes: list[tuple[str, int, int]], batch: int, seconds: float = 2.0, threads: int = 0) -> dict:
+    """The GEMM-bound decode rate of a model at `batch` concurrent streams on this machine: one decode
+    step of every stream is, at the least, each of the model's `nn.Linear` multiplies at `batch` rows
+    (fp32 `torch.matmul` of [batch, in] by [in, out] with random weights of the model's shapes, the
+    output head included); those multiplies are timed back to back for `seconds`, and the bound is
+    `batch` tokens per median step. Not counted (so the bound is above what any engine reaches):
+    attention over the KV cache, norms, activations, sampling, and the prompt's prefill."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        weights = [torch.randn(i, o, generator=gen) for _, i, o in shapes]
+        inputs = {i: torch.randn(batch, i, generator=gen) for _, i, _ in shapes}
+        outs = [torch.empty(batch, w.shape[1]) for w in weights]
+
+        def step() -> None:
+            for w, out in zip(weights, outs):
+                torch.matmul(inputs[w.shape[0]], w, out=out)
+
+        step()
+        calls: list[float] = []
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds or len(calls) < 3:
+            t = time.perf_counter()
+            step()
+            calls.append(time.perf_counter() - t)
+        used = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    median = statistics.median(calls)
+    n = sum(i * o for _, i, o in shapes)
+    return {"batch": batch, "threads": used, "steps": len(calls), "step_s": median,
+            "tokens_per_s": batch / median, "gflops": 2.0 * n * batch / median / 1e9}
+
+
 def model_flops(shapes: list[tuple[str, int, int]], lora_rank: int = 0, lora_targets: list[str] | tuple[str, ...] = ()) -> dict:
     """Per-token model FLOPs (module docstring) from the model's `nn.Linear` shapes."""
     n = sum(i * o for _, i, o in shapes)

@@ -284,3 +284,14 @@ def test_prompt_once_counts_each_distinct_prompt_of_a_step_once():
 
     prompts = [[1, 2, 3], [1, 2, 3], [4, 5], [1, 2, 3], [4, 5]]
     assert prompt_once(prompts, [10, 12, 7, 3, 9]) == [10, 9, 7, 0, 7]
+
+
+def test_the_gemm_bound_decode_rate_times_every_multiply_of_the_model_at_the_batch():
+    from benchmarks import gemm
+
+    shapes = [("q", 32, 32), ("up", 32, 96), ("down", 96, 32), ("lm_head", 32, 200)]
+    one, wide = gemm.decode_bound(shapes, 1, seconds=0.05, threads=1), gemm.decode_bound(shapes, 16, seconds=0.05, threads=1)
+    for bound, batch in ((one, 1), (wide, 16)):
+        assert bound["batch"] == batch and bound["steps"] >= 3 and bound["threads"] == 1
+        assert bound["tokens_per_s"] == pytest.approx(batch / bound["step_s"])
+        assert bound["gflops"] == pytest.approx(2 * (32 * 32 + 32 * 96 + 96 * 32 + 32 * 200) * batch / bound["step_s"] / 1e9)
