@@ -88,7 +88,7 @@ class Served:
 
 
 def _resolve(ctx: StageContext) -> tuple[Check, Path]:
-    ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
+    ctx.progress("resolving the model (the built-in one is installed from the package on first use)")
     path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
     return Check("model resolves", CheckStatus.PASS, str(path), "a Hugging Face model directory"), path
 

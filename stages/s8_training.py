@@ -52,7 +52,7 @@ def run(ctx: StageContext) -> StageReport:
 def _model(ctx: StageContext) -> tuple[Check, Path]:
     from agentrl_cli.model.resolve import resolve_model_path
 
-    ctx.progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
+    ctx.progress("resolving the model (the built-in one is installed from the package on first use)")
     path = resolve_model_path(ctx.config.model.path, ctx.config.model.cache_dir)
     return Check("model", CheckStatus.PASS, str(path), "resolves to a model directory"), path
 

@@ -38,7 +38,7 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None):
     from agentrl_cli.acceptance.verify.server_load import ServerLoad
 
     cfg = baseline_config(cfg)
-    progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
+    progress("resolving the model (the built-in one is installed from the package on first use)")
     path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
 
     async def go():

@@ -54,7 +54,7 @@ def probe_harnesses(cfg, workdir: Path, run_id: str, progress=lambda message: No
     from agentrl_cli.run.training_run import training
 
     cfg = probe_config(cfg)
-    progress("resolving the model (the built-in one is built on first use, about 10 minutes on 2 cores)")
+    progress("resolving the model (the built-in one is installed from the package on first use)")
     path = resolve_model_path(cfg.model.path, cfg.model.cache_dir)
 
     async def go() -> dict[str, ProbeEpisode]:

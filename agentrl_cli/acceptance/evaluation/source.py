@@ -1,6 +1,6 @@
 """What MODEL_OR_RUN names, and the model directory the evaluation serves.
 
-A model: `builtin:tiny-agent` (built on first use), a Hugging Face model directory, or the name of a
+A model: `builtin:tiny-agent` (installed on first use), a Hugging Face model directory, or the name of a
 model imported with `agentrl model import`; none given means `model.path`. A run: its id under
 `observe.runs_dir`, `latest` (the newest training run), or its directory; the newest complete
 checkpoint of its first training loop that has one is exported as `agentrl model export --merge`

@@ -76,8 +76,8 @@ def run(
     console, progress_console = out(), stderr_console()
     progress_console.print(f"run {run_dir.run_id}: stages {', '.join(map(str, stages))} -> {run_dir.path}", soft_wrap=True)
     if loaded.config.model.path.startswith("builtin:") and any(n in MODEL_STAGES for n in stages):
-        progress_console.print(f"model {loaded.config.model.path}: built on first use into {loaded.config.model.cache_dir} "
-                               "(about 10 minutes on 2 cores, once; its progress follows), else loaded from there",
+        progress_console.print(f"model {loaded.config.model.path}: installed on first use into {loaded.config.model.cache_dir} "
+                               "from the copy shipped in the package (seconds, once), else loaded from there",
                                soft_wrap=True)
     show = StageProgress(progress_console)
 
