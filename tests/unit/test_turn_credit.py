@@ -173,3 +173,13 @@ def test_turn_credit_refusal_exits_2_through_the_cli(cli):
     res = cli("config", "validate", "--set", "training.advantage=turn", "--set", 'harnesses=[{"name": "terminal_like"}]')
     assert res.exit_code == 2 and "terminal_like" in res.output and "step_rewards" in res.output
     assert cli("config", "validate", "--set", "training.advantage=turn", "--set", 'harnesses=[{"name": "openenv"}]').exit_code == 0
+
+
+def test_dynamic_sampling_keeps_a_group_flat_in_outcome_whose_turns_differ_only_in_turn_mode():
+    from agentrl_cli.run.loop.shaping import Shaping
+
+    flat_outcome = [Episode("g", record([0, 1.0, 0]), 0, 1.0, 6), Episode("g", record([0, 0, 0]), 0, 1.0, 6)]
+    assert Shaping(cfg_with("training.advantage=turn", *TURN_HARNESS).training).group_has_signal(flat_outcome)
+    assert not Shaping(cfg_with().training).group_has_signal(flat_outcome)
+    flat_turns = [Episode("g", record([0, 1.0, 0]), 0, 1.0, 6), Episode("g", record([0, 1.0, 0]), 0, 1.0, 6)]
+    assert not Shaping(cfg_with("training.advantage=turn", *TURN_HARNESS).training).group_has_signal(flat_turns)

@@ -20,7 +20,7 @@ import statistics
 
 import numpy as np
 
-from agentrl_cli.run.loop.shaping import Shaping
+from agentrl_cli.run.loop.shaping import Shaping, own_step_rewards
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.core.outcomes import Outcome
 from agentrl_cli.runtime.reward.aggregate import RewardNormalizer
@@ -45,12 +45,6 @@ def episode_samples(record, advantage, staleness: int | None = None) -> list[Sam
     return [Sample(token_ids=ids[a:b], loss_mask=mask[a:b], logprobs=lps[a:b],
                    advantage=advantage[a:b] if per_token else advantage, staleness=staleness)
             for a, b in segments(record)]
-
-
-def own_step_rewards(record) -> list[float]:
-    """The stored step rewards of the record's own turns: its role's steps in a multi-agent episode, all otherwise."""
-    role = getattr(record, "role", None)
-    return [float(s.reward or 0.0) for s in (record.steps or ()) if not role or getattr(s, "role", None) == role]
 
 
 def role_stats(eps, shaped) -> dict:
