@@ -183,3 +183,14 @@ def test_dynamic_sampling_keeps_a_group_flat_in_outcome_whose_turns_differ_only_
     assert not Shaping(cfg_with().training).group_has_signal(flat_outcome)
     flat_turns = [Episode("g", record([0, 1.0, 0]), 0, 1.0, 6), Episode("g", record([0, 1.0, 0]), 0, 1.0, 6)]
     assert not Shaping(cfg_with("training.advantage=turn", *TURN_HARNESS).training).group_has_signal(flat_turns)
+
+
+def test_per_token_samples_cross_to_the_trainer_ranks_and_collate_with_their_blank_padding():
+    import pickle
+
+    from agentrl_cli.learner.rank_worker import shard
+
+    samples = [Sample([1, 2, 3], [0, 1, 1], [0.0] * 3, np.array([0.0, 1.0, -2.0], dtype=np.float32)) for _ in range(3)]
+    mine, real = shard(pickle.loads(pickle.dumps(samples)), rank=1, world_size=2)
+    b = collate(mine, 0)
+    assert real == 1 and b.advantages.tolist() == [[0.0, 1.0, -2.0], [0.0, 0.0, 0.0]] and b.loss_mask[1].sum() == 0
