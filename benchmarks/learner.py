@@ -36,7 +36,9 @@ The credit arms (`--arms episode,turn`, `training.advantage`) run instead on the
 (`middle_turn_harness.py`: three turns, good and bad episodes differ only in the middle one, which
 carries a step reward): synchronous rollout, no delay, otherwise the same recipe without the
 curriculum, each arm once per seed with the same seeds, a greedy evaluation of its eval tasks before
-the first step and after the last. Per arm: final eval success, late training reward, and in the
+the first step and after the last. Per arm: final eval success, the late share of sampled training
+episodes that succeeded (`success_late`: less prone than greedy evaluation to saturate), late
+training reward, and in the
 `turn` arm the per-turn metrics (`rollout/turn_advantage_spread`, `rollout/step_advantage_share`);
 `turn_minus_episode_*`: the paired differences by seed with their SD. Reported, not judged, beyond
 `runs_complete`.
@@ -46,7 +48,7 @@ the work directory (printed).
 
     python benchmarks/learner.py [--json] [--steps 16] [--seeds 1,2,3] [--arms none,tis]
                                  [--eval-per-family 12] [--delay-s 2.0] [--delayed-fraction 0.25]
-    python benchmarks/learner.py --arms episode,turn [--json] [--steps 8] [--seeds 1,2,3] [--min-chars 17]
+    python benchmarks/learner.py --arms episode,turn [--json] [--steps 12] [--seeds 1,2,3,4,5] [--min-chars 140]
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ def summarize(rows: list[dict], steps: int) -> dict:
            "policy_lag": _mean(r.get(keys.TRAIN_POLICY_LAG) for r in train),
            "clip_fraction": _mean(r.get("train/clip_fraction") for r in train),
            "reward_late": _mean(r.get(keys.REWARD_MEAN) for r in late),
+           "success_late": _mean(r.get(keys.REWARD_SUCCESS_RATE) for r in late),
            "train_s": _mean(r.get(keys.TIME_TRAIN_S) for r in train),
            "dropped_stale": train[-1].get(keys.ROLLOUT_DROPPED_STALE) if train else None}
     for name in CREDIT_KEYS:
@@ -262,12 +265,15 @@ def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int)
         figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs),
                                             f"mean training reward over the last half of the steps, {n} (per seed "
                                             f"{per_seed(runs, 'reward_late')})")
+        figs[f"{arm}_success_late"] = figure(_mean(r["success_late"] for r in runs),
+                                             f"share of sampled training episodes that succeeded (middle turn good) over the "
+                                             f"last half of the steps, {n} (per seed {per_seed(runs, 'success_late')})")
         if arm == "turn":
             for key in CREDIT_KEYS:
                 figs[f"turn_{key.split('/')[1]}"] = figure(_mean(r[key] for r in runs), f"{key}, mean over steps, {n} "
                                                            f"(per seed {per_seed(runs, key)})")
     if "turn" in results and "episode" in results:
-        for key, name in (("eval_final", "eval_success"), ("reward_late", "reward_late")):
+        for key, name in (("eval_final", "eval_success"), ("success_late", "success_late"), ("reward_late", "reward_late")):
             diffs = paired(results["turn"], results["episode"], key)
             figs[f"turn_minus_episode_{name}"] = (figure("n/a", "a run lacks the figure") if diffs is None else
                                                   figure(statistics.fmean(diffs), f"turn - episode, paired by seed, mean "
@@ -338,7 +344,7 @@ def main() -> int:
     p.add_argument("--eval-per-family", type=int, default=12, help="eval-split tasks of every terminal_like family")
     p.add_argument("--delay-s", type=float, default=2.0, help="seconds slept in every step of a delayed episode")
     p.add_argument("--delayed-fraction", type=float, default=0.25, help="share of the training tasks delayed")
-    p.add_argument("--min-chars", type=int, default=17, help="credit arms: the middle turn is good from this many characters")
+    p.add_argument("--min-chars", type=int, default=140, help="credit arms: the middle turn is good from this many characters")
     p.add_argument("--model", default="", help="model directory (default: the built-in model when cached)")
     p.add_argument("--worker", help=__import__("argparse").SUPPRESS)
     args = p.parse_args()
