@@ -32,11 +32,23 @@ eval task and up to 0.06 in late training reward.
 correction replaces `none` only when, averaged over the paired seeds, its final eval success is not
 lower and its mismatch_kl is not higher than `none`'s; among those, the highest eval success.
 
+The credit arms (`--arms episode,turn`, `training.advantage`) run instead on the middle-turn task
+(`middle_turn_harness.py`: three turns, good and bad episodes differ only in the middle one, which
+carries a step reward): synchronous rollout, no delay, otherwise the same recipe without the
+curriculum, each arm once per seed with the same seeds, a greedy evaluation of its eval tasks before
+the first step and after the last. Per arm: final eval success, the late share of sampled training
+episodes that succeeded (`success_late`: less prone than greedy evaluation to saturate), late
+training reward, and in the
+`turn` arm the per-turn metrics (`rollout/turn_advantage_spread`, `rollout/step_advantage_share`);
+`turn_minus_episode_*`: the paired differences by seed with their SD. Reported, not judged, beyond
+`runs_complete`.
+
 Progress goes to stderr; each run's log and directory, and results.json (every run's figures), are in
 the work directory (printed).
 
     python benchmarks/learner.py [--json] [--steps 16] [--seeds 1,2,3] [--arms none,tis]
                                  [--eval-per-family 12] [--delay-s 2.0] [--delayed-fraction 0.25]
+    python benchmarks/learner.py --arms episode,turn [--json] [--steps 12] [--seeds 1,2,3,4,5] [--min-chars 140]
 """
 
 from __future__ import annotations
@@ -65,6 +77,13 @@ RECIPE = {"rollout.mode": "async", "rollout.max_staleness": MAX_STALENESS, "roll
           "rollout.group_size": 8, "rollout.curriculum": True, "training.micro_batch_size": 8,
           "training.gradient_accumulation_steps": 4, "training.learning_rate": 3e-4, "training.kl_coef": 0.1,
           "rollout.eval_concurrency": 0}
+CREDIT_ARMS = ("episode", "turn")  # training.advantage values: the arms run on the middle-turn task
+CREDIT_HARNESS = "benchmarks.middle_turn_harness:MiddleTurn"
+CREDIT_RECIPE = {"rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1, "rollout.group_size": 8,
+                 "training.micro_batch_size": 8, "training.gradient_accumulation_steps": 2, "training.learning_rate": 3e-4,
+                 "training.kl_coef": 0.1, "rollout.eval_concurrency": 0, "rollout.max_steps_per_trajectory": 3,
+                 "inference.max_new_tokens": 48}
+CREDIT_KEYS = ("rollout/turn_advantage_spread", "rollout/step_advantage_share")
 IS_KEYS = ("is_ess", "is_weight_mean", "is_weight_p99", "is_weight_max", "is_rejected_fraction")
 
 
@@ -76,6 +95,14 @@ def run_sets(arm: str, seed: int, workdir: Path, port: int, delay_s: float, frac
     """The config overrides of one run: the recipe, the arm's correction, the seed, the delayed harness."""
     harness = {"name": HARNESS, "options": {"delay_s": delay_s, "delayed_fraction": fraction, "delay_seed": seed}}
     return [*(f"{k}={json.dumps(v)}" for k, v in RECIPE.items()), f"training.correction={arm}",
+            f"rollout.seed={seed}", f"training.seed={seed}", f"inference.port={port}",
+            "training.checkpoint_interval_steps=100000", f"data.root={workdir / 'store'}", "harnesses=" + json.dumps([harness])]
+
+
+def credit_sets(arm: str, seed: int, workdir: Path, port: int, min_chars: int) -> list[str]:
+    """The config overrides of one credit run: the middle-turn recipe, the arm's training.advantage, the seed."""
+    harness = {"name": CREDIT_HARNESS, "options": {"min_chars": min_chars}}
+    return [*(f"{k}={json.dumps(v)}" for k, v in CREDIT_RECIPE.items()), f"training.advantage={arm}",
             f"rollout.seed={seed}", f"training.seed={seed}", f"inference.port={port}",
             "training.checkpoint_interval_steps=100000", f"data.root={workdir / 'store'}", "harnesses=" + json.dumps([harness])]
 
@@ -102,7 +129,9 @@ def worker(spec: dict) -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cfg = load_config(None, run_sets(spec["arm"], spec["seed"], workdir, port, spec["delay_s"], spec["fraction"]), env={}).config
+    sets = (credit_sets(spec["arm"], spec["seed"], workdir, port, spec["min_chars"]) if spec["arm"] in CREDIT_ARMS
+            else run_sets(spec["arm"], spec["seed"], workdir, port, spec["delay_s"], spec["fraction"]))
+    cfg = load_config(None, sets, env={}).config
     t0 = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -118,7 +147,8 @@ def run_arm(arm: str, seed: int, args, model: Path, work: Path) -> dict:
     workdir = work / f"{arm}-seed{seed}"
     workdir.mkdir(parents=True)
     spec = {"arm": arm, "seed": seed, "steps": args.steps, "workdir": str(workdir), "model": str(model),
-            "per_family": args.eval_per_family, "delay_s": args.delay_s, "fraction": args.delayed_fraction}
+            "per_family": args.eval_per_family, "delay_s": args.delay_s, "fraction": args.delayed_fraction,
+            "min_chars": args.min_chars}
     log = workdir / "run.log"
     t = time.perf_counter()
     with log.open("w") as out:
@@ -170,8 +200,11 @@ def summarize(rows: list[dict], steps: int) -> dict:
            "policy_lag": _mean(r.get(keys.TRAIN_POLICY_LAG) for r in train),
            "clip_fraction": _mean(r.get("train/clip_fraction") for r in train),
            "reward_late": _mean(r.get(keys.REWARD_MEAN) for r in late),
+           "success_late": _mean(r.get(keys.REWARD_SUCCESS_RATE) for r in late),
            "train_s": _mean(r.get(keys.TIME_TRAIN_S) for r in train),
            "dropped_stale": train[-1].get(keys.ROLLOUT_DROPPED_STALE) if train else None}
+    for name in CREDIT_KEYS:
+        out[name] = _mean(r.get(name) for r in train)
     for name in IS_KEYS:
         values = [r.get(f"train/{name}") for r in train]
         out[name] = max((v for v in values if v is not None), default=None) if name == "is_weight_max" else _mean(values)
@@ -213,6 +246,41 @@ def recommend(results: dict[str, list[dict]]) -> tuple[str, str]:
             qualified.append((statistics.fmean(r["eval_final"] for r in runs), arm))
     choice = max(qualified)[1] if qualified else "none"
     return choice, "; ".join(reasons) or "no correction arm measured"
+
+
+def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
+    """The credit arms' figures: per arm eval success and late reward (and the turn metrics), and turn - episode paired by seed."""
+    figs: dict[str, dict] = {}
+    every = [r for runs in results.values() for r in runs]
+    complete = [r["steps"] == steps and r["finite_losses"] and r["eval_start"] is not None and r["eval_final"] is not None
+                for r in every]
+    figs["runs_complete"] = figure(sum(complete), f"of {len(every)} runs trained {steps} steps with finite losses and were "
+                                   "evaluated before and after", f"all {len(every)}", all(complete))
+    per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
+    for arm, runs in results.items():
+        n = f"mean of {len(runs)} seeds {seeds}"
+        figs[f"{arm}_eval_success"] = figure(_mean(r["eval_final"] for r in runs),
+                                             f"greedy success (middle turn good) at step {steps}, {n} (per seed "
+                                             f"{per_seed(runs, 'eval_final')}; at step 0 {per_seed(runs, 'eval_start')})")
+        figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs),
+                                            f"mean training reward over the last half of the steps, {n} (per seed "
+                                            f"{per_seed(runs, 'reward_late')})")
+        figs[f"{arm}_success_late"] = figure(_mean(r["success_late"] for r in runs),
+                                             f"share of sampled training episodes that succeeded (middle turn good) over the "
+                                             f"last half of the steps, {n} (per seed {per_seed(runs, 'success_late')})")
+        if arm == "turn":
+            for key in CREDIT_KEYS:
+                figs[f"turn_{key.split('/')[1]}"] = figure(_mean(r[key] for r in runs), f"{key}, mean over steps, {n} "
+                                                           f"(per seed {per_seed(runs, key)})")
+    if "turn" in results and "episode" in results:
+        for key, name in (("eval_final", "eval_success"), ("success_late", "success_late"), ("reward_late", "reward_late")):
+            diffs = paired(results["turn"], results["episode"], key)
+            figs[f"turn_minus_episode_{name}"] = (figure("n/a", "a run lacks the figure") if diffs is None else
+                                                  figure(statistics.fmean(diffs), f"turn - episode, paired by seed, mean "
+                                                         f"(per seed {[_sig(d) for d in diffs]}, SD {_fmt(spread(diffs))})"))
+    figs["run_wall_s"] = figure(_mean(r["wall_s"] for r in every), "s per training run (start-up, 2 evaluations, the steps)")
+    figs["benchmark_wall_s"] = figure(time.perf_counter() - T0, "s")
+    return figs
 
 
 def figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
@@ -276,6 +344,7 @@ def main() -> int:
     p.add_argument("--eval-per-family", type=int, default=12, help="eval-split tasks of every terminal_like family")
     p.add_argument("--delay-s", type=float, default=2.0, help="seconds slept in every step of a delayed episode")
     p.add_argument("--delayed-fraction", type=float, default=0.25, help="share of the training tasks delayed")
+    p.add_argument("--min-chars", type=int, default=140, help="credit arms: the middle turn is good from this many characters")
     p.add_argument("--model", default="", help="model directory (default: the built-in model when cached)")
     p.add_argument("--worker", help=__import__("argparse").SUPPRESS)
     args = p.parse_args()
@@ -287,8 +356,10 @@ def main() -> int:
         print(f"--seeds takes comma-separated integers, got {args.seeds!r}", file=sys.stderr)
         return 2
     arms = list(dict.fromkeys(a for a in args.arms.split(",") if a))
-    unknown = [a for a in arms if a not in MODES]
-    problem = (f"unknown arm(s) {unknown}: --arms takes training.correction values ({', '.join(MODES)})" if unknown
+    credit = bool(arms) and all(a in CREDIT_ARMS for a in arms)
+    unknown = [a for a in arms if a not in (CREDIT_ARMS if credit else MODES)]
+    problem = (f"unknown arm(s) {unknown}: --arms takes training.correction values ({', '.join(MODES)}), or the "
+               f"training.advantage values {', '.join(CREDIT_ARMS)} (not both)" if unknown
                else "--arms is empty: give at least one training.correction value" if not arms
                else "--seeds is empty: give at least one integer" if not seeds
                else f"--steps must be at least 1, got {args.steps}" if args.steps < 1
@@ -305,7 +376,7 @@ def main() -> int:
             say(f"{arm} seed {seed}")
             results[arm].append(run_arm(arm, seed, args, model, work))
             (work / "results.json").write_text(json.dumps(results, indent=1))  # every run's figures so far
-    return report(figures(results, seeds, args.steps), args.json)
+    return report((credit_figures if credit else figures)(results, seeds, args.steps), args.json)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,10 @@ Optional, each with the default agentrl applies when a harness lacks it:
   reward_sources (class attribute)  the `harnesses[].reward` values the harness can be scored by
                             (e.g. ("harness",) for tasks no verifier can grade); another is refused
                             at load; default all three
+  step_rewards (class attribute) bool  whether its episodes carry a reward per step (an
+                            observation's `info["reward"]`, a reward posted for one gateway call),
+                            stored as each step's reward; `training.advantage: turn` reads them and
+                            is refused at load for a harness without (default False)
   full_reset()              rebuild external state too, for the clean-start check; default: close
                             the instance and build a new one
   end_episode()             free the episode's resources now rather than at the next reset

@@ -75,6 +75,11 @@ def reward_source(harness_config) -> str:
     return source
 
 
+def step_rewards(name: str) -> bool:
+    """Whether the harness reports a reward per step (its `step_rewards` class attribute; default False)."""
+    return bool(getattr(resolve(name), "step_rewards", False))
+
+
 def harness_version(name: str) -> str:
     """The contract version a harness reports, or a plain reason why it is not available."""
     try:

@@ -116,6 +116,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: list[str] | No
     except ValidationError as exc:
         raise ConfigError(*format_validation_error(exc, merged, origins, source)) from None
     refuse_unhonoured_knobs(config, source)
+    refuse_turn_credit_without_step_rewards(config, source)
     return LoadedConfig(config=config, source=source, overrides=overrides)
 
 
@@ -134,6 +135,7 @@ def with_overrides(config: PlatformConfig, overrides: Mapping[str, Any], origin:
     except ValidationError as exc:
         raise ConfigError(*format_validation_error(exc, data, origins, origin)) from None
     refuse_unhonoured_knobs(config, origin)
+    refuse_turn_credit_without_step_rewards(config, origin)
     return config
 
 
@@ -148,6 +150,26 @@ def refuse_unhonoured_knobs(config: PlatformConfig, source: str) -> None:
     if refused:
         raise ConfigError(f"invalid config ({source}): " + "; ".join(what for what, _ in refused),
                           "; ".join(fix for _, fix in refused))
+
+
+def refuse_turn_credit_without_step_rewards(config: PlatformConfig, source: str) -> None:
+    """`training.advantage: turn` trains each turn on its step rewards: a configured harness that
+    reports none (no `step_rewards` class attribute) is refused at load, naming it."""
+    if config.training.advantage != "turn":
+        return
+    from harnesses.registry import step_rewards
+
+    try:
+        without = [h.name for h in config.harnesses if not step_rewards(h.name)]
+    except AgentrlError as exc:  # a harness that cannot be resolved: said as it is
+        raise ConfigError(f"invalid config ({source}): training.advantage: turn: {exc.message}", exc.hint) from None
+    if without:
+        raise ConfigError(f"invalid config ({source}): training.advantage: turn needs step rewards, and harness "
+                          f"{', '.join(repr(n) for n in without)} reports none (its class does not declare step_rewards = True), "
+                          "so every turn would train on the outcome alone",
+                          "set training.advantage: episode, or train on a harness that reports a reward per step "
+                          "(openenv, agent; a harness of your own declares step_rewards = True and puts each step's "
+                          "reward in its observation's info[\"reward\"])")
 
 
 def _flatten(mapping: Mapping[str, Any], prefix: str = ""):

@@ -43,7 +43,9 @@ class TrainingBackend(Protocol):
         loss, as one rank on the whole batch). Returns the metrics named in STEP_METRICS for this rank: loss, grad_norm (before clipping),
         clip_fraction, approx_kl, entropy, mismatch_kl (trainer vs inference log-probs before the
         update), lr, tokens (masked tokens), samples. The DeepSpeed backend adds the importance-weight
-        diagnostics of `training.correction` (other than none) and `policy_lag` (corrections.py)."""
+        diagnostics of `training.correction` (other than none) and `policy_lag` (corrections.py).
+        Each sample's `advantage` is a float, or with `training.advantage: turn` a per-token array as
+        long as its token_ids (`grpo.Sample`; `grpo.collate` makes `TrainBatch.advantages` [B, T])."""
         ...
 
     def save_checkpoint(self, dir: Path, client_state: dict) -> None:

@@ -68,14 +68,16 @@ class Sample:
 
     loss_mask is 1 on tokens the model generated itself, 0 on prompt, tool and environment tokens.
     logprobs[i] is the behaviour policy's log p(token i | tokens < i) as the inference server
-    returned it; only positions with loss_mask 1 are read. staleness: trainer versions between the
+    returned it; only positions with loss_mask 1 are read. advantage: one float for the whole
+    sequence (`training.advantage: episode`), or one per token, as long as token_ids
+    (`training.advantage: turn`: each turn's tokens their turn's advantage). staleness: trainer versions between the
     weights that sampled it and the weights it trains (None: unknown); only diagnostics read it.
     """
 
     token_ids: Tokens
     loss_mask: Tokens
     logprobs: Floats
-    advantage: float
+    advantage: float | Floats
     ref_logprobs: Floats | None = None
     staleness: float | None = None
 
@@ -88,7 +90,7 @@ class TrainBatch:
     attention_mask: torch.Tensor     # [B, T] long
     loss_mask: torch.Tensor          # [B, T] float
     old_logprobs: torch.Tensor       # [B, T] float
-    advantages: torch.Tensor         # [B] float
+    advantages: torch.Tensor         # [B] float; [B, T] when some sample has per-token advantages
     ref_logprobs: torch.Tensor | None = field(default=None)  # [B, T] float
 
     @property
@@ -104,7 +106,9 @@ class TrainBatch:
 
 def collate(samples: list[Sample], pad_id: int, max_len: int | None = None) -> TrainBatch:
     """Right-pad samples into a TrainBatch; sequences longer than `max_len` lose their tail (the
-    mask and log-probs are cut alike). Position 0 is taken out of the loss mask."""
+    mask and log-probs are cut alike). Position 0 is taken out of the loss mask. `advantages` is
+    [B] when every sample's advantage is a float (as it always was), [B, T] when one has per-token
+    advantages (a float sample's row repeats its value; padding holds 0)."""
     if not samples:
         raise ValueError("collate: no samples")
     arrays = []
@@ -142,8 +146,24 @@ def collate(samples: list[Sample], pad_id: int, max_len: int | None = None) -> T
     old = torch.where(loss_mask > 0, old, 0.0)  # never read outside the mask; keep it finite there
     if ref_t is not None:
         ref_t = torch.where(loss_mask > 0, ref_t, 0.0)
-    advantages = torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32)
-    return TrainBatch(input_ids, attention, loss_mask, old, advantages, ref_t)
+    return TrainBatch(input_ids, attention, loss_mask, old, _advantages(samples, T), ref_t)
+
+
+def _advantages(samples: list[Sample], T: int) -> torch.Tensor:
+    """[B] of the samples' float advantages, or [B, T] when one of them is per-token."""
+    if all(np.ndim(s.advantage) == 0 for s in samples):
+        return torch.tensor([float(s.advantage) for s in samples], dtype=torch.float32)
+    out = torch.zeros((len(samples), T), dtype=torch.float32)
+    for b, s in enumerate(samples):
+        adv = np.asarray(s.advantage, dtype=np.float32)
+        if adv.ndim == 0:
+            out[b, :min(len(s.token_ids), T)] = float(adv)
+            continue
+        if len(adv) != len(s.token_ids):
+            raise ValueError(f"collate: sample {b} has {len(adv)} per-token advantages for {len(s.token_ids)} tokens; they must match")
+        n = min(len(adv), T)
+        out[b, :n] = torch.as_tensor(adv[:n])
+    return out
 
 
 def token_logprobs(model, batch: TrainBatch, temperature: float = 1.0,
@@ -203,7 +223,8 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
                   token_weights: torch.Tensor | None = None, *, clip_eps_high: float | None = None,
                   sequence_ratio: bool = False,
                   behaviour_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-level PPO-clip loss with ratio exp(new_lp - old_lp) and one advantage per sequence.
+    """Token-level PPO-clip loss with ratio exp(new_lp - old_lp) and one advantage per sequence
+    (`advantages` [B]) or per token ([B, T], `training.advantage: turn`).
 
     The loss is averaged over all masked tokens of the batch (every token weighs the same, however
     long its sequence), or divided by `num_tokens` when given: a train step spread over several
@@ -231,7 +252,8 @@ def ppo_clip_loss(new_lp: torch.Tensor, old_lp: torch.Tensor, advantages: torch.
     token_ratio = torch.exp(log_ratio)
     ratio = torch.exp(_sequence_mean(log_ratio, mask, inside)) if sequence_ratio else token_ratio
     high = clip_eps if clip_eps_high is None else clip_eps_high
-    adv = advantages.to(new_lp.dtype).unsqueeze(-1)
+    adv = advantages.to(new_lp.dtype)
+    adv = adv.unsqueeze(-1) if adv.dim() == 1 else adv
     per_token = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high))
     if behaviour_weights is not None:
         per_token = per_token * behaviour_weights.detach().to(per_token.dtype)

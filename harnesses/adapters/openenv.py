@@ -113,6 +113,7 @@ class OpenEnvHarness:
     version = "1"
     reward_source = "harness"
     reward_sources = ("harness",)  # the rewards are the server's; no agentrl verifier knows the environment
+    step_rewards = True  # each step's observation carries the server's reward as info["reward"]
 
     def __init__(self, **options) -> None:
         self.options = OpenEnvOptions.parse(options)

@@ -92,6 +92,7 @@ class AgentHarness:
     plays_itself = True  # the rollout plays its episodes (runtime/rollout/agent_episode.py), not run_episode's loop
     needs_gateway = True  # a training run starts its recording gateway for it
     reward_sources = ("verifiers", "harness")
+    step_rewards = True  # a reward the agent posts for one call (POST /sessions/{id}/reward with call_id) is that step's
 
     def __init__(self, entry: str | None = None, command: str | None = None, files=(), collect=(), tasks: str = "basic",
                  timeout_s: float = 300.0, sandbox: bool = False, gateway=None, sandbox_provider=None) -> None:

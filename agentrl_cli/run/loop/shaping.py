@@ -61,6 +61,7 @@ class Shaping:
         self.buffer = training.overlong_buffer_tokens
         self.penalty = training.overlong_penalty
         self.filter = training.overlong_filter
+        self.per_turn = getattr(training, "advantage", "episode") == "turn"
 
     def reward(self, episode) -> float | None:
         if episode.reward is None or self.buffer <= 0:
@@ -72,7 +73,28 @@ class Shaping:
         return episode.reward is not None and not (self.filter and is_overlong(episode.record, self.max_len))
 
     def group_has_signal(self, group) -> bool:
-        return has_signal([self.reward(e) for e in group])
+        """Its rewards differ; with `training.advantage: turn` also when the step rewards of some
+        turn index differ (a group flat in outcome still teaches its turns)."""
+        if has_signal([self.reward(e) for e in group]):
+            return True
+        return self.per_turn and any(has_signal(turn) for turn in _step_rewards_by_turn(group))
+
+
+def own_step_rewards(record) -> list[float]:
+    """The stored step rewards of the record's own turns: its role's steps in a multi-agent episode, all otherwise."""
+    role = getattr(record, "role", None)
+    return [float(s.reward or 0.0) for s in (getattr(record, "steps", None) or ()) if not role or getattr(s, "role", None) == role]
+
+
+def _step_rewards_by_turn(group) -> list[list[float]]:
+    """Per turn index, the step rewards of the group's scored episodes that reached it."""
+    by_turn: list[list[float]] = []
+    for e in group:
+        for t, r in enumerate(own_step_rewards(e.record) if e.reward is not None else ()):
+            if t == len(by_turn):
+                by_turn.append([])
+            by_turn[t].append(r)
+    return by_turn
 
 
 @dataclass

@@ -93,6 +93,10 @@ ROLLOUT_SAMPLES_BUILT = "rollout/samples_built"  # their samples: more than epis
 ROLLOUT_DROPPED_FLAT_GROUPS = "rollout/dropped_flat_groups"  # the step's groups dropped: all rewards equal, no signal
 ROLLOUT_REFILL_ROUNDS = "rollout/refill_rounds"  # the step's rounds of taking more groups to replace them
 ROLLOUT_SKIPPED_STEPS = "rollout/skipped_steps"  # cumulative: steps left with no group with signal, not trained
+# per-turn credit (training.advantage: turn; learner/turn_credit.py), in the rows of runs that turn it on
+ADVANTAGE_TURN_SPREAD = "rollout/turn_advantage_spread"  # mean over the step's trained episodes of the std of their turn advantages
+ADVANTAGE_STEP_SHARE = "rollout/step_advantage_share"  # sum|A_step| / (sum|A_step| + sum|A_outcome|) over their turns
+ROLLOUT_TURN_UNMAPPED = "rollout/turn_unmapped"  # trained episodes whose turns could not be located in their tokens (outcome advantage only)
 ROLLOUT_OVERLONG_FILTERED = "rollout/overlong_filtered"  # the step's episodes cut at the length limit, out of the loss
 ROLLOUT_COUNTERS = ("aborted_generations", "resumed_generations", "wasted_tokens", "server_retries", "weight_resyncs")
 
