@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import pytest
@@ -117,6 +118,60 @@ def test_a_harness_failing_one_step_in_ten_trains_to_the_end_with_those_episodes
     assert summary.steps == 6 and failed >= 2 and c["termination_infra_error"] == failed
     assert sum(m["reward/masked"] for m in summary.metrics) >= 1
     assert summary.metrics[-1][f"env/{__name__}:SometimesBroken/harness_errors/step"] >= 1
+
+
+class HangsInStep(Seed003Harness):
+    """Every third step() hangs until the instance is closed (HANG_S at most); an instance asked to
+    reset while one of its calls still runs in another thread counts an overlap."""
+
+    HANG_S = 120.0
+    calls = overlaps = hung = ended_by_cap = 0
+    guard = threading.Lock()
+
+    def __init__(self) -> None:
+        self.in_call, self.released = False, threading.Event()
+
+    def reset(self, task_spec):
+        if self.in_call:
+            type(self).overlaps += 1
+        return super().reset(task_spec)
+
+    def step(self, action):
+        with self.guard:
+            type(self).calls += 1
+            hang = type(self).calls % 3 == 0
+        if hang:
+            self.in_call = True
+            type(self).hung += 1
+            if not self.released.wait(self.HANG_S):
+                type(self).ended_by_cap += 1
+            self.in_call = False
+        return super().step(action)
+
+    def close(self) -> None:
+        self.released.set()
+        super().close()
+
+
+def test_a_harness_hanging_in_step_ends_its_episode_timeout_at_the_step_deadline_and_the_run_goes_on(tmp_path, random_model_dir):
+    HangsInStep.calls = HangsInStep.overlaps = HangsInStep.hung = HangsInStep.ended_by_cap = 0
+    cfg = config(tmp_path, random_model_dir, "HangsInStep", **{"rollout.step_timeout_seconds": 1})
+    t0 = time.perf_counter()
+    summary = asyncio.run(train(cfg, tmp_path / "run", random_model_dir, 2, run_id="hangs"))
+    elapsed = time.perf_counter() - t0
+    c = summary.counters
+    assert summary.steps == 2 and HangsInStep.hung >= 2 and c["termination_timeout"] == HangsInStep.hung
+    assert c.get("termination_infra_error", 0) == 0 and all(isinstance(m["train/loss"], float) for m in summary.metrics)
+    assert elapsed < HangsInStep.HANG_S and HangsInStep.ended_by_cap == 0  # no episode waited for a hang to end
+    assert HangsInStep.overlaps == 0  # an instance whose step still hangs is never lent to the next episode
+    from agentrl_cli.runtime.data.stores import open_store
+    from agentrl_cli.runtime.data.writer import read_records
+
+    timed_out = [r for r in read_records(open_store(cfg.data)) if r.outcome == "timeout"]
+    assert len(timed_out) == HangsInStep.hung
+    assert all((r.steps[-1].observation_status, r.steps[-1].observation) == ("timeout", "step took longer than 1 s")
+               for r in timed_out)
+    assert c["env_calls_abandoned"] == HangsInStep.hung
 
 
 class NoStep:

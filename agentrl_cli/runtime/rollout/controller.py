@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
@@ -95,6 +96,15 @@ class HarnessPool:
         self.cap(self.limit)
         self._freed.set()
 
+    def retire(self, h) -> None:
+        """Take `h` out of the pool for good (a call of it still runs in another thread past its
+        deadline): closed on a thread of its own, since its close may wait on that call - closing is
+        what ends a hung call in a harness that can be ended (its process, its sandbox) - and a new
+        instance is made for the next episode."""
+        self.busy -= 1
+        self._freed.set()
+        threading.Thread(target=_close_quietly, args=(h,), name="harness-retire", daemon=True).start()
+
     def cap(self, limit: int) -> None:
         """At most `limit` instances from now on; idle ones past it are closed (each may hold a session)."""
         self.limit = max(1, min(self.limit, limit))
@@ -105,6 +115,13 @@ class HarnessPool:
         for h in self.idle:
             h.close()
         self.idle.clear()
+
+
+def _close_quietly(h) -> None:
+    try:
+        h.close()
+    except Exception:  # noqa: BLE001 - a retired instance that fails to close is only logged
+        log.exception("closing a retired harness instance (%s) failed", getattr(h, "name", type(h).__name__))
 
 
 class RolloutController:
@@ -191,6 +208,7 @@ class RolloutController:
                         self._mirror_gateway()
                     else:
                         result = await play_policy(lent.harness, draw.task, self.client, self.tokenizer, self.executor, played)
+                    lent.played(result)
                     self.harness_errors.record(name, result, self.counters)
                 break
             except EnvironmentBusy as refused:  # backpressure, never a harness error

@@ -77,10 +77,14 @@ def harness_failed(result, method: str, exc: BaseException):
     return result
 
 
+ABANDONED = "env_calls_abandoned"  # result counter: harness calls left running past the step deadline
+
+
 def env_caller(loop, executor, step_timeout_s: float | None, watchdog, component: str, result):
     """`await env(fn, *args)`: a harness call in `executor` under the step deadline (None: none), its
     time added to `result.env_s`, reported to the watchdog as `component` (a finished call also beats
-    "rollout")."""
+    "rollout"). A call past the deadline raises TimeoutError and counts in `result.counters[ABANDONED]`:
+    its thread cannot be stopped, so the instance is retired rather than lent again (`episode_scaffold.lend`)."""
 
     async def env(fn, *args):
         t = time.perf_counter()
@@ -91,6 +95,9 @@ def env_caller(loop, executor, step_timeout_s: float | None, watchdog, component
             out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
             ok = True
             return out
+        except asyncio.TimeoutError:
+            result.counters[ABANDONED] += 1  # its thread still runs the call: the harness is not lent again
+            raise
         finally:
             result.env_s += time.perf_counter() - t
             if watchdog is not None:
