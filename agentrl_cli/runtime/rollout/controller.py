@@ -34,7 +34,6 @@ import asyncio
 import logging
 import threading
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 from agentrl_cli.core.errors import EnvironmentBusy
 from agentrl_cli.core.outcomes import Outcome, Phase, RewardStatus, Termination
@@ -42,6 +41,7 @@ from agentrl_cli.runtime.data.record_from_episode import record_from_episode
 from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.runtime.rollout.env_busy import EnvBusy, busy_too_long
 from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
+from agentrl_cli.runtime.rollout.harness_threads import HarnessThreads
 from agentrl_cli.runtime.rollout.agent_episode import play_agent
 from agentrl_cli.runtime.rollout.episode_scaffold import Lent, account, count, infra_lost, keep, lend, score, settings
 from agentrl_cli.runtime.rollout.multi_play import Seating, play_roles, role_trajectory_id
@@ -134,7 +134,7 @@ class RolloutController:
         self.temperature = temperature
         r = config.rollout
         self.concurrency = r.concurrency
-        self.executor = ThreadPoolExecutor(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
+        self.executor = HarnessThreads(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
         self._make = make_harness or (lambda name: create(name, config))
         self._limits = {h.name: h.max_concurrency or r.concurrency for h in config.harnesses}
         self._reward_sources: dict[str, str] = {}  # harness -> harnesses[].reward as resolved (registry.reward_source)

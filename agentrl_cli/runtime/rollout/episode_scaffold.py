@@ -42,11 +42,11 @@ class Lent:
     harness: object
     resources: dict | None = None
     image_digest: str = ""
-    abandoned: bool = False  # a call of the episode is still running past its deadline: retire the instance
+    abandoned: int = 0  # calls of the episode still running past their deadline: retire the instance
 
     def played(self, result) -> None:
-        """Note what the episode's `result` says about the instance (a call left running)."""
-        self.abandoned = self.abandoned or bool(result.counters.get(ABANDONED))
+        """Note what the episode's `result` says about the instance (calls left running)."""
+        self.abandoned += result.counters.get(ABANDONED, 0)
 
 
 @asynccontextmanager
