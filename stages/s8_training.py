@@ -11,7 +11,11 @@ before and after (and periodically: the curve) on the training harnesses and the
 the training harnesses must gain `stages.short_min_success_gain`; the held-out harness must not
 fall behind them by more than `verify.cross_harness_max_drop` during training; at least MIN_SHORT_STEPS steps trained; entropy neither collapses nor
 explodes (medians of the first and last tenth of the steps); gradient norm stays finite and bounded.
-full: `training.total_steps` with periodic checkpoints and resume from the latest.
+full: `training.total_steps` (or `stages.full_minutes`, whichever comes first) with periodic checkpoints, resume
+from the latest and evaluations every `stages.short_eval_every_steps` (the curve verify's convergence layer reads
+as it reads short's); it starts only after a passing short run and stage 0 baseline of the same configuration
+(`agentrl_cli/acceptance/phase_order.py`: the "earlier phases" check), or with `--force` (recorded in that check and
+as `forced_order` in the report's environment).
 
 Every phase restarts its run after a trainer crash, up to `training.max_restarts` (`run.supervised`);
 a run that restarted gets an info check "trainer restarts" naming each restart's cause.
@@ -46,7 +50,8 @@ def run(ctx: StageContext) -> StageReport:
     if path is None:
         return ctx.report(checks + [Check.skipped("training", "no model; see above")])
     phases = {Phase.SMOKE: _smoke, Phase.SHORT: _short, Phase.FULL: _full}
-    return ctx.report(checks + phases[phase](ctx, path), environment={"phase": phase})
+    environment = {"phase": phase, **({"forced_order": True} if phase == Phase.FULL and ctx.options.force else {})}
+    return ctx.report(checks + phases[phase](ctx, path), environment=environment)
 
 
 def _model(ctx: StageContext) -> tuple[Check, Path]:
@@ -274,18 +279,27 @@ def _short_run(ctx, cfg, path, recipe) -> tuple[Check, RunSummary]:
 
 
 def _full(ctx: StageContext, path) -> list[Check]:
+    from agentrl_cli.acceptance.phase_order import find_earlier
+
     cfg = ctx.config
+    order = find_earlier(ctx.loaded.resolved(), Path(cfg.observe.runs_dir)).check(ctx.options.force)
+    if order.status == CheckStatus.FAIL:
+        return [order, Check.skipped("full run", "not started: stage 8 runs smoke -> short -> full; see above")]
     summaries: list[RunSummary] = []
+    minutes = cfg.stages.full_minutes
+    steps = cfg.training.total_steps
 
     def go() -> Check:
-        s = _train(ctx, cfg, path, cfg.training.total_steps, eval_tasks=_eval_tasks(cfg))
+        s = _train(ctx, cfg, path, steps, eval_tasks=_eval_tasks(cfg), eval_every=cfg.stages.short_eval_every_steps,
+                   deadline_s=minutes * 60 if minutes is not None else None)
         summaries.append(s)
-        ok = s.steps == cfg.training.total_steps and bool(s.checkpoints)
+        budget = f"{steps} steps" + (f" or {minutes:g} minutes, whichever comes first," if minutes is not None else "")
+        ok = (s.steps == steps or (minutes is not None and s.steps > s.start_step)) and bool(s.checkpoints)
         return Check.judge("full run", ok, {"steps": s.steps, "start_step": s.start_step, "resumed_from": s.resumed_from,
-                                            "checkpoints": s.checkpoints[-3:], "evals": s.evals[-1:]},
-                           f"{cfg.training.total_steps} steps with periodic checkpoints",
+                                            "minutes": minutes, "checkpoints": s.checkpoints[-3:], "evals": s.evals[-1:]},
+                           f"{budget} with periodic checkpoints",
                            "rerun the same command to resume from the latest checkpoint")
-    checks = [ctx.check("full run", go)]
+    checks = [order, ctx.check("full run", go)]
     return checks + (_restarts(summaries[0]) if summaries else [])
 
 

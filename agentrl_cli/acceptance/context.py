@@ -33,6 +33,7 @@ Produced = tuple["Check | list[Check]", T]
 class StageOptions:
     strict: bool = False
     phase: Phase = Phase.SMOKE  # stage 8: one of outcomes.STAGE8_PHASES
+    force: bool = False  # stage 8 full: run without a passing short and baseline of the same configuration (phase_order.py)
 
 
 @dataclass

@@ -54,6 +54,7 @@ STAGES: tuple[StageSpec, ...] = (
 )
 BY_NUMBER = {s.number: s for s in STAGES}
 MODEL_STAGES = (0, 4, 8)  # stages that run the configured model: their reports record its card
+ORDERED_STAGES = (0, 8)  # stages whose reports record their order hash: stage 8 full needs them first (phase_order.py)
 HARNESS_STAGES = (0, 5, 8)  # stages that play episodes of the configured harnesses
 
 
@@ -94,6 +95,10 @@ def run_stage(spec: StageSpec, ctx: StageContext) -> StageReport:
     report.status = stage_status(report.checks)
     if spec.number in MODEL_STAGES:
         report.environment.setdefault("model_card", model_card(ctx))
+    if spec.number in ORDERED_STAGES:
+        from agentrl_cli.acceptance.phase_order import ORDER_HASH, order_hash
+
+        report.environment.setdefault(ORDER_HASH, order_hash(ctx.loaded.resolved()))
     return report
 
 

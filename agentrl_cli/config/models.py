@@ -73,6 +73,15 @@ class PlatformConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _normalization_takes_effect(self) -> "PlatformConfig":
+        if self.reward.normalization != "none" and self.training.advantage_std_scale:
+            raise ValueError(f"reward.normalization: {self.reward.normalization} has no effect with training.advantage_std_scale: "
+                             "true: GRPO's per-group z-score of the advantages undoes any per-group or batch-wide scaling of "
+                             "the rewards; set training.advantage_std_scale=false (mean-centred advantages) to use it, or "
+                             "reward.normalization=none")
+        return self
+
+    @model_validator(mode="after")
     def _mix_has_a_weight(self) -> "PlatformConfig":
         mixed = [h.name for h in self.harnesses if h.reward == "mix"]
         if mixed and not self.reward.weights.get("harness"):

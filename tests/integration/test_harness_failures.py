@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
+from collections import Counter
 
 import pytest
 
@@ -117,6 +119,83 @@ def test_a_harness_failing_one_step_in_ten_trains_to_the_end_with_those_episodes
     assert summary.steps == 6 and failed >= 2 and c["termination_infra_error"] == failed
     assert sum(m["reward/masked"] for m in summary.metrics) >= 1
     assert summary.metrics[-1][f"env/{__name__}:SometimesBroken/harness_errors/step"] >= 1
+
+
+class HangsInStep(Seed003Harness):
+    """Every third call of reset() or step() hangs, deaf to close(), until the test ends (HANG_S at
+    most); an instance asked to reset while one of its calls still runs in another thread counts an
+    overlap, and one closed during its hang counts as retired."""
+
+    HANG_S = 120.0
+    calls = overlaps = retired = ended_by_cap = 0
+    hung: Counter = Counter()
+    guard, test_over = threading.Lock(), threading.Event()
+
+    def __init__(self) -> None:
+        self.in_call = False
+
+    def reset(self, task_spec):
+        if self.in_call:
+            type(self).overlaps += 1
+        self.maybe_hang("reset")
+        return super().reset(task_spec)
+
+    def step(self, action):
+        self.maybe_hang("step")
+        return super().step(action)
+
+    def maybe_hang(self, method: str) -> None:
+        with self.guard:
+            type(self).calls += 1
+            if type(self).calls % 3:
+                return
+        self.in_call = True
+        type(self).hung[method] += 1
+        if not self.test_over.wait(self.HANG_S):
+            type(self).ended_by_cap += 1
+        self.in_call = False
+
+    def close(self) -> None:
+        if self.in_call:
+            type(self).retired += 1
+        super().close()
+
+
+def test_a_harness_hanging_in_step_ends_its_episode_timeout_at_the_step_deadline_and_the_run_goes_on(tmp_path, random_model_dir):
+    """Two harness threads (rollout.concurrency 2) and hangs that ignore close(): without a thread in
+    place of each hung one the rollout would stall; the hung instances are retired, never lent again;
+    a hung step ends its episode `timeout` (scored), a hung reset `infra_error` (masked: no tokens)."""
+    HangsInStep.calls = HangsInStep.overlaps = HangsInStep.retired = HangsInStep.ended_by_cap = 0
+    HangsInStep.hung = Counter()
+    HangsInStep.test_over.clear()
+    cfg = config(tmp_path, random_model_dir, "HangsInStep", **{"rollout.step_timeout_seconds": 1, "rollout.concurrency": 2})
+    try:
+        t0 = time.perf_counter()
+        summary = asyncio.run(train(cfg, tmp_path / "run", random_model_dir, 2, run_id="hangs"))
+        elapsed = time.perf_counter() - t0
+        hung = dict(HangsInStep.hung)
+    finally:
+        HangsInStep.test_over.set()  # the hung threads return now
+    c = summary.counters
+    assert summary.steps == 2 and hung["step"] >= 1 and hung["reset"] >= 1, hung
+    assert c["termination_timeout"] == hung["step"] and c["termination_infra_error"] == hung["reset"]
+    assert c["env_calls_abandoned"] == sum(hung.values()) and all(isinstance(m["train/loss"], float) for m in summary.metrics)
+    assert elapsed < HangsInStep.HANG_S and HangsInStep.ended_by_cap == 0  # no episode waited for a hang to end
+    assert HangsInStep.overlaps == 0  # an instance whose call still hangs is never lent to the next episode
+    deadline = time.monotonic() + 10
+    while HangsInStep.retired < sum(hung.values()) and time.monotonic() < deadline:  # closed on threads of their own
+        time.sleep(0.05)
+    assert HangsInStep.retired == sum(hung.values())
+    from agentrl_cli.runtime.data.stores import open_store
+    from agentrl_cli.runtime.data.writer import read_records
+
+    records = read_records(open_store(cfg.data))
+    timed_out = [r for r in records if r.outcome == "timeout"]
+    assert len(timed_out) == hung["step"]
+    assert all((r.steps[-1].observation_status, r.steps[-1].observation) == ("timeout", "step took longer than 1 s")
+               for r in timed_out)
+    lost = [r for r in records if r.reward_status == "infra_error"]
+    assert len(lost) == hung["reset"] and all("environment_unavailable" in r.flags and not r.token_ids for r in lost)
 
 
 class NoStep:

@@ -15,6 +15,7 @@ from agentrl_cli.core.outcomes import STAGE8_PHASES, Phase
 from agentrl_cli.core.report import CheckStatus
 from agentrl_cli.core.progress import stderr_console
 from agentrl_cli.cli.render import StageProgress, print_table, render_report, render_summary
+from agentrl_cli.acceptance.phase_order import require_earlier
 from agentrl_cli.acceptance.run_meta import create_run
 from agentrl_cli.core.rundir import find_stage_report
 from agentrl_cli.acceptance.runbook import HARNESS_STAGES, MODEL_STAGES, STAGES, exit_code, parse_selection, run_stages
@@ -51,6 +52,8 @@ def run(
     strict: Annotated[bool, typer.Option("--strict", help="Treat skipped checks as failures.")] = False,
     phase: Annotated[str, typer.Option("--phase", help="Stage 8 phase: smoke, short or full.")] = Phase.SMOKE.value,
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Reuse or name the run directory (default: a new run).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Stage 8 full: run without a passing short run and stage 0 "
+                                        "baseline of the same configuration (recorded in the report).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show details and tracebacks of failing checks.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -63,11 +66,15 @@ def run(
     * `agentrl stage run 0..4 --strict`
 
     * `agentrl stage run 8 --phase short --set training.total_steps=40`
+
+    * `agentrl stage run 8 --phase full` (after a passing short run and stage 0 baseline of the same config)
     """
     if phase not in STAGE8_PHASES:
         raise UsageError(f"bad --phase {phase!r}", f"use one of: {', '.join(STAGE8_PHASES)}")
     stages = parse_selection(selection)
     loaded = load(config, sets)
+    if 8 in stages and phase == Phase.FULL and not force:
+        require_earlier(loaded.resolved(), Path(loaded.config.observe.runs_dir))  # smoke -> short -> full, refused out of order
     if any(n in HARNESS_STAGES for n in stages):
         from harnesses.configured import check_configured
 
@@ -87,7 +94,7 @@ def run(
                 render_report(console, report, verbose=verbose)
 
     with show:
-        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=Phase(phase)), on_start=show.start_stage,
+        reports = run_stages(stages, loaded, run_dir, StageOptions(strict=strict, phase=Phase(phase), force=force), on_start=show.start_stage,
                              on_done=on_done, progress=show.message)
     code = exit_code(reports)
     from agentrl_cli.acceptance.run_report import report_or_reason

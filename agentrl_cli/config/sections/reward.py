@@ -26,7 +26,7 @@ class RewardConfig(Section):
     host: str = Field("127.0.0.1", description="Address `agentrl serve reward` binds (loopback by default; the rendered reward pod passes 0.0.0.0)")
     timeout_s: float = Field(30.0, gt=0, description="Deadline for scoring one trajectory")
     max_retries: int = Field(2, ge=0, le=10, description="Retries before a trajectory is marked infra_error")
-    normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (GRPO's own per-group centring only), group (z-score within each task group), window (z-score against a running window of recent rewards, across steps)")
+    normalization: Literal["none", "group", "window"] = Field("none", description="Rewards normalised before the GRPO advantages: none (the advantages are GRPO's own), group (z-score within each task group: every group's advantages on a unit scale), window (z-score against a running window of recent rewards, across steps: one scale for every group, set by the recent spread). group and window need training.advantage_std_scale: false (with it, GRPO's per-group z-score undoes them; refused at load)")
     window_size: int = Field(256, ge=1, description="Running-window size (rewards) when reward.normalization is window")
     verifiers: list[str] = Field(default_factory=list, description="Extra scorers beside the task's outcome verifier, each a reward component of its own name weighted by reward.weights[name] (no weight: recorded, no effect): judge, reward_model, or a user reward function `module:function` (docs/reward-data.md: Reward composition)")
     weights: dict[str, float] = Field(

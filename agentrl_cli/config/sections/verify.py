@@ -36,7 +36,8 @@ class StageThresholds(Section):
     data_min_compression_ratio: float = Field(2.0, ge=1, description="Stage 7: minimum Parquet compression ratio")
     smoke_steps: int = Field(20, ge=1, description="Stage 8 smoke: trainer steps")
     short_minutes: float = Field(15.0, gt=0, description="Stage 8 short: time budget in minutes")
-    short_eval_every_steps: int = Field(20, ge=1, description="Stage 8 short and verify's own run: trainer steps between evaluations (the curve)")
+    short_eval_every_steps: int = Field(20, ge=1, description="Stage 8 short and full, and verify's own run: trainer steps between evaluations (the curve)")
+    full_minutes: float | None = Field(None, gt=0, description="Stage 8 full: time budget in minutes (training stops at it or at training.total_steps, whichever comes first); null: training.total_steps alone")
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
     short_recipe: dict[str, Any] | None = Field(
         default_factory=lambda: dict(SHORT_RECIPE),

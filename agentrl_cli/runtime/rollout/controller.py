@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 from agentrl_cli.core.errors import EnvironmentBusy
 from agentrl_cli.core.outcomes import Outcome, Phase, RewardStatus, Termination
@@ -43,6 +43,7 @@ from agentrl_cli.runtime.data.record_from_episode import record_from_episode
 from agentrl_cli.runtime.rollout.buffer import Episode, TrajectoryBuffer
 from agentrl_cli.runtime.rollout.env_busy import EnvBusy, busy_too_long
 from agentrl_cli.runtime.rollout.harness_errors import HarnessErrors
+from agentrl_cli.runtime.rollout.harness_threads import HarnessThreads
 from agentrl_cli.runtime.rollout.agent_episode import play_agent
 from agentrl_cli.runtime.rollout.episode_scaffold import Lent, account, count, infra_lost, keep, lend, score, settings
 from agentrl_cli.runtime.rollout.multi_play import Seating, play_roles, role_trajectory_id
@@ -97,6 +98,15 @@ class HarnessPool:
         self.cap(self.limit)
         self._freed.set()
 
+    def retire(self, h) -> None:
+        """Take `h` out of the pool for good (a call of it still runs in another thread past its
+        deadline): closed on a thread of its own, since its close may wait on that call - closing is
+        what ends a hung call in a harness that can be ended (its process, its sandbox) - and a new
+        instance is made for the next episode."""
+        self.busy -= 1
+        self._freed.set()
+        threading.Thread(target=_close_quietly, args=(h,), name="harness-retire", daemon=True).start()
+
     def cap(self, limit: int) -> None:
         """At most `limit` instances from now on; idle ones past it are closed (each may hold a session)."""
         self.limit = max(1, min(self.limit, limit))
@@ -109,6 +119,13 @@ class HarnessPool:
         self.idle.clear()
 
 
+def _close_quietly(h) -> None:
+    try:
+        h.close()
+    except Exception:  # noqa: BLE001 - a retired instance that fails to close is only logged
+        log.exception("closing a retired harness instance (%s) failed", getattr(h, "name", type(h).__name__))
+
+
 class RolloutController:
     def __init__(self, config, client, tokenizer, reward, sampler: TaskSampler, buffer: TrajectoryBuffer, *,
                  run_id: str, writer=None, make_harness=None, phase: str = Phase.TRAIN, temperature: float = 1.0) -> None:
@@ -119,7 +136,7 @@ class RolloutController:
         self.temperature = temperature
         r = config.rollout
         self.concurrency = r.concurrency
-        self.executor = ThreadPoolExecutor(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
+        self.executor = HarnessThreads(max_workers=min(r.concurrency, 64), thread_name_prefix="harness")
         self._make = make_harness or (lambda name: create(name, config))
         self._limits = {h.name: h.max_concurrency or r.concurrency for h in config.harnesses}
         self._reward_sources: dict[str, str] = {}  # harness -> harnesses[].reward as resolved (registry.reward_source)
@@ -193,6 +210,7 @@ class RolloutController:
                         self._mirror_gateway()
                     else:
                         result = await play_policy(lent.harness, draw.task, self.client, self.tokenizer, self.executor, played)
+                    lent.played(result)
                     self.harness_errors.record(name, result, self.counters)
                 break
             except EnvironmentBusy as refused:  # backpressure, never a harness error

@@ -13,7 +13,9 @@ exception from harness code ends the episode `infra_error` naming the method (`h
 masked, the environment failed, not the agent. An `EnvironmentLost` (the episode's sandbox is gone
 with its service replica) ends it `infra_error` too, flagged with its `flag` (`sandbox_lost`) and not
 counted against the harness. An `EnvironmentBusy` from reset (the server is at capacity) leaves the
-episode to the controller, which waits and plays it again (`controller.py`). A step deadline passed ends it `timeout` (scored).
+episode to the controller, which waits and plays it again (`controller.py`). A step deadline passed ends it `timeout` (scored);
+a reset past it ends it `infra_error` flagged `environment_unavailable` (masked: there is no episode to
+score, and no token to train). Either way the call still runs in its thread: the instance is retired.
 
 Belongs here: the result of one episode, its harness calls and the order of its phases. Not here:
 generating a move (`turns.py`), the controller's side of an episode (lending the harness, scoring,
@@ -77,10 +79,14 @@ def harness_failed(result, method: str, exc: BaseException):
     return result
 
 
+ABANDONED = "env_calls_abandoned"  # result counter: harness calls left running past the step deadline
+
+
 def env_caller(loop, executor, step_timeout_s: float | None, watchdog, component: str, result):
     """`await env(fn, *args)`: a harness call in `executor` under the step deadline (None: none), its
     time added to `result.env_s`, reported to the watchdog as `component` (a finished call also beats
-    "rollout")."""
+    "rollout"). A call past the deadline raises TimeoutError and counts in `result.counters[ABANDONED]`:
+    its thread cannot be stopped, so the instance is retired rather than lent again (`episode_scaffold.lend`)."""
 
     async def env(fn, *args):
         t = time.perf_counter()
@@ -91,6 +97,12 @@ def env_caller(loop, executor, step_timeout_s: float | None, watchdog, component
             out = await asyncio.wait_for(loop.run_in_executor(executor, fn, *args), step_timeout_s)
             ok = True
             return out
+        except asyncio.TimeoutError:
+            result.counters[ABANDONED] += 1  # its thread still runs the call: the harness is not lent again
+            grow = getattr(executor, "abandoned", None)  # harness_threads.HarnessThreads: a thread in its place, now
+            if grow is not None:
+                grow()
+            raise
         finally:
             result.env_s += time.perf_counter() - t
             if watchdog is not None:
@@ -191,10 +203,12 @@ class Episode:
             t0 = time.perf_counter()
             try:
                 obs = await self.call(self.harness.reset, self.task)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # the environment never came up: masked, as a creation that failed
                 if stats is not None:
                     stats.record_create(self.name, time.perf_counter() - t0, "timeout")
-                self.timed_out("reset")
+                self.result.counters["env_create_failures"] += 1
+                self.result.termination, self.result.infra_flag = Termination.INFRA_ERROR, "environment_unavailable"
+                self.result.error = f"reset took longer than {s.step_timeout_s:g} s"
                 return None
             except EnvironmentBusy:
                 raise  # the server is at capacity: the controller waits and plays the episode again

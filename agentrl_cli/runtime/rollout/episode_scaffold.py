@@ -22,7 +22,7 @@ from agentrl_cli.core.outcomes import Outcome, RewardStatus, Termination
 from agentrl_cli.runtime.observe import traces
 from agentrl_cli.runtime.reward.models import RewardResult
 from agentrl_cli.runtime.reward.request_from_episode import request_from_episode
-from agentrl_cli.runtime.rollout.episode_loop import Settings
+from agentrl_cli.runtime.rollout.episode_loop import ABANDONED, Settings
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,11 @@ class Lent:
     harness: object
     resources: dict | None = None
     image_digest: str = ""
+    abandoned: int = 0  # calls of the episode still running past their deadline: retire the instance
+
+    def played(self, result) -> None:
+        """Note what the episode's `result` says about the instance (calls left running)."""
+        self.abandoned += result.counters.get(ABANDONED, 0)
 
 
 @asynccontextmanager
@@ -62,16 +67,26 @@ async def lend(ctrl, name: str, counted: bool):
         yield lent
     finally:
         ctrl.side_playing -= not counted
-        end = getattr(harness, "end_episode", None)  # optional: free the episode's resources (its sandbox) now
-        if end is not None:
-            try:
-                await loop.run_in_executor(ctrl.executor, end)
-            except Exception:  # noqa: BLE001 - the next reset releases them anyway
-                log.exception("ending the episode of %s failed", name)
-        lent.resources = getattr(harness, "episode_resources", None)  # its sandbox's use, read before destroying it
-        lent.image_digest = getattr(harness, "episode_image_digest", "") or ""
-        pool.release(harness)
+        if lent.abandoned:  # its thread still runs a call: closed beside it (which may end the call), never reused
+            pool.retire(harness)
+        else:
+            await give_back(ctrl, pool, lent, name)
         ctrl.watchdog.end("rollout")
+
+
+async def give_back(ctrl, pool, lent: Lent, name: str) -> None:
+    """Return a lent instance to its pool: its `end_episode` called (optional: frees the episode's
+    resources, its sandbox, now) and its sandbox's use and image read first."""
+    harness = lent.harness
+    end = getattr(harness, "end_episode", None)
+    if end is not None:
+        try:
+            await asyncio.get_running_loop().run_in_executor(ctrl.executor, end)
+        except Exception:  # noqa: BLE001 - the next reset releases them anyway
+            log.exception("ending the episode of %s failed", name)
+    lent.resources = getattr(harness, "episode_resources", None)  # its sandbox's use, read before destroying it
+    lent.image_digest = getattr(harness, "episode_image_digest", "") or ""
+    pool.release(harness)
 
 
 def settings(ctrl, draw, temperature: float | None) -> Settings:

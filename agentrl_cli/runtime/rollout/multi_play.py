@@ -105,6 +105,7 @@ async def play_roles(ctrl, draw, lost=infra_lost, *, temperature: float | None =
             async with lend(ctrl, name, counted) as lent:
                 played = await play_seats(lent.harness, draw.task, seated, ctrl.tokenizer, ctrl.executor,
                                           settings(ctrl, draw, temperature))
+                lent.played(played)
                 ctrl.harness_errors.record(name, played, ctrl.counters)  # the run's error budget, as for any harness
             break
         except EnvironmentBusy as refused:  # backpressure, as for a single-agent episode: never a harness error
