@@ -9,7 +9,9 @@ The same configuration: equal `order_hash`es - the config hash with the phase bu
 as many as it takes) and the `stages` section (the phases' own budgets and recipe -
 `stages.smoke_steps`, `stages.short_minutes`, `stages.full_minutes`, `stages.short_recipe`, the
 evaluation interval - and the pass thresholds of every stage: what a phase is judged by, never what
-is trained). Everything else (model, harnesses, rollout, reward, learner settings) must match. Every
+is trained), and where a run listens and writes its observations (`inference.port`,
+`training.master_port`, the `observe` section): they change where it serves, never what it trains.
+Everything else (model, harnesses, rollout, reward, learner settings) must match. Every
 stage report of stages 0 and 8 records its `order_hash` in its environment (runbook.run_stage);
 a report written before that is matched through its run's meta.json when the config there is the
 one the report ran with.
@@ -30,7 +32,9 @@ from agentrl_cli.core.outcomes import Phase
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
 from agentrl_cli.core.rundir import list_runs
 
-PHASE_KEYS = ("training.total_steps", "stages")  # dotted keys (a section or one key) a phase may set for itself
+# dotted keys (a section or one key) a phase may set for itself, and the addresses a run listens on,
+# which change where it serves, never what it trains
+PHASE_KEYS = ("training.total_steps", "stages", "inference.port", "training.master_port", "observe")
 ORDER_HASH = "order_hash"  # the stage report environment's key
 
 
