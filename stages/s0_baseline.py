@@ -10,7 +10,11 @@ environment step latency and failure rate, and the loss into `runs/<run_id>/base
 the per-sample cost that `benchmarks/peer_trl.py` compares with TRL: trained samples/s over the
 loop's wall time, and the per-step breakdown (on the trainer's path: waiting for samples, train
 step, weight sync, checkpoint, the rest; beside it, summed over episodes: generation, reward, store
-writes, environment), so a user's own machine reports them.
+writes, environment), so a user's own machine reports them. Where the time goes, per step, beside
+each phase's lower bound on this machine (`agentrl_cli/acceptance/phases.py`: generation's prefill
+and decode with their tokens and batch occupancy from the server's own counters, scoring, the
+trainer's forward, backward and optimizer step, weight sync, and idle on each side; the bounds from
+model FLOPs at the GEMM rate measured after the loop) is reported as `info`, not judged.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import math
 
 from agentrl_cli.acceptance.baseline import STEPS, measure
 from agentrl_cli.acceptance.context import StageContext
+from agentrl_cli.acceptance.phases import compact
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.weightsync.base import Published
 from agentrl_cli.core.report import Check, StageReport, atomic_write_text
@@ -57,6 +62,11 @@ def figure_checks(baseline: dict) -> list[Check]:
                     "time outside the timed phases (re-syncs, evaluation, waits) makes the shares misleading; "
                     "see metrics.jsonl (time/*) against elapsed_s"),
         Check.info("time shares (sampling / training / sync)", _round(shares), "what verify compares later runs with"),
+        (Check.info("where the time goes (s per step; lower bound and ratio beside each phase)",
+                    compact(baseline["phases"]["mean"]),
+                    f"bounds at {baseline['phases']['rates']['gemm_gflops']} GFLOP/s fp32 GEMM measured after the loop; "
+                    "baseline.json `phases` has each step")
+         if baseline.get("phases", {}).get("mean") else Check.skipped("where the time goes (s per step; lower bound and ratio beside each phase)", "no step's phases were recorded")),
         Check.judge("tokens generated", baseline["tokens_generated"] > 0, baseline["tokens_generated"], "> 0",
                     "no tokens were generated: see stage 4"),
         Check.info("tokens/s: throughput and per stream",

@@ -2,7 +2,9 @@
 figures stage 0 records as `runs/<run_id>/baseline.json` and `agentrl verify` measures again to
 compare: time shares of sampling, training and sync, generated tokens/s as throughput and per
 stream, samples/min, the inference server's busy fraction and queue length, environment step
-latency and failure rate, token-exactness, trained samples/s and the per-step breakdown.
+latency and failure rate, token-exactness, trained samples/s and the per-step breakdown; and where
+each step's time went, phase by phase beside its lower bound on this machine (`phases`:
+`acceptance/phases.py`, with the GEMM rate measured here after the loop, `gemm_rate.py`).
 
 What does not belong here: judging the figures (`stages/s0_baseline.py`, `acceptance/verify/performance.py`).
 """
@@ -15,6 +17,7 @@ from agentrl_cli.runtime.observe import keys
 from agentrl_cli.core.outcomes import Phase
 
 STEPS = 2
+GEMM_SIZE, GEMM_SECONDS = 1024, 0.5  # the rate behind the phases' lower bounds: a short measurement after the loop
 
 
 def baseline_config(cfg):
@@ -29,10 +32,10 @@ def baseline_config(cfg):
     }, "the stage-0 baseline loop")
 
 
-def measure(cfg, workdir, run_id: str, progress=lambda message: None):
+def measure(cfg, workdir, run_id: str, progress=lambda message: None, phases: bool = True):
     """Run the baseline loop (`baseline_config(cfg)`, STEPS steps) in `workdir`; returns
     (RunSummary, figures). Stage 0 records the figures as baseline.json; verify measures the same
-    loop again and compares."""
+    loop again and compares (`phases` False: without the phase breakdown and its GEMM measurement)."""
     from agentrl_cli.model.resolve import resolve_model_path
     from agentrl_cli.run.training_run import training
     from agentrl_cli.acceptance.verify.server_load import ServerLoad
@@ -45,12 +48,45 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None):
         async with training(cfg, workdir, path, run_id=run_id, phase=Phase.BASELINE, progress=progress) as run:
             load = ServerLoad(engine=run.client.engine).start(run.client.urls)
             try:
-                summary = await run.run(STEPS)
+                summary = await run.run(STEPS, on_step=lambda row: load.mark())
             finally:
                 figures = load.stop()
-            return summary, figures
-    summary, load = asyncio.run(go())
-    return summary, {**loop_figures(summary), **load} if summary.metrics else {}
+            return summary, figures, load.steps
+    summary, load, server_steps = asyncio.run(go())
+    if not summary.metrics:
+        return summary, {}
+    if not phases:
+        return summary, {**loop_figures(summary), **load}
+    progress("measuring this machine's GEMM rate for the phases' lower bounds")
+    return summary, {**loop_figures(summary), **load, "phases": phase_figures(cfg, path, summary.metrics, server_steps)}
+
+
+def phase_figures(cfg, model_path, rows: list[dict], server_steps: list[tuple[float, dict | None]]) -> dict:
+    """Each step's phases beside their lower bounds (`acceptance/phases.py`), their mean, and the
+    rates the bounds come from: fp32 GEMM FLOP/s and the GEMM-bound decode rate at each step's
+    occupancy, measured now (after the loop, so they do not slow it), and the model's FLOPs per token."""
+    from agentrl_cli.acceptance import gemm_rate
+    from agentrl_cli.acceptance.phases import Rates, mean_phases, occupancy, step_phases
+
+    lora = cfg.training.lora
+    shapes = gemm_rate.linear_shapes(model_path)
+    flops = gemm_rate.model_flops(shapes, lora.rank if lora else 0, lora.target_modules if lora else ())
+    gemm = gemm_rate.measure_gemm(GEMM_SIZE, GEMM_SECONDS)
+    decode_rates: dict[int, dict] = {}
+
+    def decode_rate(batch: int) -> float:
+        if batch not in decode_rates:
+            decode_rates[batch] = gemm_rate.decode_bound(shapes, batch, seconds=GEMM_SECONDS)
+        return decode_rates[batch]["tokens_per_s"]
+    rates = Rates(gemm["gflops"] * 1e9, flops, decode_rate)
+    padded = server_steps + [(None, None)] * (len(rows) - len(server_steps))
+    steps = [step_phases(row, server, window, rates, cfg.inference.max_batch_size) for row, (window, server) in zip(rows, padded)]
+    return {"steps": steps, "mean": mean_phases(steps),
+            "rates": {"gemm_gflops": round(gemm["gflops"], 2), "gemm_size": GEMM_SIZE, "threads": gemm["threads"],
+                      "decode_bound": {b: {"tokens_per_s": round(d["tokens_per_s"], 1), "gflops": round(d["gflops"], 2)}
+                                       for b, d in sorted(decode_rates.items())},
+                      "model_flops": {k: v for k, v in flops.items() if k != "formula"},
+                      "occupancy": [round(o, 2) if (o := occupancy(s or {})) is not None else None for _, s in padded]}}
 
 
 def loop_figures(summary) -> dict:

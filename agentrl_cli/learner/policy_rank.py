@@ -44,6 +44,7 @@ from agentrl_cli.core import parts
 from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.learner import corrections, lora, packing, shared_prompts
 from agentrl_cli.learner.grpo import Sample, aggregation_weights, collate, mismatch_kl
+from agentrl_cli.learner.step_clock import StepClock
 
 RECORD = "agentrl-backend.json"  # beside the engine's files: the model and training config that wrote them
 
@@ -120,10 +121,13 @@ class PolicyRank:
         aggregation = getattr(self.config, "loss_aggregation", "token_mean")
         sums = dict.fromkeys(("clip_fraction", "approx_kl", "entropy", "mismatch_kl", "kl_ref"), 0.0)
         loss_sum, grad_norm = 0.0, None
+        clock = StepClock(self.device)
+        t = clock.mark()
         old = self._old_logprobs(batches, prompts) if self.correction.needs_old_logprobs else [None] * len(batches)
         weights = [corrections.behaviour_weights(o, b.old_logprobs, b.loss_mask, self.correction) if o is not None else None
                    for o, b in zip(old, batches)]
         model.train()
+        t = clock.span("forward", t)
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             self._begin_micro_batch(last)
@@ -141,9 +145,12 @@ class PolicyRank:
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
             for key, value in m.items():
                 sums[key] += value * batch.num_tokens
+            t = clock.span("forward", t)
             self._backward(loss)
+            t = clock.span("backward", t)
             loss_sum += float(loss.item())
             norm = self._end_micro_batch(last)
+            t = clock.span("optimizer", t)
             grad_norm = norm if norm is not None else grad_norm
         metrics = {key: value / max(total, 1) for key, value in sums.items()}
         if batches[0].ref_logprobs is None and self.reference is None:
@@ -151,7 +158,7 @@ class PolicyRank:
         metrics.update(self._correction_metrics(weights, samples, per_sample))
         metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                        lr=float(self.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
-                       step=self.step)
+                       step=self.step, **clock.seconds())
         return metrics
 
     def _packed_micro_batches(self, samples: list[Sample], budget: int) -> tuple[list, list, torch.Tensor]:

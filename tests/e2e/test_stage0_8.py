@@ -30,7 +30,30 @@ def test_stage_0_runs_the_loop_once_and_writes_the_baseline(cli, quick_sets, iso
     assert by_name["phase timers cover the loop"]["status"] == "pass"
     assert by_name["time shares (sampling / training / sync)"]["status"] == "info"
     assert by_name["tokens/s: throughput and per stream"]["status"] == "info"
-    assert report["counts"]["info"] == 2
+    assert report["counts"]["info"] == 3
+    assert by_name["where the time goes (s per step; lower bound and ratio beside each phase)"]["status"] == "info"
+    assert_phases_add_up(baseline["phases"], baseline["tokens_generated"])
+
+
+def assert_phases_add_up(phases: dict, tokens_generated: int) -> None:
+    """Where the time goes: every phase of each step present; those on the trainer's path add up to
+    the step's wall time (`other` being what no timer covers); the server's idle and busy time fill
+    its window; prefill + decode tokens are what the server computed and generated."""
+    from agentrl_cli.acceptance.phases import BESIDE, PATH
+
+    assert len(phases["steps"]) == 2 and phases["rates"]["gemm_gflops"] > 0
+    for step in phases["steps"]:
+        assert set(step["path"]) == set(PATH) and set(step["beside"]) == set(BESIDE)
+        assert abs(sum(p["s"] for p in step["path"].values()) - step["step_s"]) < 0.002 * len(PATH)
+        assert step["path"]["forward"]["s"] > 0 and step["path"]["backward"]["s"] > 0 and step["path"]["optimizer"]["s"] > 0
+        for name in ("forward", "backward", "prefill", "decode"):
+            part = step["path"].get(name) or step["beside"][name]
+            assert part["bound_s"] > 0 and abs(part["ratio"] - part["s"] / part["bound_s"]) <= 0.02 * part["ratio"] + 0.01
+        decode = step["beside"]["decode"]
+        assert 1 <= decode["occupancy"] <= decode["max_batch_size"]
+        server = [step["beside"][n]["s"] for n in ("prefill", "decode", "server_rest", "server_idle")]
+        assert abs(sum(server) - step["beside"]["server_idle"]["window_s"]) < 0.01 or step["beside"]["server_idle"]["s"] == 0
+    assert sum(s["tokens"]["decode"] for s in phases["steps"]) >= tokens_generated  # and the health checks' tokens
 
 
 def test_stage_8_rejects_an_unknown_phase(cli, quick_sets):

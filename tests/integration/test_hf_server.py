@@ -387,6 +387,24 @@ def test_busy_seconds_count_the_time_spent_in_batches_and_only_that(fresh):
     assert busy() == after  # idle again: the counter stands still
 
 
+def test_phase_counters_account_for_every_prompt_and_generated_token(fresh):
+    """Prefill and decode, from the server's own counters: prefilled + cached tokens are the prompt
+    tokens it saw, decoded tokens the ones it generated; rows per decode step within the batch size;
+    both phases' seconds within its busy time."""
+    lengths = [3, 9, 5, 12, 7, 4, 16, 2]  # rows finish at different steps: the batch shrinks as it decodes
+    threads = [in_background(fresh.generate, p, max_new_tokens=n, ignore_eos=True)[0] for p, n in zip(PROMPTS, lengths)]
+    for t in threads:
+        t.join(120)
+    fresh.generate(PROMPTS[3] + [5, 6], max_new_tokens=4, ignore_eos=True)  # its prompt's prefix may come from the cache
+    state = fresh.get("/server_info").json()["internal_states"][0]
+    snap = fresh.engine.snapshot()
+    assert state["prefill_tokens_total"] + snap["cached_tokens_total"] == snap["prompt_tokens_total"] == sum(map(len, PROMPTS)) + 9
+    assert state["decode_tokens_total"] == snap["generation_tokens_total"] == sum(lengths) + 4
+    assert 1 <= state["decode_rows_total"] / state["decode_steps_total"] <= fresh.engine.max_batch_size
+    assert state["decode_steps_total"] < state["decode_tokens_total"]  # rows decode together
+    assert 0 < state["prefill_seconds_total"] + state["decode_seconds_total"] <= state["busy_seconds_total"]
+
+
 def test_info_and_health_endpoints(served):
     assert served.get("/health").status_code == 200
     assert served.get("/health_generate").status_code == 200

@@ -141,7 +141,7 @@ def baseline_loop(cfg, run, progress, *, as_baseline: bool) -> str:
     from agentrl_cli.acceptance.baseline import measure
 
     where = run.path / ("stage0" if as_baseline else "verify/probe")
-    _, figures = measure(cfg, where, run.run_id, progress)
+    _, figures = measure(cfg, where, run.run_id, progress, phases=False)
     target = run.path / ("baseline.json" if as_baseline else "verify/probe.json")
     atomic_write_text(target, json.dumps(figures, indent=2) + "\n")
     if as_baseline:

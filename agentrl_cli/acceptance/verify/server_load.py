@@ -2,6 +2,9 @@
 the engine's server-info route, over wall time) and the mean waiting-queue length (the engine's queue
 gauge on its metrics route, sampled twice a second; SGLang's `sglang:num_queue_reqs` on `/metrics`).
 Routes and names are the engine's (`InferenceEngine.metrics`). Figures a server does not expose stay None.
+With `mark()` after each step, the servers' phase counters (`acceptance/phases.py` SERVER_COUNTERS:
+prefill and decode seconds and tokens, decode steps and rows, busy seconds; the embedded engine
+reports them) grow by `steps`: one (wall seconds, summed growth or None) per mark.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 
 import httpx
 
+from agentrl_cli.acceptance.phases import server_counters, server_delta
 from agentrl_cli.core.httpclient import http_client
 from agentrl_cli.engines.registry import engine_named
 
@@ -20,6 +24,13 @@ def _busy_seconds(engine, client: httpx.Client, url: str) -> float | None:
     try:
         return engine.busy_seconds(client.get(url + engine.routes.server_info).json())
     except (httpx.HTTPError, ValueError, AttributeError, IndexError, TypeError):
+        return None
+
+
+def _counters(engine, client: httpx.Client, url: str) -> dict | None:
+    try:
+        return server_counters(client.get(url + engine.routes.server_info).json())
+    except (httpx.HTTPError, ValueError):
         return None
 
 
@@ -46,9 +57,17 @@ class ServerLoad:
         self._client = http_client(timeout=2.0)
         self._t0 = time.monotonic()
         self._busy0 = [_busy_seconds(self.engine, self._client, u) for u in self.urls]
+        self._last = (time.monotonic(), [_counters(self.engine, self._client, u) for u in self.urls])
+        self.steps: list[tuple[float, dict | None]] = []
         self._thread = threading.Thread(target=self._poll, daemon=True, name="server-load")
         self._thread.start()
         return self
+
+    def mark(self) -> None:
+        """The servers' counter growth since the last mark (or the start), as one more of `steps`."""
+        now = (time.monotonic(), [_counters(self.engine, self._client, u) for u in self.urls])
+        self.steps.append((now[0] - self._last[0], server_delta(self._last[1], now[1])))
+        self._last = now
 
     def _poll(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -10,7 +10,8 @@ on) with each token as it is sampled, before the step's next forward pass.
 
 `Request` is the engine's record of one generation request; `BatchRun` mutates it and reports
 back through the `BatchHooks` the engine implements (pause/abort checkpoints, completion,
-retraction). Queueing, locks and weight swaps belong in `engine.py`.
+retraction). Queueing, locks and weight swaps belong in `engine.py`. The run's prefill and decode
+steps are timed into the engine's `EngineStats` phase counters (`stats.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 from agentrl_cli.engines.inference.kv_cache import append_rows, new_cache, swap_remove_order, trim_front
 from agentrl_cli.engines.inference.prefix_cache import Prefix, PrefixCache
 from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, check_finished, prompt_logprobs
+from agentrl_cli.engines.inference.stats import EngineStats
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
@@ -91,20 +93,23 @@ class BatchRun:
     """Runs `reqs` to completion on `model`; every request ends through `hooks.finish` or `hooks.retract`."""
 
     def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int, max_rows: int = 64,
-                 prefix_cache: PrefixCache | None = None) -> None:
+                 prefix_cache: PrefixCache | None = None, stats: EngineStats | None = None) -> None:
+        """`stats`: where the prefill and decode steps are timed (the engine's; None: nowhere kept)."""
         self.model, self.tokenizer, self.hooks, self.pad_id, self.max_rows = model, tokenizer, hooks, pad_id, max_rows
+        self.stats = stats if stats is not None else EngineStats()
         self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
         self.active = list(reqs)
         self.device = _device_of(model)  # where the batch's tensors are made: the model's
         self.sampler = BatchSampler([r.params for r in reqs], model.config.vocab_size, self.device)
         self.generated = 0
+        self._prefilled = 0  # prompt tokens computed by the prefill being timed
         self.leaving: list[tuple[Request, dict]] = []  # finished rows, reported once `_select` drops them
         # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def run(self) -> int:
         """Decode until every row has finished; returns the number of tokens generated."""
-        logits, cache, mask, pos = self._prefill()
+        logits, cache, mask, pos = self._timed_prefill()
         while self.active:
             action = self.hooks.checkpoint(self.active)
             if action == "retract":
@@ -117,19 +122,23 @@ class BatchRun:
                 logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
             if not self.active or action == "hold":
                 continue
+            t = time.perf_counter()
             tokens = self._sample_and_check(logits)
+            sampled = len(tokens)
             keep = [i for i, r in enumerate(self.active) if not r.finished]
             if len(keep) < len(self.active):
                 keep = swap_remove_order(len(self.active), keep)  # a leaving row's place goes to the last row
                 tokens = [tokens[i] for i in keep]
                 logits, cache, mask, pos = self._select(keep, logits, cache, mask, pos)
             if not self.active:
+                self.stats.decode(time.perf_counter() - t, sampled, 0)
                 break
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             pos = pos + 1
             out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None], attention_mask=mask,
                              position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
             logits = out.logits[:, -1, :]
+            self.stats.decode(time.perf_counter() - t, sampled, len(self.active))
             joining = self.hooks.admit(self.max_rows - len(self.active))
             if joining:
                 logits, cache, mask, pos = self._join(joining, logits, cache, mask, pos)
@@ -138,8 +147,8 @@ class BatchRun:
     def _join(self, joining: list[Request], logits, cache, mask, pos):
         """Prefill late arrivals on their own and merge them into the running batch."""
         sub = BatchRun(self.model, self.tokenizer, joining, self.hooks, pad_id=self.pad_id, max_rows=self.max_rows,
-                       prefix_cache=self.prefix_cache)
-        logits2, cache2, mask2, pos2 = sub._prefill()
+                       prefix_cache=self.prefix_cache, stats=self.stats)
+        logits2, cache2, mask2, pos2 = sub._timed_prefill()
         append_rows(cache, [(layer.keys, layer.values) for layer in cache2.layers])  # in place: no copy of the batch
         width = max(mask.shape[1], mask2.shape[1])
         mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
@@ -173,6 +182,12 @@ class BatchRun:
         r.cached_tokens = hit.length if hit is not None else 0
         return hit
 
+    def _timed_prefill(self):
+        t, self._prefilled = time.perf_counter(), 0
+        out = self._prefill()
+        self.stats.prefill(time.perf_counter() - t, self._prefilled)
+        return out
+
     def _prefill(self):
         """Prefill the rows: those with a cached prefix on top of it, the others whole, as two
         forward passes merged (one padded pass would pay every row the longest uncached prompt)."""
@@ -193,6 +208,7 @@ class BatchRun:
         done = [p.length for p in prefixes] if prefixes else [0] * len(reqs)
         past = max(done)
         width = max(len(r.input_ids) - c for r, c in zip(reqs, done))
+        self._prefilled += sum(len(r.input_ids) - c for r, c in zip(reqs, done))
         ids = torch.full((len(reqs), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(reqs), past + width), dtype=torch.long)
         for i, (r, c) in enumerate(zip(reqs, done)):

@@ -596,7 +596,7 @@ class HFEngine:
         started, generated = time.perf_counter(), 0
         try:
             generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size,
-                                 prefix_cache=prefix_cache).run()
+                                 prefix_cache=prefix_cache, stats=self.stats).run()
         except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
             log.exception("batch of %d requests failed", len(batch))
             with self._cv:

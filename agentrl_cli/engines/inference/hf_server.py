@@ -37,6 +37,7 @@ from agentrl_cli import __version__
 from agentrl_cli.engines.inference.awaiting import await_results, stream_request
 from agentrl_cli.engines.inference.detokenize import Detokenizer
 from agentrl_cli.engines.inference.metrics import engine_registry
+from agentrl_cli.engines.inference.stats import PHASE_COUNTERS
 from agentrl_cli.engines.inference.vllm_server import add_vllm_routes, vllm_registry
 from agentrl_cli.engines.inference.protocol import (LOAD_FORMATS, UNSUPPORTED_SUFFIX, AbortIn, LoadLoRAAdapterIn, PauseIn,
                                             ProtocolError, UnloadLoRAAdapterIn, UpdateWeightsFromDiskIn,
@@ -290,7 +291,8 @@ def create_app(engine, *, served_model_name: str | None = None, api_key: KeyRing
                 "max_req_input_len": engine.context_length - 1,
                 "internal_states": [{**args, "last_gen_throughput": snap["gen_throughput"],
                                      "recent_batch_sizes": snap["recent_batch_sizes"], "recent_joins": snap["recent_joins"],
-                                     "busy_seconds_total": snap["busy_seconds_total"]}],
+                                     "busy_seconds_total": snap["busy_seconds_total"],
+                                     **{key: snap[key] for key in PHASE_COUNTERS}}],
                 "version": f"agentrl-hf-{__version__}"}
 
     for path, fn in (("/model_info", model_info), ("/get_model_info", model_info),

@@ -1,6 +1,13 @@
 """Counters the embedded engine keeps for `/metrics` and `/server_info`. Plain numbers, no
 Prometheus types: the HTTP layer (`metrics.py`) turns a snapshot into SGLang-named metrics.
-The engine updates an `EngineStats` under its own lock."""
+The engine updates an `EngineStats` under its own lock, except the phase counters (`prefill`,
+`decode`), which only the scheduler thread writes, one number at a time, while a batch runs.
+
+Phase counters (cumulative, in `/server_info`'s internal_states, PHASE_COUNTERS): seconds and tokens
+of prefill (the prompt tokens a forward pass computed: prompt less what the prefix cache served,
+late joiners' prefill included) and of decode (each step: sampling the rows' next tokens, dropping
+finished rows and the forward pass of the rows left), decode steps with a forward pass, and the
+rows of those passes (their mean over the steps is the batch occupancy)."""
 
 from __future__ import annotations
 
@@ -13,6 +20,8 @@ from dataclasses import dataclass, field
 E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0,
                80.0, 100.0, 200.0, 400.0, 800.0)
 THROUGHPUT_WINDOW_BATCHES = 16
+PHASE_COUNTERS = ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total",
+                  "decode_steps_total", "decode_rows_total")
 
 
 @dataclass
@@ -31,6 +40,23 @@ class EngineStats:
     last_gen_throughput: float = 0.0
     busy_seconds_done: float = 0.0  # time spent inside finished batches (prefill, decode steps, joins)
     busy_since: float | None = None  # monotonic start of the batch running now
+    prefill_seconds: float = 0.0
+    prefill_tokens: int = 0  # prompt tokens computed (the prefix cache's excluded)
+    decode_seconds: float = 0.0
+    decode_tokens: int = 0  # tokens sampled
+    decode_steps: int = 0  # decode forward passes
+    decode_rows: int = 0  # rows of those passes, summed
+
+    def prefill(self, seconds: float, tokens: int) -> None:
+        self.prefill_seconds += seconds
+        self.prefill_tokens += tokens
+
+    def decode(self, seconds: float, tokens: int, rows: int) -> None:
+        """One decode step: `tokens` sampled, then a forward pass over `rows` (0: none, the batch ended)."""
+        self.decode_seconds += seconds
+        self.decode_tokens += tokens
+        self.decode_steps += rows > 0
+        self.decode_rows += rows
 
     def record_request(self, prompt_tokens: int, completion_tokens: int, aborted: bool, e2e_latency: float,
                        cached_tokens: int = 0) -> None:
@@ -77,6 +103,9 @@ class EngineStats:
                 "num_aborted_requests_total": self.num_aborted_requests_total,
                 "gen_throughput": self.last_gen_throughput,
                 "busy_seconds_total": self.busy_seconds(),
+                "prefill_seconds_total": self.prefill_seconds, "prefill_tokens_total": self.prefill_tokens,
+                "decode_seconds_total": self.decode_seconds, "decode_tokens_total": self.decode_tokens,
+                "decode_steps_total": self.decode_steps, "decode_rows_total": self.decode_rows,
                 "recent_batch_sizes": list(self.batch_sizes),
                 "recent_joins": list(self.joins),
                 "e2e_latency": {"buckets": cumulative, "sum": self.e2e_sum, "count": self.e2e_count}}
