@@ -54,6 +54,19 @@ their mean tokens per sample must agree within 1% or, where sampled reply length
 more, within three standard errors of the difference (their sampling noise).
 Per-step breakdown of agentrl's time: waiting for samples, train step, weight sync, checkpoint and
 the rest on the trainer's path; generation, reward, store writes and environment time beside it.
+Where the time goes, phase by phase, for both systems (`<scenario>_agentrl_phases`, `<scenario>_trl_phases`:
+the mean over every step of every run, the first included: agentrl's rollout generates ahead
+during it, so later steps alone would hide its generation; printed as a table), each phase beside its
+lower bound on this machine and the ratio (`agentrl_cli/acceptance/phases.py`: model FLOPs at the
+highest GEMM rate measured in this run; decode at the GEMM-bound decode rate of its batch,
+`gemm.decode_bound`, measured after the runs). agentrl's: its trainer's path (idle waiting for
+samples, forward, backward, optimizer, the train step's rest, weight sync, checkpoint, unaccounted)
+and its servers' own counters beside it (prefill, decode with batch occupancy, idle) and scoring.
+TRL's, from timers around its own calls (TRL logs only the whole train step's `step_time`), all on
+one path: generation (`_generate`: prefill and decode together, bound at its prompt tokens' FLOPs
+plus its completion tokens at the decode rate of the step's samples), scoring (`_calculate_rewards`),
+the rest of the input preparation, forward (`compute_loss`), backward (the train step less those),
+optimizer (gradient clipping and the step) and unaccounted.
 
 TRL is optional (the `bench` extra: pip install 'agentrl-cli[bench]'); without it the script says
 so and exits 0 with the TRL figures skipped.
@@ -79,6 +92,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentrl_cli.acceptance.phases import Rates, mean_phases, phase, step_phases, table  # noqa: E402
 from benchmarks import gemm  # noqa: E402
 from benchmarks._common import default_model, figure, parser, report  # noqa: E402
 from benchmarks.peer_workers import Shape  # noqa: E402
@@ -282,6 +296,48 @@ def breakdown(runs: list[dict]) -> dict:
     return out
 
 
+def agentrl_phases(runs: list[dict], rates: Rates) -> dict:
+    """The mean phases (`acceptance/phases.py`) of agentrl's steps, the first included, over every run."""
+    return mean_phases([step_phases(p["row"], p["server"], p["window_s"], rates, run.get("max_batch_size"))
+                        for run in runs for p in run.get("phase_steps", [])])
+
+
+def trl_step_phases(t: dict, rates: Rates) -> dict:
+    """One TRL step's phases from its timers (`peer_workers.trl_run`), with their lower bounds."""
+    def get(key: str) -> float:
+        return float(t.get(key) or 0.0)
+
+    prompt, completion = t.get("prompt_tokens", 0), t.get("completion_tokens", 0)
+    tokens = prompt + completion
+    prefill, decode = rates.tokens(prompt, "per_generated_token"), rates.decode(completion, t.get("samples"))
+    backward = max(0.0, get("train_step_s") - get("prepare_s") - get("forward_s"))
+    path = {"generation": phase(get("generate_s"), prefill + decode if prefill is not None and decode is not None else None,
+                                tokens=tokens),
+            "scoring": phase(get("reward_s")),
+            "generation_rest": phase(max(0.0, get("prepare_s") - get("generate_s") - get("reward_s"))),
+            "forward": phase(get("forward_s"), rates.tokens(tokens, "per_generated_token")),
+            "backward": phase(backward, rates.backward(tokens)),
+            "optimizer": phase(get("optimizer_s")),
+            "other": phase(max(0.0, get("step_s") - get("train_step_s") - get("optimizer_s")))}
+    return {"step_s": round(get("step_s"), 4), "path": path, "beside": {}}
+
+
+def trl_phases(runs: list[dict], rates: Rates) -> dict:
+    return mean_phases([trl_step_phases(t, rates) for run in runs for t in run.get("trl_steps", [])])
+
+
+def phase_rates(model: Path, flops: dict, gemm_flops: float, seconds: float = 2.0) -> tuple[Rates, dict]:
+    """The rates of the phases' bounds, and the decode rates measured for them (by batch)."""
+    shapes, measured = gemm.linear_shapes(model), {}
+
+    def decode_rate(batch: int) -> float:
+        if batch not in measured:
+            measured[batch] = gemm.decode_bound(shapes, batch, seconds=seconds)
+            say(f"GEMM-bound decode at {batch} rows: {measured[batch]['tokens_per_s']:.1f} tokens/s; load {load()}")
+        return measured[batch]["tokens_per_s"]
+    return Rates(gemm_flops, flops, decode_rate), measured
+
+
 def _ratios(ours: list[dict], theirs: list[dict], key: str = "loop_samples_per_s") -> list[float]:
     return [round(a["summary"][key] / b["summary"][key], 3) for a, b in zip(ours, theirs)]
 
@@ -354,10 +410,24 @@ def rate_figures(runs: list[dict], prefix: str) -> dict:
                                                                f"samples/s over the steps after the first (median of {len(runs)})")}
 
 
-def figures(results: dict, scenarios: list[str], with_trl: bool, args, flops: dict, gemm_flops: float) -> dict:
+PHASES_NOTE = ("s per step, mean of every step of every run, the first included (agentrl generates ahead during "
+               "it); bound_s: the phase's lower bound on this "
+               "machine (model FLOPs at the measured GEMM rate), ratio = s / bound_s")
+
+
+def figures(results: dict, scenarios: list[str], with_trl: bool, args, flops: dict, gemm_flops: float,
+            rates: Rates | None = None) -> dict:
     figs: dict[str, dict] = {}
     for scenario in scenarios:
         ours = results[("agentrl", scenario)]
+        if rates is not None:
+            figs[f"{scenario}_agentrl_phases"] = figure(agentrl_phases(ours, rates), PHASES_NOTE)
+            for line in table(figs[f"{scenario}_agentrl_phases"]["value"], f"agentrl {scenario}: where the time goes"):
+                say(line)
+            if with_trl and scenario not in AGENTRL_ONLY:
+                figs[f"{scenario}_trl_phases"] = figure(trl_phases(results[("trl", scenario)], rates), PHASES_NOTE)
+                for line in table(figs[f"{scenario}_trl_phases"]["value"], f"TRL {scenario}: where the time goes"):
+                    say(line)
         figs.update(rate_figures(ours, f"{scenario}_agentrl"))
         figs.update(flop_figures(ours, flops, gemm_flops, f"{scenario}_agentrl"))
         figs[f"{scenario}_agentrl_breakdown"] = figure(breakdown(ours), "s per step (median of runs' means)")
@@ -450,7 +520,11 @@ def main() -> int:
                             "lora": shape.lora}, "per run, the same on both sides (lora null: full fine-tuning)"),
             "gemm_gflops": gemm_fig,
             "model_flops": figure(flops, "model FLOPs per token (N, N_A in weights; rule in benchmarks/gemm.py)")}
-    figs.update(figures(results, scenarios, missing is None, args, flops, gemm_flops))
+    rates, decode_rates = phase_rates(model, flops, gemm_flops)
+    figs.update(figures(results, scenarios, missing is None, args, flops, gemm_flops, rates))
+    figs["decode_bound"] = figure({b: {"tokens_per_s": round(d["tokens_per_s"], 1), "gflops": round(d["gflops"], 2)}
+                                   for b, d in sorted(decode_rates.items())},
+                                  "GEMM-bound decode rate by batch rows (gemm.decode_bound), measured after the runs")
     if missing:
         figs["trl"] = figure("skipped", missing)
     figs["differences"] = figure(differences, "what differs in the work and could not be removed")

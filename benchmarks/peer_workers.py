@@ -4,8 +4,11 @@ the embedded defaults) and `trl_run` (TRL's `GRPOTrainer` on the same model, pro
 batch, sampling, learning rate, loss clip, reward and LoRA adapter (peft, same rank, alpha, dropout and
 target modules) when the `Shape` has one). Each returns a dict of plain numbers:
 the step end times, per-sample token counts of what was trained (whole sequence, the model's own
-tokens, and the sequence with each distinct prompt of a step counted once), and (agentrl) the per-step
-breakdown of where the time went.
+tokens, and the sequence with each distinct prompt of a step counted once), and the per-step
+breakdown of where the time went: agentrl's from its step rows and its servers' phase counters
+(`phase_steps`: `agentrl_cli/acceptance/phases.py` turns them into phases), TRL's from timers
+around its generation, reward, input preparation, loss (forward), train step and optimizer step
+(`trl_steps`; TRL's own `step_time` covers the train step whole).
 
     python benchmarks/peer_workers.py SYSTEM SCENARIO STEPS MODEL WORKDIR SHAPE_JSON [KEY=VALUE ...]
     (SHAPE_JSON: the `Shape` fields; prints one PEER_RESULT JSON line)
@@ -97,8 +100,11 @@ def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Sh
     ends: list[float] = []
     started: list[float] = []
 
+    from agentrl_cli.acceptance.verify.server_load import ServerLoad
+
     async def go():
         async with training(cfg, workdir / "run", model, run_id="peer", phase="train") as run:
+            load = ServerLoad(engine=run.client.engine).start(run.client.urls)
             step = run.backend.train_step
 
             def counted(samples):
@@ -107,11 +113,20 @@ def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Sh
                 trained.extend((len(s.token_ids), int(sum(s.loss_mask)), o) for s, o in zip(samples, once))
                 return step(samples)
             run.backend.train_step = counted
+            def on_step(row):
+                ends.append(time.perf_counter())
+                load.mark()
             started.append(time.perf_counter())  # the rollout starts generating in run()
-            return await run.run(steps, on_step=lambda row: ends.append(time.perf_counter()))
-    summary = asyncio.run(go())
+            try:
+                return await run.run(steps, on_step=on_step), load.steps
+            finally:
+                load.stop()
+    summary, server_steps = asyncio.run(go())
     rows = summary.metrics
+    phase_steps = [{"row": {k: v for k, v in r.items() if k.startswith("time/") or k in PHASE_ROW_KEYS},
+                    "window_s": window, "server": server} for r, (window, server) in zip(rows, server_steps)]
     return {"loop_start": started[0], "step_ends": ends, "trained": trained, "breakdown": [_breakdown(r) for r in rows],
+            "phase_steps": phase_steps, "max_batch_size": cfg.inference.max_batch_size,
             "counters": {k: v for k, v in summary.counters.items() if isinstance(v, (int, float))},
             "timers": summary.timers, "syncs": summary.syncs, "config": {"weight_sync_interval_steps": cfg.rollout.weight_sync_interval_steps,
                                                  "checkpoint_interval_steps": cfg.training.checkpoint_interval_steps,
@@ -119,6 +134,7 @@ def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Sh
                                                  "concurrency": cfg.rollout.concurrency}}
 
 
+PHASE_ROW_KEYS = ("train/forward_s", "train/backward_s", "train/optimizer_s", "train/sequence_tokens")
 BREAKDOWN = ("wait_s", "train_s", "sync_s", "checkpoint_s", "other_s", "step_s", "generate_s", "reward_s", "store_s",
              "env_s", "generated_episodes", "trained_episodes")
 
@@ -201,16 +217,51 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape,
     ends: list[float] = []
     trained: list[tuple[int, int, int]] = []
     started: list[float] = []
+    steps_timed: list[dict] = []  # per step: seconds of each timed call, tokens (`trl_steps`)
+    now: dict = {}  # the step being timed
+
+    def timed(key: str, call, *a, **k):
+        t = time.perf_counter()
+        try:
+            return call(*a, **k)
+        finally:
+            now[key] = now.get(key, 0.0) + time.perf_counter() - t
 
     class Timer(TrainerCallback):
         def on_train_begin(self, *_a, **_k):
             started.append(time.perf_counter())
 
+        def on_optimizer_step(self, *_a, **_k):  # from the train step's end: gradient clipping and the step
+            now["optimizer_s"] = now.get("optimizer_s", 0.0) + time.perf_counter() - now.pop("train_end", time.perf_counter())
+
         def on_step_end(self, *_a, **_k):
             ends.append(time.perf_counter())
+            now.pop("train_end", None)
+            steps_timed.append({**now, "step_s": ends[-1] - (ends[-2] if len(ends) > 1 else started[0])})
+            now.clear()
 
     class Counted(GRPOTrainer):
+        def _generate(self, prompts):
+            return timed("generate_s", super()._generate, prompts)
+
+        def _calculate_rewards(self, *a, **k):
+            return timed("reward_s", super()._calculate_rewards, *a, **k)
+
+        def _prepare_inputs(self, *a, **k):
+            return timed("prepare_s", super()._prepare_inputs, *a, **k)
+
+        def training_step(self, *a, **k):
+            out = timed("train_step_s", super().training_step, *a, **k)
+            now["train_end"] = time.perf_counter()
+            return out
+
         def compute_loss(self, model, inputs, *a, **k):
+            now["prompt_tokens"] = now.get("prompt_tokens", 0) + int(inputs["prompt_mask"].sum())
+            now["completion_tokens"] = now.get("completion_tokens", 0) + int(inputs["completion_mask"].sum())
+            now["samples"] = now.get("samples", 0) + int(inputs["prompt_mask"].shape[0])
+            return timed("forward_s", self._counted_loss, model, inputs, *a, **k)
+
+        def _counted_loss(self, model, inputs, *a, **k):
             prompt = inputs["prompt_mask"].sum(1)
             completion = inputs["completion_mask"]
             own = completion * inputs["tool_mask"] if inputs.get("tool_mask") is not None else completion
@@ -224,7 +275,7 @@ def trl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Shape,
                       tools=tools, callbacks=[Timer()], peft_config=trl_lora(shape.lora))
     trainer.train()
     return {"loop_start": started[0], "step_ends": ends, "trained": [tuple(int(x) for x in t) for t in trained],
-            "log": [{k: v for k, v in r.items() if isinstance(v, (int, float))} for r in trainer.state.log_history]}
+            "trl_steps": steps_timed, "log": [{k: v for k, v in r.items() if isinstance(v, (int, float))} for r in trainer.state.log_history]}
 
 
 def prompt_once(prompts: list[list[int]], sequence: list[int]) -> list[int]:

@@ -17,9 +17,9 @@ Lower bounds (`bound_s`), from model FLOPs (`gemm_rate.model_flops`: N matmul we
 weights) at the GEMM rate measured in the same run: prefill 2(N+N_A) per computed prompt token;
 decode the tokens at the GEMM-bound decode rate of the step's mean occupancy (`gemm_rate.decode_bound`:
 the model's multiplies at that many rows) or at the flat rate, whichever is lower; forward
-2(N+N_A) and backward (4N+6N_A with LoRA, 6N without, less the forward) per trained token (every
-trained sequence whole: the trainer runs a group's shared prompt once, so its bound is an upper
-count of the work). Phases without model FLOPs (scoring, optimizer, sync, idle) have none.
+2(N+N_A) and backward (4N+6N_A with LoRA, 6N without, less the forward) per trained token
+(`train/sequence_tokens`: every trained sequence whole; the trainer runs a group's shared prompt
+once, so this bound counts more work than it does and its ratio reads low). Phases without model FLOPs (scoring, optimizer, sync, idle) have none.
 `ratio` = seconds / bound: 1 is the machine's limit. Figures, not judged.
 """
 
@@ -111,7 +111,7 @@ def step_phases(row: dict, server: dict | None, window_s: float | None, rates: R
     train_s = t("train_s")
     forward, backward, optimizer = (row.get(f"train/{p}_s") for p in ("forward", "backward", "optimizer"))
     learner = sum(x for x in (forward, backward, optimizer) if x is not None)
-    trained = float(row.get(keys.TOKENS_TRAINED) or 0)
+    trained = float(row.get("train/sequence_tokens") or 0)
     path = {"trainer_idle": phase(t("wait_s") or row.get(keys.TIME_SAMPLING_WAIT_S)),
             "forward": phase(forward, rates.tokens(trained, "per_generated_token") if forward is not None else None),
             "backward": phase(backward, rates.backward(trained) if backward is not None else None),
@@ -138,14 +138,15 @@ def step_phases(row: dict, server: dict | None, window_s: float | None, rates: R
 
 
 def mean_phases(steps: list[dict]) -> dict:
-    """Mean over `steps` (step_phases) of each phase's seconds, bound and ratio (of the means)."""
+    """Mean over `steps` (step_phases, or any {"step_s", "path", "beside"} of `phase`s) of each phase's
+    seconds, bound and ratio (of the means)."""
     if not steps:
         return {}
     out: dict = {"step_s": round(statistics.fmean(s["step_s"] for s in steps), 4)}
     for side in ("path", "beside"):
         out[side] = {}
-        for name in (PATH if side == "path" else BESIDE):
-            got = [s[side][name] for s in steps if name in s[side] and s[side][name]["s"] is not None]
+        for name in dict.fromkeys(n for s in steps for n in s.get(side, {})):  # in the steps' order
+            got = [s[side][name] for s in steps if name in s.get(side, {}) and s[side][name]["s"] is not None]
             if not got:
                 continue
             seconds = statistics.fmean(p["s"] for p in got)
@@ -160,6 +161,8 @@ def table(breakdown: dict, title: str) -> list[str]:
     """Lines of a printed breakdown (`mean_phases`): phase, seconds, bound, ratio."""
     lines = [f"{title}: {breakdown.get('step_s')} s per step"]
     for side, label in (("path", "on the trainer's path"), ("beside", "beside it")):
+        if not breakdown.get(side):
+            continue
         lines.append(f"  {label}:")
         for name, p in breakdown.get(side, {}).items():
             bound = f"  bound {p['bound_s']:.4f} s  x{p['ratio']}" if p.get("bound_s") is not None else ""

@@ -158,7 +158,7 @@ class PolicyRank:
         metrics.update(self._correction_metrics(weights, samples, per_sample))
         metrics.update(loss=loss_sum, grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
                        lr=float(self.optimizer.param_groups[0]["lr"]), tokens=total, samples=len(samples),
-                       step=self.step, **clock.seconds())
+                       step=self.step, sequence_tokens=sum(len(s.token_ids) for s in samples), **clock.seconds())
         return metrics
 
     def _packed_micro_batches(self, samples: list[Sample], budget: int) -> tuple[list, list, torch.Tensor]:

@@ -44,7 +44,7 @@ def test_server_delta_sums_the_growth_of_every_server_and_needs_all_of_them():
 
 ROW = {"time/step_s": 10.0, "time/wait_s": 4.0, "time/train_s": 5.0, "time/sync_s": 0.5, "time/checkpoint_s": 0.2,
        "time/other_s": 0.3, "time/reward_s": 0.1, "train/forward_s": 2.0, "train/backward_s": 2.5,
-       "train/optimizer_s": 0.25, "tokens/trained": 5}
+       "train/optimizer_s": 0.25, "train/sequence_tokens": 5}
 SERVER = {"busy_seconds_total": 3.0, "prefill_seconds_total": 0.5, "prefill_tokens_total": 5,
           "decode_seconds_total": 2.0, "decode_tokens_total": 80, "decode_steps_total": 20, "decode_rows_total": 80}
 
