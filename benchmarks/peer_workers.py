@@ -134,7 +134,7 @@ def agentrl_run(scenario: str, steps: int, model: Path, workdir: Path, shape: Sh
                                                  "concurrency": cfg.rollout.concurrency}}
 
 
-PHASE_ROW_KEYS = ("train/forward_s", "train/backward_s", "train/optimizer_s", "train/sequence_tokens")
+PHASE_ROW_KEYS = ("train/forward_s", "train/backward_s", "train/optimizer_s", "train/sequence_tokens")  # keys.TRAIN_*
 BREAKDOWN = ("wait_s", "train_s", "sync_s", "checkpoint_s", "other_s", "step_s", "generate_s", "reward_s", "store_s",
              "env_s", "generated_episodes", "trained_episodes")
 

@@ -109,9 +109,9 @@ def step_phases(row: dict, server: dict | None, window_s: float | None, rates: R
 
     step_s = t("step_s") or (t("wait_s") + t("train_s") + t("sync_s"))
     train_s = t("train_s")
-    forward, backward, optimizer = (row.get(f"train/{p}_s") for p in ("forward", "backward", "optimizer"))
+    forward, backward, optimizer = (row.get(k) for k in (keys.TRAIN_FORWARD_S, keys.TRAIN_BACKWARD_S, keys.TRAIN_OPTIMIZER_S))
     learner = sum(x for x in (forward, backward, optimizer) if x is not None)
-    trained = float(row.get("train/sequence_tokens") or 0)
+    trained = float(row.get(keys.TRAIN_SEQUENCE_TOKENS) or 0)
     path = {"trainer_idle": phase(t("wait_s") or row.get(keys.TIME_SAMPLING_WAIT_S)),
             "forward": phase(forward, rates.tokens(trained, "per_generated_token") if forward is not None else None),
             "backward": phase(backward, rates.backward(trained) if backward is not None else None),

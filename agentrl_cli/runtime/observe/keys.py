@@ -25,6 +25,9 @@ TRAIN_LR = "train/lr"
 TRAIN_KL_REF = "train/kl_ref"
 TRAIN_MISMATCH_KL = "train/mismatch_kl"
 TRAIN_SAMPLES = "train/samples"  # samples the step trained on
+TRAIN_SEQUENCE_TOKENS = "train/sequence_tokens"  # tokens of the step's samples, each sequence whole
+# the train step's phases (learner/step_clock.py), seconds summed over its micro-batches
+TRAIN_FORWARD_S, TRAIN_BACKWARD_S, TRAIN_OPTIMIZER_S = "train/forward_s", "train/backward_s", "train/optimizer_s"
 # off-policy correction (training.correction other than none; learner/corrections.py): over the step's tokens,
 # or sequences for seq_tis / seq_mis, rho = pi_old / pi_rollout
 TRAIN_IS_WEIGHT_MEAN = "train/is_weight_mean"  # mean of rho, before truncation or rejection
