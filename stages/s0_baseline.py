@@ -64,7 +64,8 @@ def figure_checks(baseline: dict) -> list[Check]:
         Check.info("time shares (sampling / training / sync)", _round(shares), "what verify compares later runs with"),
         (Check.info("where the time goes (s per step; lower bound and ratio beside each phase)",
                     compact(baseline["phases"]["mean"]),
-                    f"bounds at {baseline['phases']['rates']['gemm_gflops']} GFLOP/s fp32 GEMM measured after the loop; "
+                    f"bounds at {baseline['phases']['rates']['gemm_gflops']} GFLOP/s ({baseline['phases']['rates']['bounds']}) "
+                    "measured after the loop; "
                     "baseline.json `phases` has each step")
          if baseline.get("phases", {}).get("mean") else Check.skipped("where the time goes (s per step; lower bound and ratio beside each phase)", "no step's phases were recorded")),
         Check.judge("tokens generated", baseline["tokens_generated"] > 0, baseline["tokens_generated"], "> 0",

@@ -18,6 +18,7 @@ from agentrl_cli.core.outcomes import Phase
 
 STEPS = 2
 GEMM_SIZE, GEMM_SECONDS = 1024, 0.5  # the rate behind the phases' lower bounds: a short measurement after the loop
+DECODE_BOUND_MAX_WEIGHTS = 500_000_000  # decode_bound holds fp32 copies of every matmul weight: 2 GB at most
 
 
 def baseline_config(cfg):
@@ -64,25 +65,34 @@ def measure(cfg, workdir, run_id: str, progress=lambda message: None, phases: bo
 def phase_figures(cfg, model_path, rows: list[dict], server_steps: list[tuple[float, dict | None]]) -> dict:
     """Each step's phases beside their lower bounds (`acceptance/phases.py`), their mean, and the
     rates the bounds come from: fp32 GEMM FLOP/s and the GEMM-bound decode rate at each step's
-    occupancy, measured now (after the loop, so they do not slow it), and the model's FLOPs per token."""
+    occupancy, measured now (after the loop, so they do not slow it), and the model's FLOPs per token.
+    The rates are the CPU's: with a CUDA device here the loop ran on it, and no bound is given."""
+    import torch
+
     from agentrl_cli.acceptance import gemm_rate
     from agentrl_cli.acceptance.phases import Rates, mean_phases, occupancy, step_phases
 
     lora = cfg.training.lora
     shapes = gemm_rate.linear_shapes(model_path)
     flops = gemm_rate.model_flops(shapes, lora.rank if lora else 0, lora.target_modules if lora else ())
-    gemm = gemm_rate.measure_gemm(GEMM_SIZE, GEMM_SECONDS)
     decode_rates: dict[int, dict] = {}
+    if torch.cuda.is_available():
+        gemm, rates = None, Rates(None, None)
+    else:
+        gemm = gemm_rate.measure_gemm(GEMM_SIZE, GEMM_SECONDS)
 
-    def decode_rate(batch: int) -> float:
-        if batch not in decode_rates:
-            decode_rates[batch] = gemm_rate.decode_bound(shapes, batch, seconds=GEMM_SECONDS)
-        return decode_rates[batch]["tokens_per_s"]
-    rates = Rates(gemm["gflops"] * 1e9, flops, decode_rate)
+        def decode_rate(batch: int) -> float:
+            if batch not in decode_rates:
+                decode_rates[batch] = gemm_rate.decode_bound(shapes, batch, seconds=GEMM_SECONDS)
+            return decode_rates[batch]["tokens_per_s"]
+        small = flops["matmul_weights"] <= DECODE_BOUND_MAX_WEIGHTS
+        rates = Rates(gemm["gflops"] * 1e9, flops, decode_rate if small else None)
     padded = server_steps + [(None, None)] * (len(rows) - len(server_steps))
     steps = [step_phases(row, server, window, rates, cfg.inference.max_batch_size) for row, (window, server) in zip(rows, padded)]
     return {"steps": steps, "mean": mean_phases(steps),
-            "rates": {"gemm_gflops": round(gemm["gflops"], 2), "gemm_size": GEMM_SIZE, "threads": gemm["threads"],
+            "rates": {"gemm_gflops": round(gemm["gflops"], 2) if gemm else None, "gemm_size": GEMM_SIZE,
+                      "threads": gemm["threads"] if gemm else None,
+                      "bounds": "fp32 CPU GEMM" if gemm else "none: the loop ran on a CUDA device, the GEMM rate here is the CPU's",
                       "decode_bound": {b: {"tokens_per_s": round(d["tokens_per_s"], 1), "gflops": round(d["gflops"], 2)}
                                        for b, d in sorted(decode_rates.items())},
                       "model_flops": {k: v for k, v in flops.items() if k != "formula"},
