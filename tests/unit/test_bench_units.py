@@ -295,3 +295,22 @@ def test_the_gemm_bound_decode_rate_times_every_multiply_of_the_model_at_the_bat
         assert bound["batch"] == batch and bound["steps"] >= 3 and bound["threads"] == 1
         assert bound["tokens_per_s"] == pytest.approx(batch / bound["step_s"])
         assert bound["gflops"] == pytest.approx(2 * (32 * 32 + 32 * 96 + 96 * 32 + 32 * 200) * batch / bound["step_s"] / 1e9)
+
+
+def test_trl_phases_come_from_its_timers_and_add_up_to_the_step():
+    from agentrl_cli.acceptance.phases import Rates
+    from benchmarks import peer_trl
+
+    timed = {"step_s": 10.0, "generate_s": 3.0, "reward_s": 0.5, "prepare_s": 4.0, "forward_s": 2.0,
+             "train_step_s": 8.5, "optimizer_s": 1.0, "prompt_tokens": 4, "completion_tokens": 6, "samples": 2}
+    rates = Rates(1000.0, {"per_generated_token": 100, "per_trained_token": 300}, lambda rows: 3.0 * rows)
+    step = peer_trl.trl_step_phases(timed, rates)
+    path = step["path"]
+    assert {k: p["s"] for k, p in path.items()} == {"generation": 3.0, "scoring": 0.5, "generation_rest": 0.5, "forward": 2.0,
+                                                    "backward": 2.5, "optimizer": 1.0, "other": 0.5}
+    assert sum(p["s"] for p in path.values()) == step["step_s"]
+    assert path["generation"]["bound_s"] == pytest.approx(0.4 + 0.6)  # 4 prompt tokens x 100 FLOP; 6 tokens at the flat rate
+    assert path["forward"]["bound_s"] == 1.0 and path["backward"]["bound_s"] == 2.0  # 10 tokens x 100, x 200 FLOP
+    assert "bound_s" not in path["optimizer"]
+    mean = peer_trl.trl_phases([{"trl_steps": [timed, {**timed, "step_s": 12.0, "other": 0}]}], rates)
+    assert mean["step_s"] == 11.0 and mean["path"]["other"]["s"] == 1.5
