@@ -311,7 +311,9 @@ def trl_step_phases(t: dict, rates: Rates) -> dict:
     tokens = prompt + completion
     prefill, decode = rates.tokens(prompt, "per_generated_token"), rates.decode(completion, t.get("samples"))
     backward = max(0.0, get("train_step_s") - get("prepare_s") - get("forward_s"))
+    at_rows = rates.decode_at_rows(completion, t.get("samples"))
     path = {"generation": phase(get("generate_s"), prefill + decode if prefill is not None and decode is not None else None,
+                                bound_at_rows_s=round(prefill + at_rows, 5) if prefill is not None and at_rows is not None else None,
                                 tokens=tokens),
             "scoring": phase(get("reward_s")),
             "generation_rest": phase(max(0.0, get("prepare_s") - get("generate_s") - get("reward_s"))),

@@ -16,7 +16,8 @@ A step's phases:
 Lower bounds (`bound_s`), from model FLOPs (`gemm_rate.model_flops`: N matmul weights, N_A adapter
 weights) at the GEMM rate measured in the same run: prefill 2(N+N_A) per computed prompt token;
 decode the tokens at the GEMM-bound decode rate of the step's mean occupancy (`gemm_rate.decode_bound`:
-the model's multiplies at that many rows) or at the flat rate, whichever is lower; forward
+the model's multiplies at that many rows) or at the flat rate, whichever is lower (the first alone
+beside it, `bound_at_rows_s`); forward
 2(N+N_A) and backward (4N+6N_A with LoRA, 6N without, less the forward) per trained token
 (`train/sequence_tokens`: every trained sequence whole; the trainer runs a group's shared prompt
 once, so this bound counts more work than it does and its ratio reads low). Phases without model FLOPs (scoring, optimizer, sync, idle) have none.
@@ -95,10 +96,13 @@ class Rates:
         """The lower of the two bounds: the tokens at the decode rate of `rows` rows, and their FLOPs at the
         GEMM rate (the timed multiplies carry per-call overhead, which a small model or a loaded machine
         can make larger than the engine's own step)."""
-        flat = self.tokens(tokens, "per_generated_token")
-        rate = self.decode_rate(max(1, round(rows))) if self.decode_rate is not None and rows else None
-        at_rows = tokens / rate if rate else None
+        flat, at_rows = self.tokens(tokens, "per_generated_token"), self.decode_at_rows(tokens, rows)
         return min((b for b in (flat, at_rows) if b is not None), default=None)
+
+    def decode_at_rows(self, tokens: float, rows: float | None) -> float | None:
+        """The tokens at the GEMM-bound decode rate of `rows` rows alone (None where not measured)."""
+        rate = self.decode_rate(max(1, round(rows))) if self.decode_rate is not None and rows else None
+        return tokens / rate if rate else None
 
 
 def step_phases(row: dict, server: dict | None, window_s: float | None, rates: Rates, max_batch_size: int | None = None) -> dict:
@@ -128,6 +132,7 @@ def step_phases(row: dict, server: dict | None, window_s: float | None, rates: R
             prefill=phase(server["prefill_seconds_total"], rates.tokens(server["prefill_tokens_total"], "per_generated_token"),
                           tokens=server["prefill_tokens_total"]),
             decode=phase(server["decode_seconds_total"], rates.decode(server["decode_tokens_total"], rows),
+                         bound_at_rows_s=_round(rates.decode_at_rows(server["decode_tokens_total"], rows)),
                          tokens=server["decode_tokens_total"], steps=server["decode_steps_total"],
                          occupancy=round(rows, 2) if rows is not None else None, max_batch_size=max_batch_size),
             server_rest=phase(max(0.0, busy - gen)),
@@ -135,6 +140,13 @@ def step_phases(row: dict, server: dict | None, window_s: float | None, rates: R
         tokens.update(prefill=server["prefill_tokens_total"], decode=server["decode_tokens_total"])
     return {"step_s": round(step_s, 4), "path": path, "beside": beside, "tokens": tokens,
             "unaccounted_s": path["other"]["s"]}
+
+
+def _round(value: float | None, digits: int = 5) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+EXTRAS = ("tokens", "occupancy", "bound_at_rows_s")  # averaged over the steps that have them
 
 
 def mean_phases(steps: list[dict]) -> dict:
@@ -152,8 +164,9 @@ def mean_phases(steps: list[dict]) -> dict:
             seconds = statistics.fmean(p["s"] for p in got)
             bounds = [p["bound_s"] for p in got if p.get("bound_s") is not None]
             bound = statistics.fmean(bounds) if len(bounds) == len(got) else None
-            extra = {k: statistics.fmean(p[k] for p in got) for k in ("tokens", "occupancy") if all(p.get(k) is not None for p in got)}
-            out[side][name] = phase(seconds, bound, **{k: round(v, 2) for k, v in extra.items()})
+            extra = {k: statistics.fmean(p[k] for p in got if p.get(k) is not None) for k in EXTRAS
+                     if any(p.get(k) is not None for p in got)}
+            out[side][name] = phase(seconds, bound, **{k: round(v, 5 if k.endswith("_s") else 2) for k, v in extra.items()})
     return out
 
 
@@ -166,7 +179,7 @@ def table(breakdown: dict, title: str) -> list[str]:
         lines.append(f"  {label}:")
         for name, p in breakdown.get(side, {}).items():
             bound = f"  bound {p['bound_s']:.4f} s  x{p['ratio']}" if p.get("bound_s") is not None else ""
-            more = "".join(f"  {k} {p[k]}" for k in ("tokens", "occupancy") if k in p)
+            more = "".join(f"  {k.removesuffix('_s').replace('_', ' ')} {p[k]}" for k in EXTRAS if k in p)
             lines.append(f"    {name:12} {p['s']:.4f} s{bound}{more}")
     return lines
 
@@ -179,6 +192,6 @@ def compact(breakdown: dict) -> dict[str, str]:
             text = f"{p['s']:.4f} s"
             if p.get("bound_s") is not None:
                 text += f", bound {p['bound_s']:.4f} s, x{p['ratio']}"
-            text += "".join(f", {k} {p[k]}" for k in ("tokens", "occupancy") if k in p)
+            text += "".join(f", {k.removesuffix('_s').replace('_', ' ')} {p[k]}" for k in EXTRAS if k in p)
             out[name] = text
     return out

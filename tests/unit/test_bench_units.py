@@ -310,6 +310,7 @@ def test_trl_phases_come_from_its_timers_and_add_up_to_the_step():
                                                     "backward": 2.5, "optimizer": 1.0, "other": 0.5}
     assert sum(p["s"] for p in path.values()) == step["step_s"]
     assert path["generation"]["bound_s"] == pytest.approx(0.4 + 0.6)  # 4 prompt tokens x 100 FLOP; 6 tokens at the flat rate
+    assert path["generation"]["bound_at_rows_s"] == pytest.approx(0.4 + 1.0)  # 6 tokens at 6 tokens/s (2 rows)
     assert path["forward"]["bound_s"] == 1.0 and path["backward"]["bound_s"] == 2.0  # 10 tokens x 100, x 200 FLOP
     assert "bound_s" not in path["optimizer"]
     mean = peer_trl.trl_phases([{"trl_steps": [timed, {**timed, "step_s": 12.0, "other": 0}]}], rates)

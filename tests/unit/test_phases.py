@@ -61,6 +61,7 @@ def test_one_steps_phases_add_up_to_its_wall_time_and_carry_their_bounds():
     assert beside["prefill"] == {"s": 0.5, "bound_s": 1.0, "ratio": 0.5, "tokens": 5}
     decode = beside["decode"]
     assert (decode["occupancy"], decode["max_batch_size"], decode["bound_s"], decode["ratio"]) == (4.0, 64, 2.0, 1.0)
+    assert decode["bound_at_rows_s"] == 2.0  # 80 tokens at 40 tokens/s (4 rows); the flat bound, 16 s, is higher
     assert beside["server_rest"]["s"] == 0.5 and beside["server_idle"]["s"] == 7.0  # 10 s window, 3 s busy
     assert step["tokens"] == {"trained": 5, "prefill": 5, "decode": 80}
 
@@ -78,7 +79,10 @@ def test_mean_phases_averages_seconds_and_bounds_and_prints():
     b = phases.step_phases({**ROW, "time/step_s": 12.0, "time/other_s": 2.3, "train/forward_s": 4.0}, SERVER, 12.0, rates)
     mean = phases.mean_phases([a, b])
     assert mean["step_s"] == 11.0 and mean["path"]["forward"] == {"s": 3.0, "bound_s": 1.0, "ratio": 3.0}
-    assert mean["beside"]["decode"]["occupancy"] == 4.0 and mean["beside"]["decode"]["tokens"] == 80
+    c = phases.step_phases(ROW, {**SERVER, "decode_steps_total": 0, "decode_rows_total": 0, "decode_tokens_total": 0}, 10.0, rates)
+    mean = phases.mean_phases([a, b, c])  # c decoded nothing: no occupancy, left out of its mean
+    assert mean["beside"]["decode"]["occupancy"] == 4.0 and mean["beside"]["decode"]["tokens"] == pytest.approx(53.33)
+    mean = phases.mean_phases([a, b])
     assert phases.mean_phases([]) == {}
     text = "\n".join(phases.table(mean, "agentrl"))
     assert "forward" in text and "x3.0" in text and "occupancy 4.0" in text
