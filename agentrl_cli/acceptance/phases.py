@@ -100,7 +100,9 @@ class Rates:
         return min((b for b in (flat, at_rows) if b is not None), default=None)
 
     def decode_at_rows(self, tokens: float, rows: float | None) -> float | None:
-        """The tokens at the GEMM-bound decode rate of `rows` rows alone (None where not measured)."""
+        """The tokens at the GEMM-bound decode rate of `rows` rows alone (None where not measured; 0 for none)."""
+        if not tokens:
+            return 0.0 if self.decode_rate is not None else None
         rate = self.decode_rate(max(1, round(rows))) if self.decode_rate is not None and rows else None
         return tokens / rate if rate else None
 
