@@ -83,5 +83,5 @@ def test_malformed_lock_is_a_usage_error_without_traceback(cli, tmp_path):
 def test_plan_json_has_every_area_with_formulas(cli, random_model_dir):
     result, data = cli.json("plan", "--set", f"model.path={random_model_dir}")
     assert result.exit_code == 0 and data["model"]["params"] > 0
-    assert {ln["area"] for ln in data["lines"]} == {"training", "inference", "environments", "storage"}
+    assert {ln["area"] for ln in data["lines"]} == {"training", "inference", "rollout", "environments", "storage"}
     assert all(ln["formula"] for ln in data["lines"])

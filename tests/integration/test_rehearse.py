@@ -23,6 +23,7 @@ import pytest
 
 from agentrl_cli.config.models import PlatformConfig
 from agentrl_cli.ops.rehearse.host import netns_names
+from agentrl_cli.ops.rehearse.leftovers import reclaim
 from agentrl_cli.ops.rehearse.record import PREFIX, STATE_DIR
 from agentrl_cli.acceptance.rehearsal.rehearsal import Options, Rehearsal, unavailable
 
@@ -44,6 +45,14 @@ def _host_state() -> dict:
     mounts = sorted(p for p in points if p.startswith(mine) or not p.startswith(tests))
     return {"netns": [n for n in netns_names() if n.startswith(PREFIX)], "links": out("ip", "-o", "link", "show"),
             "routes": out("ip", "route", "show", "table", "all"), "mounts": mounts}
+
+
+def _reclaimed_host_state() -> dict:
+    """The host as a rehearsal will find it: a dead rehearsal's leftovers (another test's, here) are
+    what every rehearsal reclaims as it starts, so they are reclaimed before the comparison's
+    `before` (a rehearsal test that ran earlier in the session left four namespaces once in CI)."""
+    reclaim()
+    return _host_state()
 
 
 # the stage 8 checks that say the deployment trained: what a random model cannot change
@@ -94,7 +103,7 @@ def test_the_rehearsal_trains_across_the_nodes(tmp_path, random_model_dir):
     """CI's rehearsal, on a random model (the built-in one is built once, in about 10 minutes): the
     deployment's checks all pass and stage 8 trained across the nodes; the one check a random model
     fails is the reward's spread, and with it the job and verify."""
-    before = _host_state()
+    before = _reclaimed_host_state()
     done, report = _rehearse(tmp_path, *_settings(tmp_path, random_model_dir))
     _deployment_passed(report, before)
     stage8 = json.loads(Path(report["workload"]["job"]["stage8_report"]).read_text())
@@ -107,7 +116,7 @@ def test_the_rehearsal_trains_across_the_nodes(tmp_path, random_model_dir):
 @pytest.mark.builtin
 def test_the_rehearsal_passes_with_the_built_in_model(tmp_path):
     """`agentrl rehearse --json` as a user runs it: every check passes, the job, stage 8 and verify included."""
-    before = _host_state()
+    before = _reclaimed_host_state()
     done, report = _rehearse(tmp_path, *_settings(tmp_path))
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert done.returncode == 0 and report["ok"], json.dumps(failed, indent=1)[:6000] + done.stderr[-2000:]
@@ -120,7 +129,7 @@ def test_the_rehearsal_recovers_from_node_faults(tmp_path, random_model_dir):
     """`agentrl rehearse --chaos` (about 2 minutes here): inference-1's link cut, the sandbox replica on
     sandbox-1 killed, every process of inference-0 killed, each while the run trains; each recovered
     within its bound, and nothing lost or stored twice."""
-    before = _host_state()
+    before = _reclaimed_host_state()
     done, report = _rehearse(tmp_path, "--chaos", *_settings(tmp_path, random_model_dir))
     checks = _deployment_passed(report, before)
     faults = {f["kind"]: f for f in report["faults"]}
@@ -143,7 +152,7 @@ def test_a_plan_without_an_opening_fails_naming_role_and_port(tmp_path, random_m
 
 
 def test_a_killed_rehearsal_is_reclaimed(tmp_path, random_model_dir):
-    before = _host_state()
+    before = _reclaimed_host_state()
     proc = subprocess.Popen([*AGENTRL, "rehearse", "--dir", str(tmp_path / "rehearsal"), *_settings(tmp_path, random_model_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 300
