@@ -248,14 +248,19 @@ def recommend(results: dict[str, list[dict]]) -> tuple[str, str]:
     return choice, "; ".join(reasons) or "no correction arm measured"
 
 
+def runs_complete(every: list[dict], steps: int) -> dict:
+    """Judged: every run trained `steps` steps with finite losses and was evaluated before and after."""
+    complete = [r["steps"] == steps and r["finite_losses"] and r["eval_start"] is not None and r["eval_final"] is not None
+                for r in every]
+    return figure(sum(complete), f"of {len(every)} runs trained {steps} steps with finite losses and were "
+                  "evaluated before and after", f"all {len(every)}", all(complete))
+
+
 def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
     """The credit arms' figures: per arm eval success and late reward (and the turn metrics), and turn - episode paired by seed."""
     figs: dict[str, dict] = {}
     every = [r for runs in results.values() for r in runs]
-    complete = [r["steps"] == steps and r["finite_losses"] and r["eval_start"] is not None and r["eval_final"] is not None
-                for r in every]
-    figs["runs_complete"] = figure(sum(complete), f"of {len(every)} runs trained {steps} steps with finite losses and were "
-                                   "evaluated before and after", f"all {len(every)}", all(complete))
+    figs["runs_complete"] = runs_complete(every, steps)
     per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
     for arm, runs in results.items():
         n = f"mean of {len(runs)} seeds {seeds}"
@@ -286,10 +291,7 @@ def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int)
 def figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
     figs: dict[str, dict] = {}
     every = [r for runs in results.values() for r in runs]
-    complete = [r["steps"] == steps and r["finite_losses"] and r["eval_start"] is not None and r["eval_final"] is not None
-                for r in every]
-    figs["runs_complete"] = figure(sum(complete), f"of {len(every)} runs trained {steps} steps with finite losses and were "
-                                   "evaluated before and after", f"all {len(every)}", all(complete))
+    figs["runs_complete"] = runs_complete(every, steps)
     lags = [r["policy_lag"] for r in every]
     figs["off_policy"] = figure(min((x for x in lags if x is not None), default=float("nan")),
                                 f"versions, the smallest run's mean policy lag (max_staleness {MAX_STALENESS})",

@@ -16,12 +16,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from agentrl_cli.model.tiny import COMPLETE, RECIPE_VERSION
+from agentrl_cli.model.tiny import COMPLETE, RECIPE_VERSION, replacing_dir
 
 WEIGHTS = Path(__file__).parent / "weights"
 SUMS = "SHA256SUMS"
@@ -66,9 +65,7 @@ def install(dest: Path, source: Path | None = None) -> Path:
     if why is not None:
         raise ValueError(why)
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
+    with replacing_dir(dest) as tmp:
         for f in source.iterdir():
             if f.name != SUMS:
                 shutil.copyfile(f, tmp / f.name)
@@ -77,12 +74,6 @@ def install(dest: Path, source: Path | None = None) -> Path:
                              "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                              "rebuild": "agentrl model build-tiny --force"}
         (tmp / COMPLETE).write_text(json.dumps(card, indent=2) + "\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest
 
 

@@ -6,6 +6,7 @@ directory complete, so a killed build never leaves a directory that loads half-w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -67,22 +68,30 @@ def _save_weights(model, path: Path) -> None:
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
-def save_model_dir(model, tokenizer, path: Path, info: dict) -> Path:
-    """Write a complete Hugging Face model directory at `path` (atomically replacing nothing partial)."""
+@contextlib.contextmanager
+def replacing_dir(path: Path):
+    """A temporary directory beside `path` to fill; when the block ends, it replaces `path` whole (a
+    rename), and when the block raises, it is removed: `path` is never half written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        _save_weights(model, tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / COMPLETE).write_text(json.dumps({"recipe_version": RECIPE_VERSION, **info}, indent=2) + "\n")
+        yield tmp
         if path.exists():
             shutil.rmtree(path)
         os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return path
+
+
+def save_model_dir(model, tokenizer, path: Path, info: dict) -> Path:
+    """Write a complete Hugging Face model directory at `path` (atomically replacing nothing partial)."""
+    with replacing_dir(path) as tmp:
+        _save_weights(model, tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / COMPLETE).write_text(json.dumps({"recipe_version": RECIPE_VERSION, **info}, indent=2) + "\n")
+    return Path(path)
 
 
 def build_random(path: Path, seed: int = 0, **overrides) -> Path:
