@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from agentrl_cli.core import parts
+from agentrl_cli.core.errors import ConfigError
 from agentrl_cli.core.plugins import load_class
 from agentrl_cli.learner.grpo import Sample
 
@@ -92,3 +93,32 @@ def backend_lora(backend):
 def backend_class(training_config) -> type:
     """The TrainingBackend class `training_config.backend` names."""
     return load_class("training backend", training_config.backend, BACKENDS, "training.backend")
+
+
+def build_backend(cls: type, model_path, training_config, temperature: float = 1.0):
+    """`cls(model_path, training_config)`, told the sampling temperature (`inference.temperature`) so
+    its log-probs, ratios and entropy are those of the distribution the engine sampled from
+    (`log_softmax(logits / T)`, as SGLang returns them)."""
+    check_temperature(cls, training_config, temperature)
+    if temperature == 1.0:
+        return cls(str(model_path), training_config)
+    return cls(str(model_path), training_config, temperature=temperature)
+
+
+def check_temperature(cls: type, training_config, temperature: float) -> None:
+    """A backend whose constructor takes no `temperature` keyword can only train at 1.0: any other
+    sampling temperature is refused, naming the fix."""
+    if temperature != 1.0 and not _takes_keyword(cls, "temperature"):
+        raise ConfigError(
+            f"inference.temperature={temperature:g}, but the training backend {training_config.backend!r} takes no "
+            "`temperature` keyword, so its log-probs would be at temperature 1 while the engine samples at "
+            f"{temperature:g} (every ratio off before the first update)",
+            "set inference.temperature: 1.0, or give the backend's __init__ a `temperature` keyword "
+            "(PolicyRank._load_policy takes it)")
+
+
+def _takes_keyword(cls: type, name: str) -> bool:
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters.values()
+    return any(p.name == name or p.kind is p.VAR_KEYWORD for p in params)

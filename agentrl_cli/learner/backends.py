@@ -9,12 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentrl_cli.core.errors import ConfigError
-from agentrl_cli.learner.backend import backend_class
+from agentrl_cli.learner.backend import backend_class, build_backend, check_temperature
 
 
 def make_backend(model_path: str | Path, cfg, run_dir: Path):
     """A `TrainingBackend` for the platform config `cfg`."""
     cls = backend_class(cfg.training)
+    check_temperature(cls, cfg.training, cfg.inference.temperature)  # before any rank starts
     if cfg.training.lora is not None and not hasattr(cls, "export_adapter"):
         raise ConfigError(f"training.lora is set but the training backend {cfg.training.backend!r} has no "
                           "export_adapter, so it cannot train or sync an adapter",
@@ -26,7 +27,7 @@ def make_backend(model_path: str | Path, cfg, run_dir: Path):
 
         if not torch.cuda.is_available():  # this process shares the host's cores with the embedded servers
             torch.set_num_threads(cpu_thread_split(cfg)[0])
-        return cls(str(model_path), cfg.training)
+        return build_backend(cls, model_path, cfg.training, cfg.inference.temperature)
     from agentrl_cli.learner.ranks_backend import RanksBackend
 
     return RanksBackend(str(model_path), cfg, Path(run_dir))

@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, required=True, help="Hugging Face model directory to train")
     parser.add_argument("--control", type=Path, required=True,
                         help=f"directory with {CONFIG_FILE} and {AUTHKEY_FILE}; rank 0 writes {CHANNEL_FILE} there")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="the sampling temperature (inference.temperature): log-probs are log_softmax(logits / T)")
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.local_rank is not None:
@@ -232,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from agentrl_cli.config.models import TrainingConfig
     from agentrl_cli.core.redaction import protect_process
-    from agentrl_cli.learner.backend import backend_class
+    from agentrl_cli.learner.backend import backend_class, build_backend
 
     protect_process()  # the secrets this rank's environment holds never reach trainer-ranks.log
     from agentrl_cli.core.logstreams import LEVEL_ENV, configure_logging
 
     configure_logging(os.environ.get(LEVEL_ENV, "info"))  # the run's observe.log_level (ranks_backend passes it)
     config = TrainingConfig.model_validate_json((args.control / CONFIG_FILE).read_text(encoding="utf-8"))
-    backend = backend_class(config)(args.model, config)
+    backend = build_backend(backend_class(config), args.model, config, args.temperature)
     try:
         serve(backend, args.control)
     finally:

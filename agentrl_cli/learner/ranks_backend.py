@@ -122,7 +122,8 @@ def launcher_command(cfg, model_path: Path, control: Path, *, port: int | None =
         raise ConfigError(f"training.world_size={world} is not a multiple of cluster.nodes={nodes}",
                           "give every node the same number of ranks: set training.world_size to a multiple of cluster.nodes")
     per_node = world // nodes
-    worker = ["--model", str(Path(model_path).absolute()), "--control", str(Path(control).absolute())]
+    worker = ["--model", str(Path(model_path).absolute()), "--control", str(Path(control).absolute()),
+              "--temperature", repr(float(cfg.inference.temperature))]
     port = port or (cfg.training.master_port if nodes > 1 else _free_port())
     if nodes == 1:
         return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(per_node), "--nnodes", "1",
