@@ -39,6 +39,7 @@ from agentrl_cli.learner.process_group import ProcessGroup
 TEMPLATE_DIR = Path(templates.__file__).parent / "deepspeed"
 CKPT_TAG = "ckpt"
 CLIENT_KEY = "agentrl_client_state"
+ENTROPY_KEY = "agentrl_entropy_coef"  # the adaptive entropy bonus (training.entropy_target) to resume with
 
 
 def build_deepspeed_config(cfg: TrainingConfig) -> dict:
@@ -189,7 +190,8 @@ class DeepSpeedBackend(PolicyRank):
         base weights are the model directory's; DeepSpeed still keeps a tied frozen weight under its
         second name, e.g. lm_head.weight, which loads back unchanged) and RECORD: the model and
         training config it needs (`export.py` rebuilds the trainer from it)."""
-        self.engine.save_checkpoint(str(dir), tag=CKPT_TAG, client_state={CLIENT_KEY: dict(client_state)},
+        self.engine.save_checkpoint(str(dir), tag=CKPT_TAG,
+                                    client_state={CLIENT_KEY: dict(client_state), ENTROPY_KEY: self.entropy_coef},
                                     exclude_frozen_parameters=self.lora is not None)
         self._write_record(Path(dir))
 
@@ -203,6 +205,7 @@ class DeepSpeedBackend(PolicyRank):
         if path is None:
             raise NotFoundError(f"DeepSpeed could not load the checkpoint under {dir}",
                                 "check that every rank sees the directory and that the world size matches")
+        self.entropy_coef = float((client or {}).get(ENTROPY_KEY, self.entropy_coef))
         return dict((client or {}).get(CLIENT_KEY, {}))
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ from agentrl_cli.learner.process_group import ProcessGroup
 
 SHARDS = "shards"  # not "dist": a name ignore files give to build output
 CLIENT_STATE = "client_state.pt"
+ENTROPY_KEY = "agentrl_entropy_coef"  # the adaptive entropy bonus (training.entropy_target) to resume with
 
 
 class FSDPBackend(PolicyRank):
@@ -130,7 +131,7 @@ class FSDPBackend(PolicyRank):
         model_state, optim_state = get_state_dict(self._model, self._optimizer, options=self._state_options())
         dcp.save({"model": model_state, "optim": optim_state, "step": self._steps}, checkpoint_id=str(dir / SHARDS))
         if self.rank == 0:
-            torch.save(dict(client_state), dir / CLIENT_STATE)
+            torch.save({**client_state, ENTROPY_KEY: self.entropy_coef}, dir / CLIENT_STATE)
         self._write_record(dir)
         if self.world_size > 1:
             torch.distributed.barrier()
@@ -150,7 +151,9 @@ class FSDPBackend(PolicyRank):
         set_state_dict(self._model, self._optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=self._state_options())
         self._steps = int(state["step"])
-        return dict(torch.load(dir / CLIENT_STATE, weights_only=False))
+        client = dict(torch.load(dir / CLIENT_STATE, weights_only=False))
+        self.entropy_coef = float(client.pop(ENTROPY_KEY, self.entropy_coef))
+        return client
 
     def close(self) -> None:
         self._model = None

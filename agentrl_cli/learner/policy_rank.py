@@ -65,6 +65,7 @@ class PolicyRank:
 
         self.config = training_config
         self.correction = corrections.Correction.from_config(training_config)
+        self.entropy_coef = training_config.entropy_coef  # moved after each step under training.entropy_target
         self.temperature = temperature
         self.rank = torch.distributed.get_rank()
         self.world_size = torch.distributed.get_world_size()
@@ -139,7 +140,7 @@ class PolicyRank:
             loss, m = corrections.policy_loss(
                 new_lp, old[i], batch.old_logprobs, batch.advantages, batch.loss_mask, self.correction,
                 weights[i].weights if weights[i] is not None else None, kl_coef=self.config.kl_coef, ref_lp=ref_lp,
-                entropy=entropy, entropy_coef=self.config.entropy_coef, num_tokens=global_total,
+                entropy=entropy, entropy_coef=self.entropy_coef, num_tokens=global_total,
                 token_weights=aggregation_weights(aggregation, batch.loss_mask, global_sequences))
             loss = loss * self.world_size  # the engines average the summed gradients over the ranks
             m["mismatch_kl"] = mismatch_kl(batch.old_logprobs, new_lp, batch.loss_mask).item()
@@ -153,6 +154,8 @@ class PolicyRank:
             t = clock.span("optimizer", t)
             grad_norm = norm if norm is not None else grad_norm
         metrics = {key: value / max(total, 1) for key, value in sums.items()}
+        metrics["entropy_coef"] = self.entropy_coef  # the bonus this step trained with
+        self._control_entropy(sums["entropy"], total)
         if batches[0].ref_logprobs is None and self.reference is None:
             metrics.pop("kl_ref")
         metrics.update(self._correction_metrics(weights, samples, per_sample))
@@ -213,6 +216,21 @@ class PolicyRank:
         if lag is not None:
             out[corrections.POLICY_LAG] = lag
         return out
+
+    def _control_entropy(self, entropy_sum: float, tokens: int) -> None:
+        """Adaptive entropy control (`training.entropy_target`): the next step's bonus, one
+        `entropy_coef_step` up when this step's mean token entropy over every rank was below the
+        target, one down (within [0, entropy_coef_max]) when above. Every rank computes the same."""
+        target = getattr(self.config, "entropy_target", None)
+        if target is None:
+            return
+        if self.world_size > 1:
+            t = torch.tensor([entropy_sum, float(tokens)], dtype=torch.float64, device=self.device)
+            torch.distributed.all_reduce(t)
+            entropy_sum, tokens = float(t[0]), float(t[1])
+        mean = entropy_sum / max(tokens, 1)
+        move = self.config.entropy_coef_step if mean < target else -self.config.entropy_coef_step
+        self.entropy_coef = min(max(self.entropy_coef + move, 0.0), self.config.entropy_coef_max)
 
     def _global_counts(self, tokens: int, sequences: int) -> tuple[int, int]:
         """Masked tokens and trained sequences of the step over all ranks."""

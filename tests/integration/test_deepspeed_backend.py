@@ -40,8 +40,8 @@ def make_backend(model_dir):
     made: list[DeepSpeedBackend] = []
 
     def make(**overrides) -> DeepSpeedBackend:
-        for b in made:  # one process group per process: close the previous backend first
-            b.close()
+        if made:  # one process group per process: close the previous backend first (the ones before it are)
+            made[-1].close()
         cfg = TrainingConfig(**{"micro_batch_size": 2, "learning_rate": 1e-3, "zero_stage": 2, **overrides})
         made.append(DeepSpeedBackend(model_dir, cfg))
         return made[-1]
@@ -127,6 +127,22 @@ def test_tokens_outside_the_loss_mask_do_not_change_the_update(make_backend):
     assert any(d.abs().max() > 0 for d in deltas[0].values())
     for name in deltas[0]:
         torch.testing.assert_close(deltas[1][name], deltas[0][name], rtol=0, atol=1e-7, msg=name)
+
+
+def test_adaptive_entropy_control_raises_the_bonus_below_the_target_lowers_it_above_and_resumes_it(make_backend, tmp_path):
+    # the random tiny model's token entropy is about 7.3 nats: a target above it pushes, one below lets go
+    below = make_backend(entropy_target=9.0, entropy_coef=0.01, entropy_coef_step=0.004, entropy_coef_max=0.02)
+    coefs = [below.train_step([episode(1.0), episode(-1.0)])["entropy_coef"] for _ in range(4)]
+    assert coefs == pytest.approx([0.01, 0.014, 0.018, 0.02])  # up a step after each, held at the max
+    below.save_checkpoint(tmp_path / "ck", {"step": 4})
+    fresh = make_backend(entropy_target=9.0, entropy_coef=0.0, entropy_coef_step=0.004, entropy_coef_max=0.02)
+    fresh.load_checkpoint(tmp_path / "ck")
+    assert fresh.train_step([episode(1.0), episode(-1.0)])["entropy_coef"] == pytest.approx(0.02)
+    above = make_backend(entropy_target=1.0, entropy_coef=0.005, entropy_coef_step=0.004)
+    coefs = [above.train_step([episode(1.0), episode(-1.0)])["entropy_coef"] for _ in range(3)]
+    assert coefs == pytest.approx([0.005, 0.001, 0.0])  # down a step after each, never below 0
+    fixed = make_backend(entropy_coef=0.01)  # no target: the bonus stays where it is set
+    assert [fixed.train_step([episode(1.0), episode(-1.0)])["entropy_coef"] for _ in range(2)] == [0.01, 0.01]
 
 
 @pytest.mark.parametrize("stage", [0, 2, 3])

@@ -49,7 +49,10 @@ class TrainingConfig(Section):
     mis_low: float = Field(0.5, ge=0, lt=1, description="mis / seq_mis: tokens (sequences) with rho = pi_old/pi_rollout below this are dropped from the loss")
     mis_high: float = Field(2.0, gt=1, le=10_000, description="mis / seq_mis: tokens (sequences) with rho above this are dropped from the loss")
     kl_coef: float = Field(0.0, ge=0, description="KL penalty (k3) to the reference model: the starting weights, kept frozen beside the policy (0 = none loaded)")
-    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus")
+    entropy_coef: float = Field(0.0, ge=0, description="Entropy bonus: the loss subtracts this times the mean token entropy (at the sampling temperature); with entropy_target set, the bonus the run starts from")
+    entropy_target: float | None = Field(None, gt=0, le=20, description="Adaptive entropy control (Skywork-OR1's): a mean token entropy (nats, at the sampling temperature) to hold the policy at. After each step the entropy bonus rises by entropy_coef_step while the step's entropy was below this and falls by it (not below 0) while above, so it pushes only when entropy runs low; reported as train/entropy_coef and kept in checkpoints. None = the fixed entropy_coef")
+    entropy_coef_step: float = Field(0.002, gt=0, le=1, description="entropy_target: how much the entropy bonus moves after each step (refused without entropy_target)")
+    entropy_coef_max: float = Field(0.1, gt=0, le=10, description="entropy_target: the most the adaptive entropy bonus may reach (refused without entropy_target)")
     loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean"] = Field(
         "token_mean", description="token_mean: sum of token losses / the step's trained tokens (every token weighs the same); seq_mean_token_sum: each sequence's summed token losses, averaged over the step's sequences (DAPO and verl name it so; longer answers weigh more); seq_mean: each sequence's mean token loss, averaged over sequences (every trajectory weighs the same)")
     overlong_filter: bool = Field(False, description="DAPO overlong filtering: episodes cut at seq_len_limit (truncated with no room left) are left out of the loss; their rewards still count in their group's baseline")
@@ -83,4 +86,15 @@ class TrainingConfig(Section):
         if self.overlong_buffer_tokens >= self.seq_len_limit:
             raise ValueError(f"overlong_buffer_tokens ({self.overlong_buffer_tokens}) must be below seq_len_limit "
                              f"({self.seq_len_limit}); lower it (DAPO uses a fifth of the limit) or set 0 to turn the penalty off")
+        return self
+
+    @model_validator(mode="after")
+    def _entropy_control_knobs_need_a_target(self) -> "TrainingConfig":
+        given = {"entropy_coef_step", "entropy_coef_max"} & self.model_fields_set
+        if self.entropy_target is None and given:
+            raise ValueError(f"{', '.join(sorted(given))} only take effect with entropy_target (adaptive entropy control); "
+                             "set training.entropy_target to the mean token entropy to hold, or drop them")
+        if self.entropy_target is not None and self.entropy_coef > self.entropy_coef_max:
+            raise ValueError(f"entropy_coef ({self.entropy_coef:g}) is where the adaptive bonus starts and must not exceed "
+                             f"entropy_coef_max ({self.entropy_coef_max:g}); lower it or raise entropy_coef_max")
         return self

@@ -21,6 +21,7 @@ STEP, VERSION, ELAPSED_S = "step", "version", "elapsed_s"
 TRAIN_LOSS = "train/loss"
 TRAIN_GRAD_NORM = "train/grad_norm"
 TRAIN_ENTROPY = "train/entropy"
+TRAIN_ENTROPY_COEF = "train/entropy_coef"  # the entropy bonus the step trained with (moves under training.entropy_target)
 TRAIN_LR = "train/lr"
 TRAIN_KL_REF = "train/kl_ref"
 TRAIN_MISMATCH_KL = "train/mismatch_kl"
