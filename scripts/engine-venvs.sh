@@ -5,8 +5,8 @@
 # of its GPU kernels) and only the pure-Python packages its argument parser, route and protocol
 # modules import, each at the engine's own version specifier. torch, transformers and what else
 # agentrl's own environment (.venv) has are shared from it (a .pth after the engine's own packages, so
-# a version the engine pins and installs here wins): two environments build in about a minute instead
-# of four. Idempotent: a complete one is kept.
+# a version the engine pins and installs here wins): two environments build side by side in about a
+# minute instead of four. Idempotent: a complete one is kept.
 # Usage: bash scripts/engine-venvs.sh [DIR]   (default ${AGENTRL_ENGINE_VENVS:-$HOME/.cache/agentrl/engines})
 # Environment: PYTHON (default python3).
 set -euo pipefail
@@ -51,4 +51,7 @@ PY
   "$dir/bin/python" -c "import $name" >/dev/null 2>&1 || true  # byte-compile the package's entry once
   touch "$dir/.complete"
 }
-for pin in $pins; do build "${pin%%==*}" "${pin##*==}"; done
+# the engines build side by side (mostly waiting on downloads); any one failing fails the script
+pids=()
+for pin in $pins; do build "${pin%%==*}" "${pin##*==}" & pids+=($!); done
+for pid in "${pids[@]}"; do wait "$pid"; done

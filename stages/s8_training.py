@@ -13,7 +13,9 @@ fall behind them by more than `verify.cross_harness_max_drop` during training; a
 explodes (medians of the first and last tenth of the steps); gradient norm stays finite and bounded.
 full: `training.total_steps` (or `stages.full_minutes`, whichever comes first) with periodic checkpoints, resume
 from the latest and evaluations every `stages.short_eval_every_steps` (the curve verify's convergence layer reads
-as it reads short's); it starts only after a passing short run and stage 0 baseline of the same configuration
+as it reads short's), judged as a long run that kept learning: the last third of the training harnesses' eval
+curve within `stages.full_max_success_drop` of its best third, entropy above `stages.full_min_entropy` (or,
+unset, short's trend rule), gradient norms bounded, every held-out harness's last third not below its start; it starts only after a passing short run and stage 0 baseline of the same configuration
 (`agentrl_cli/acceptance/phase_order.py`: the "earlier phases" check), or with `--force` (recorded in that check and
 as `forced_order` in the report's environment).
 
@@ -300,7 +302,70 @@ def _full(ctx: StageContext, path) -> list[Check]:
                            f"{budget} with periodic checkpoints",
                            "rerun the same command to resume from the latest checkpoint")
     checks = [order, ctx.check("full run", go)]
-    return checks + (_restarts(summaries[0]) if summaries else [])
+    if not summaries:
+        return checks
+    return checks + _restarts(summaries[0]) + _stability(cfg, summaries[0])
+
+
+def _thirds(values: list[float]) -> list[list[float]]:
+    """`values` in three consecutive parts as even as they go (the middle one takes what is left)."""
+    n = len(values) // 3
+    return [values[:n], values[n:len(values) - n], values[len(values) - n:]]
+
+
+def _stability(cfg, s: RunSummary) -> list[Check]:
+    """A long run that kept learning: the training harnesses' eval success held at its best, entropy
+    above its floor, gradient norms bounded, every held-out harness not below its start."""
+    train_names = [h.name for h in cfg.harnesses if not h.held_out]
+    held = [h.name for h in cfg.harnesses if h.held_out]
+    curve = [statistics.fmean(e[n]["success_rate"] for n in train_names) for e in s.evals if all(n in e for n in train_names)]
+    checks = []
+    drop = cfg.stages.full_max_success_drop
+    if len(curve) < 3:
+        checks.append(Check.skipped("eval success holds", f"{len(curve)} evaluations; the thirds of the curve need at least 3 "
+                                    "(raise stages.full_minutes or lower stages.short_eval_every_steps)"))
+    else:
+        thirds = [statistics.fmean(part) for part in _thirds(curve)]
+        best, last = max(thirds), thirds[-1]
+        checks.append(Check.judge("eval success holds", last >= best - drop - 1e-9,
+                                  {"thirds": [round(x, 3) for x in thirds], "best_third": round(best, 3), "last_third": round(last, 3),
+                                   "evaluations": len(curve), "curve": [round(x, 3) for x in curve]},
+                                  f"the last third's mean eval success within {drop:g} of the best third's, on the training harnesses",
+                                  "the policy learned and then lost it: lower training.learning_rate, set training.entropy_target, "
+                                  "or stop earlier (stages.full_minutes); `agentrl troubleshoot entropy-collapse-or-explosion`"))
+    entropy = [m[keys.TRAIN_ENTROPY] for m in s.metrics if m.get(keys.TRAIN_ENTROPY) is not None]
+    floor = cfg.stages.full_min_entropy
+    if floor is None:
+        ok, measured = entropy_trend(entropy)
+        checks.append(Check.judge("entropy neither collapses nor explodes", ok, measured,
+                                  "median of the last steps within 0.1x-10x of the first steps'",
+                                  "lower training.learning_rate, add training.entropy_coef or set training.entropy_target"))
+    elif len(entropy) < 5:
+        checks.append(Check.skipped("entropy stays above its floor", f"{len(entropy)} steps logged entropy; the windows need 5"))
+    else:
+        medians = [statistics.median(entropy[i:i + 5]) for i in range(len(entropy) - 4)]
+        low = min(range(len(medians)), key=medians.__getitem__)
+        checks.append(Check.judge("entropy stays above its floor", medians[low] >= floor,
+                                  {"lowest_5_step_median": round(medians[low], 4), "at_step_window": [low + 1, low + 5],
+                                   "first": round(medians[0], 4), "last": round(medians[-1], 4), "steps": len(entropy)},
+                                  f"the median of every 5 consecutive steps >= stages.full_min_entropy = {floor:g}",
+                                  "set training.entropy_target at or above the floor (adaptive entropy control), or lower "
+                                  "training.learning_rate"))
+    ok, measured = grad_norm_stable([m[keys.TRAIN_GRAD_NORM] for m in s.metrics if m.get(keys.TRAIN_GRAD_NORM) is not None])
+    checks.append(Check.judge("gradient norm stable", ok, measured, "finite, max <= 100x median",
+                              "lower training.learning_rate or training.max_grad_norm"))
+    for n in held:
+        rates = [e[n]["success_rate"] for e in s.evals if n in e]
+        if len(rates) < 3:
+            checks.append(Check.skipped(f"held-out harness {n} not below its start", f"{len(rates)} evaluations; need at least 3"))
+            continue
+        last = statistics.fmean(_thirds(rates)[-1])
+        checks.append(Check.judge(f"held-out harness {n} not below its start", last >= rates[0] - 1e-9,
+                                  {"start": round(rates[0], 3), "last_third": round(last, 3), "curve": [round(x, 3) for x in rates]},
+                                  "the mean of the last third of its evaluations >= its first (never trained on)",
+                                  "the policy traded general skill for the training harnesses: lower training.learning_rate, "
+                                  "set training.kl_coef, or add harness variety"))
+    return checks
 
 
 def _r(values):

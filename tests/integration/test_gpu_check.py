@@ -19,29 +19,49 @@ sys.path.insert(0, str(ROOT))
 pytestmark = [pytest.mark.integration]
 
 STREAMS = (2, 4)
-MEASURED = ["matmul_tflops", "deepspeed_step_s", "deepspeed_step_mfu", "fsdp_step_s", "fsdp_step_mfu",
-            "weight_transfer_gloo_s", "weight_transfer_gloo_first_s", "weight_transfer_gloo_share_of_step",
-            "stage0_checks_passed", "stage0_wall_s", "stage8_smoke_checks_passed", "stage8_smoke_wall_s", "check_wall_s",
-            *(f"engine_{kind}_{n}_streams" for n in STREAMS for kind in ("tokens_per_s", "mfu"))]
-SKIPPED = ["weight_transfer_nccl_s", "stage0_smollm2_checks_passed", "stage8_smoke_smollm2_checks_passed"]
+DEVICE_MEASURED = ["matmul_tflops", "deepspeed_step_s", "deepspeed_step_mfu", "fsdp_step_s", "fsdp_step_mfu",
+                   "weight_transfer_gloo_s", "weight_transfer_gloo_first_s", "weight_transfer_gloo_share_of_step",
+                   "check_wall_s", *(f"engine_{kind}_{n}_streams" for n in STREAMS for kind in ("tokens_per_s", "mfu"))]
+STAGES_MEASURED = ["stage0_checks_passed", "stage0_wall_s", "stage8_smoke_checks_passed", "stage8_smoke_wall_s"]
+DEVICE_SKIPPED = ["weight_transfer_nccl_s"]
+STAGES_SKIPPED = ["stage0_smollm2_checks_passed", "stage8_smoke_smollm2_checks_passed"]
 
 
-def test_the_dry_run_measures_every_part_on_the_cpu():
+def _dry_run(*parts: str) -> dict:
+    args = ["--parts", ",".join(parts)] if parts else []
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--json", "--streams",
-                           ",".join(map(str, STREAMS)), "--smollm2", "none", "--wheels", "/nonexistent"],
+                           ",".join(map(str, STREAMS)), "--smollm2", "none", "--wheels", "/nonexistent", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout)["figures"]
     failed = {k: f["unit"] for k, f in figures.items() if f["value"] == "failed"}
     assert not failed, failed
     assert figures["device"]["value"] == "cpu"
-    for name in MEASURED:
+    return figures
+
+
+def _measured(figures: dict, measured: list[str], skipped: list[str]) -> None:
+    for name in measured:
         value = figures[name]["value"]
         assert isinstance(value, (int, float)) and value >= 0, (name, figures.get(name))
-    for name in SKIPPED:
+    for name in skipped:
         assert figures[name]["value"] == "skipped" and figures[name]["unit"], (name, figures[name])
+
+
+def test_the_dry_run_measures_every_device_part_on_the_cpu():
+    """The parts a lent GPU runs that nothing else in the suite does (the engine's streams, both trainer
+    backends' steps, the weight transfer); the stage runs, which every stage test covers, are the long one's."""
+    figures = _dry_run("engine", "train", "transfer")
+    _measured(figures, DEVICE_MEASURED, DEVICE_SKIPPED)
     assert figures["weight_transfer_gloo_s"]["met"] is True  # every sync was read back from the server
     assert 0 < figures["weight_transfer_gloo_share_of_step"]["value"] < 1
+    assert not set(STAGES_MEASURED) & set(figures)  # the parts not asked for do not run
+
+
+@pytest.mark.long
+def test_the_dry_run_measures_every_part_on_the_cpu():
+    figures = _dry_run()
+    _measured(figures, DEVICE_MEASURED + STAGES_MEASURED, DEVICE_SKIPPED + STAGES_SKIPPED)
     assert figures["stage0_checks_passed"]["value"] >= 1
 
 

@@ -90,9 +90,10 @@ class TrainingConfig(Section):
 
     @model_validator(mode="after")
     def _entropy_control_knobs_need_a_target(self) -> "TrainingConfig":
-        given = {"entropy_coef_step", "entropy_coef_max"} & self.model_fields_set
+        fields = type(self).model_fields
+        given = {k for k in ("entropy_coef_step", "entropy_coef_max") if getattr(self, k) != fields[k].default}
         if self.entropy_target is None and given:
-            raise ValueError(f"{', '.join(sorted(given))} only take effect with entropy_target (adaptive entropy control); "
+            raise ValueError(f"{', '.join(sorted(given))} set away from their defaults only take effect with entropy_target (adaptive entropy control); "
                              "set training.entropy_target to the mean token entropy to hold, or drop them")
         if self.entropy_target is not None and self.entropy_coef > self.entropy_coef_max:
             raise ValueError(f"entropy_coef ({self.entropy_coef:g}) is where the adaptive bonus starts and must not exceed "

@@ -38,6 +38,8 @@ class StageThresholds(Section):
     short_minutes: float = Field(15.0, gt=0, description="Stage 8 short: time budget in minutes")
     short_eval_every_steps: int = Field(20, ge=1, description="Stage 8 short and full, and verify's own run: trainer steps between evaluations (the curve)")
     full_minutes: float | None = Field(None, gt=0, description="Stage 8 full: time budget in minutes (training stops at it or at training.total_steps, whichever comes first); null: training.total_steps alone")
+    full_max_success_drop: float = Field(0.05, ge=0, le=1, description="Stage 8 full: how far the mean eval success of the last third of the run's evaluations may fall below that of its best third (the curve split in three), on the training harnesses")
+    full_min_entropy: float | None = Field(None, gt=0, le=20, description="Stage 8 full: the mean token entropy (nats, at the sampling temperature) the policy must stay above: judged on the median of every 5 consecutive steps; null: judged as short's is, the last steps' median within 0.1x-10x of the first steps'")
     short_min_success_gain: float = Field(0.15, ge=0, le=1, description="Stage 8 short: required eval success-rate gain over the warm start")
     short_recipe: dict[str, Any] | None = Field(
         default_factory=lambda: dict(SHORT_RECIPE),
