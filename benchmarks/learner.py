@@ -49,6 +49,13 @@ the work directory (printed).
     python benchmarks/learner.py [--json] [--steps 16] [--seeds 1,2,3] [--arms none,tis]
                                  [--eval-per-family 12] [--delay-s 2.0] [--delayed-fraction 0.25]
     python benchmarks/learner.py --arms episode,turn [--json] [--steps 12] [--seeds 1,2,3,4,5] [--min-chars 140]
+    python benchmarks/learner.py --arms sync,async [--json] [--steps 16] [--seeds 1,2,3]
+
+The speed arms (`--arms sync,async`, issue: learning is not traded for speed) run the recipe on plain
+terminal_like with generation and training in lock-step (`sync`) against overlapped at a staleness of one
+version with `training.correction: tis` (`async`), each once per seed; per arm the final eval success, late
+reward, policy lag and the steps' wall seconds, `async_minus_sync_*` paired by seed, and `async_no_worse`:
+async's mean eval difference not below minus its seed SD (reported: the SmolLM2 recipe keeps `sync` unless it holds).
 """
 
 from __future__ import annotations
@@ -84,6 +91,10 @@ CREDIT_RECIPE = {"rollout.mode": "sync", "rollout.weight_sync_interval_steps": 1
                  "training.kl_coef": 0.1, "rollout.eval_concurrency": 0, "rollout.max_steps_per_trajectory": 3,
                  "inference.max_new_tokens": 48}
 CREDIT_KEYS = ("rollout/turn_advantage_spread", "rollout/step_advantage_share")
+# the speed arms (`--arms sync,async`): the recipe on plain terminal_like (no delay), generation and training
+# in lock-step against overlapped at a staleness of one version with the truncated importance-weight correction
+SPEED_ARMS = {"sync": {"rollout.mode": "sync", "training.correction": "none"},
+              "async": {"rollout.mode": "async", "rollout.max_staleness": 1, "training.correction": "tis"}}
 IS_KEYS = ("is_ess", "is_weight_mean", "is_weight_p99", "is_weight_max", "is_rejected_fraction")
 
 
@@ -105,6 +116,14 @@ def credit_sets(arm: str, seed: int, workdir: Path, port: int, min_chars: int) -
     return [*(f"{k}={json.dumps(v)}" for k, v in CREDIT_RECIPE.items()), f"training.advantage={arm}",
             f"rollout.seed={seed}", f"training.seed={seed}", f"inference.port={port}",
             "training.checkpoint_interval_steps=100000", f"data.root={workdir / 'store'}", "harnesses=" + json.dumps([harness])]
+
+
+def speed_sets(arm: str, seed: int, workdir: Path, port: int) -> list[str]:
+    """The config overrides of one speed run: the recipe on terminal_like with the arm's rollout mode."""
+    sets = {**RECIPE, **SPEED_ARMS[arm]}
+    return [*(f"{k}={json.dumps(v)}" for k, v in sets.items()), f"rollout.seed={seed}", f"training.seed={seed}",
+            f"inference.port={port}", "training.checkpoint_interval_steps=100000", f"data.root={workdir / 'store'}",
+            'harnesses=[{"name": "terminal_like"}]']
 
 
 def eval_tasks(cfg, per_family: int) -> dict:
@@ -130,6 +149,7 @@ def worker(spec: dict) -> int:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     sets = (credit_sets(spec["arm"], spec["seed"], workdir, port, spec["min_chars"]) if spec["arm"] in CREDIT_ARMS
+            else speed_sets(spec["arm"], spec["seed"], workdir, port) if spec["arm"] in SPEED_ARMS
             else run_sets(spec["arm"], spec["seed"], workdir, port, spec["delay_s"], spec["fraction"]))
     cfg = load_config(None, sets, env={}).config
     t0 = time.perf_counter()
@@ -202,7 +222,8 @@ def summarize(rows: list[dict], steps: int) -> dict:
            "reward_late": _mean(r.get(keys.REWARD_MEAN) for r in late),
            "success_late": _mean(r.get(keys.REWARD_SUCCESS_RATE) for r in late),
            "train_s": _mean(r.get(keys.TIME_TRAIN_S) for r in train),
-           "dropped_stale": train[-1].get(keys.ROLLOUT_DROPPED_STALE) if train else None}
+           "dropped_stale": train[-1].get(keys.ROLLOUT_DROPPED_STALE) if train else None,
+           "steps_wall_s": train[-1].get(keys.ELAPSED_S) if train else None}
     for name in CREDIT_KEYS:
         out[name] = _mean(r.get(name) for r in train)
     for name in IS_KEYS:
@@ -288,6 +309,39 @@ def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int)
     return figs
 
 
+def speed_figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
+    """The speed arms' figures: per arm eval success, late reward, policy lag and seconds; async - sync paired by
+    seed, and whether async may be the default: its mean eval success difference not below minus its seed SD."""
+    figs: dict[str, dict] = {"runs_complete": runs_complete([r for runs in results.values() for r in runs], steps)}
+    per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
+    for arm, runs in results.items():
+        n = f"mean of {len(runs)} seeds {seeds}"
+        figs[f"{arm}_eval_success"] = figure(_mean(r["eval_final"] for r in runs),
+                                             f"greedy success at step {steps}, {n} (per seed {per_seed(runs, 'eval_final')}; "
+                                             f"at step 0 {per_seed(runs, 'eval_start')})")
+        figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs), f"mean training reward over the last "
+                                            f"half of the steps, {n} (per seed {per_seed(runs, 'reward_late')})")
+        figs[f"{arm}_policy_lag"] = figure(_mean(r["policy_lag"] for r in runs), f"versions, {n}")
+        figs[f"{arm}_steps_wall_s"] = figure(_mean(r["steps_wall_s"] for r in runs), f"s from the run's start (its first "
+                                             f"evaluation included) to the last step's end, {n} (per seed {per_seed(runs, 'steps_wall_s')})")
+    if "sync" in results and "async" in results:
+        for key, name in (("eval_final", "eval_success"), ("reward_late", "reward_late"), ("steps_wall_s", "steps_wall_s")):
+            diffs = paired(results["async"], results["sync"], key)
+            figs[f"async_minus_sync_{name}"] = (figure("n/a", "a run lacks the figure") if diffs is None else
+                                                figure(statistics.fmean(diffs), f"async - sync, paired by seed, mean (per "
+                                                       f"seed {[_sig(d) for d in diffs]}, SD {_fmt(spread(diffs))})"))
+        diffs = paired(results["async"], results["sync"], "eval_final")
+        if diffs is not None:
+            mean, sd = statistics.fmean(diffs), spread(diffs)
+            ok = mean >= 0 or (not math.isnan(sd) and mean >= -sd)
+            noise = "one seed, no spread" if math.isnan(sd) else f"seed SD {sd:.3f}"
+            figs["async_no_worse"] = figure(ok, f"async's eval success is {mean:+.3f} against sync's ({noise}): "
+                                            + ("no worse beyond noise" if ok else "worse beyond noise"))
+    figs["run_wall_s"] = figure(_mean(r["wall_s"] for r in results[next(iter(results))]), "s per training run")
+    figs["benchmark_wall_s"] = figure(time.perf_counter() - T0, "s")
+    return figs
+
+
 def figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dict:
     figs: dict[str, dict] = {}
     every = [r for runs in results.values() for r in runs]
@@ -359,9 +413,11 @@ def main() -> int:
         return 2
     arms = list(dict.fromkeys(a for a in args.arms.split(",") if a))
     credit = bool(arms) and all(a in CREDIT_ARMS for a in arms)
-    unknown = [a for a in arms if a not in (CREDIT_ARMS if credit else MODES)]
+    speed = bool(arms) and all(a in SPEED_ARMS for a in arms)
+    unknown = [a for a in arms if a not in (CREDIT_ARMS if credit else SPEED_ARMS if speed else MODES)]
     problem = (f"unknown arm(s) {unknown}: --arms takes training.correction values ({', '.join(MODES)}), or the "
-               f"training.advantage values {', '.join(CREDIT_ARMS)} (not both)" if unknown
+               f"training.advantage values {', '.join(CREDIT_ARMS)}, or the rollout modes {', '.join(SPEED_ARMS)} "
+               "(one kind at a time)" if unknown
                else "--arms is empty: give at least one training.correction value" if not arms
                else "--seeds is empty: give at least one integer" if not seeds
                else f"--steps must be at least 1, got {args.steps}" if args.steps < 1
@@ -378,7 +434,8 @@ def main() -> int:
             say(f"{arm} seed {seed}")
             results[arm].append(run_arm(arm, seed, args, model, work))
             (work / "results.json").write_text(json.dumps(results, indent=1))  # every run's figures so far
-    return report((credit_figures if credit else figures)(results, seeds, args.steps), args.json)
+    table = credit_figures if credit else speed_figures if speed else figures
+    return report(table(results, seeds, args.steps), args.json)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,24 @@ def test_learner_run_config_takes_the_arm_seed_staleness_and_delayed_harness(tmp
     assert len(tasks) == 12 and {t.split for t in tasks} == {"eval"}  # 3 of each of terminal_like's 4 families
 
 
+def test_learner_speed_arms_differ_only_in_the_rollout_mode_and_judge_async_against_sync_by_seed(tmp_path):
+    from agentrl_cli.config import load_config
+    from benchmarks import learner
+
+    sync, asyn = (load_config(None, learner.speed_sets(a, 3, tmp_path, 12345), env={}).config for a in ("sync", "async"))
+    assert (sync.rollout.mode, sync.training.correction) == ("sync", "none")
+    assert (asyn.rollout.mode, asyn.rollout.max_staleness, asyn.training.correction) == ("async", 1, "tis")
+    assert sync.training.learning_rate == asyn.training.learning_rate and sync.rollout.seed == asyn.rollout.seed == 3
+    assert [h.name for h in sync.harnesses] == [h.name for h in asyn.harnesses] == ["terminal_like"]
+    runs = {"sync": [_learner_run(0.5, 0.0), _learner_run(0.6, 0.0)], "async": [_learner_run(0.45, 0.001), _learner_run(0.6, 0.001)]}
+    figs = learner.speed_figures(runs, [1, 2], 4)
+    assert figs["async_minus_sync_eval_success"]["value"] == pytest.approx(-0.025)
+    assert figs["async_no_worse"]["value"] is True  # -0.025 is within one seed SD (0.035)
+    runs["async"] = [_learner_run(0.2, 0.001), _learner_run(0.25, 0.001)]
+    worse = learner.speed_figures(runs, [1, 2], 4)["async_no_worse"]
+    assert worse["value"] is False and "worse beyond noise" in worse["unit"]
+
+
 def test_learner_summary_reads_metrics_rows():
     run = _learner_run(0.6, 2e-4, steps=4)
     assert (run["steps"], run["finite_losses"], run["eval_start"], run["eval_final"]) == (4, True, 0.3, 0.6)
