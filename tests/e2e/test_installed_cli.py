@@ -22,11 +22,12 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
     return subprocess.run([AGENTRL, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.exclusive  # stage 4's "tokens/s under load" must reach its threshold: not beside another test's CPU load
 def test_stage_run_all_from_a_fresh_directory(tmp_path, quick_sets):
     """Every stage is built: the only check a random model may fail is stage 8 smoke's reward
-    degeneracy (all rewards equal), and the exit code says whether any check failed."""
-    proc = run("stage", "run", "all", "--json", *quick_sets, cwd=tmp_path)
+    degeneracy (all rewards equal), and the exit code says whether any check failed. It runs beside
+    the other tests, so stage 4's throughput floor is set to 1 token/s here: whether the engine reaches
+    the default floor is judged alone, by tests/e2e/test_stage4.py (exclusive)."""
+    proc = run("stage", "run", "all", "--json", *quick_sets, "--set", "stages.inference_min_tokens_per_s=1", cwd=tmp_path)
     data = json.loads(proc.stdout)
     failing = [(r["stage"], c["name"]) for r in data["reports"] for c in r["checks"] if c["status"] == "fail"]
     assert failing in ([], [(8, "reward distribution not degenerate")]), (failing, proc.stderr[-2000:])
