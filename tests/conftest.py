@@ -7,12 +7,31 @@ import fcntl
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from agentrl_cli.cli.app import app
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """How long xdist workers sat idle waiting for the `exclusive` and `serial` locks (CI's wall time goes
+    there too): the total, and the longest waits."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or getattr(config, "workerinput", None) is not None:
+        return
+    try:
+        rows = [json.loads(line) for f in factory.getbasetemp().glob("waits-*.jsonl") for line in f.read_text().splitlines()]
+    except OSError:
+        return
+    if rows:
+        rows.sort(key=lambda r: -r["waited_s"])
+        terminalreporter.write_sep("=", f"lock waits: {sum(r['waited_s'] for r in rows):.0f} s in {len(rows)} tests")
+        for r in rows[:8]:
+            why = "exclusive" if r["exclusive"] else f"serial({r['serial']})" if r["serial"] else "behind an exclusive test"
+            terminalreporter.write_line(f"{r['waited_s']:7.1f}s {why:<26} {r['test']}")
 
 
 def pytest_addoption(parser):
@@ -38,6 +57,7 @@ def pytest_runtest_protocol(item, nextitem):
     exclusive = item.get_closest_marker("exclusive") is not None
     serial = item.get_closest_marker("serial")
     with contextlib.ExitStack() as held:
+        waited = time.monotonic()
         if serial is not None:
             group = held.enter_context(open(shared / f"serial-{serial.args[0]}.lock", "a"))
             fcntl.flock(group, fcntl.LOCK_EX)  # released when the file closes
@@ -49,6 +69,11 @@ def pytest_runtest_protocol(item, nextitem):
         finally:
             if not exclusive:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+        waited = time.monotonic() - waited
+        if waited >= 1.0:  # a worker idle on a lock: the summary adds these up (pytest_terminal_summary)
+            with open(shared / f"waits-{workerinput['workerid']}.jsonl", "a") as out:
+                out.write(json.dumps({"test": item.nodeid, "waited_s": round(waited, 1), "exclusive": exclusive,
+                                      "serial": serial.args[0] if serial is not None else None}) + "\n")
         try:
             return (yield)
         finally:
