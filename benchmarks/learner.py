@@ -269,6 +269,23 @@ def recommend(results: dict[str, list[dict]]) -> tuple[str, str]:
     return choice, "; ".join(reasons) or "no correction arm measured"
 
 
+def _per_seed(runs: list[dict], key: str) -> list:
+    """One figure of each run (seed order), rounded for a unit's text."""
+    return [None if r[key] is None else round(r[key], 4) for r in runs]
+
+
+def _paired_figures(runs: list[dict], base: list[dict], label: str, keys) -> dict:
+    """`<label>_<name>` per (key, name): `runs` minus `base` paired by seed, mean, with the per-seed values and SD."""
+    figs = {}
+    for key, name in keys:
+        diffs = paired(runs, base, key)
+        figs[f"{label.replace(' - ', '_minus_')}_{name}"] = (
+            figure("n/a", "a run lacks the figure") if diffs is None else
+            figure(statistics.fmean(diffs), f"{label}, paired by seed, mean (per seed {[_sig(d) for d in diffs]}, "
+                   f"SD {_fmt(spread(diffs))})"))
+    return figs
+
+
 def runs_complete(every: list[dict], steps: int) -> dict:
     """Judged: every run trained `steps` steps with finite losses and was evaluated before and after."""
     complete = [r["steps"] == steps and r["finite_losses"] and r["eval_start"] is not None and r["eval_final"] is not None
@@ -282,28 +299,25 @@ def credit_figures(results: dict[str, list[dict]], seeds: list[int], steps: int)
     figs: dict[str, dict] = {}
     every = [r for runs in results.values() for r in runs]
     figs["runs_complete"] = runs_complete(every, steps)
-    per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
     for arm, runs in results.items():
         n = f"mean of {len(runs)} seeds {seeds}"
         figs[f"{arm}_eval_success"] = figure(_mean(r["eval_final"] for r in runs),
                                              f"greedy success (middle turn good) at step {steps}, {n} (per seed "
-                                             f"{per_seed(runs, 'eval_final')}; at step 0 {per_seed(runs, 'eval_start')})")
+                                             f"{_per_seed(runs, 'eval_final')}; at step 0 {_per_seed(runs, 'eval_start')})")
         figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs),
                                             f"mean training reward over the last half of the steps, {n} (per seed "
-                                            f"{per_seed(runs, 'reward_late')})")
+                                            f"{_per_seed(runs, 'reward_late')})")
         figs[f"{arm}_success_late"] = figure(_mean(r["success_late"] for r in runs),
                                              f"share of sampled training episodes that succeeded (middle turn good) over the "
-                                             f"last half of the steps, {n} (per seed {per_seed(runs, 'success_late')})")
+                                             f"last half of the steps, {n} (per seed {_per_seed(runs, 'success_late')})")
         if arm == "turn":
             for key in CREDIT_KEYS:
                 figs[f"turn_{key.split('/')[1]}"] = figure(_mean(r[key] for r in runs), f"{key}, mean over steps, {n} "
-                                                           f"(per seed {per_seed(runs, key)})")
+                                                           f"(per seed {_per_seed(runs, key)})")
     if "turn" in results and "episode" in results:
-        for key, name in (("eval_final", "eval_success"), ("success_late", "success_late"), ("reward_late", "reward_late")):
-            diffs = paired(results["turn"], results["episode"], key)
-            figs[f"turn_minus_episode_{name}"] = (figure("n/a", "a run lacks the figure") if diffs is None else
-                                                  figure(statistics.fmean(diffs), f"turn - episode, paired by seed, mean "
-                                                         f"(per seed {[_sig(d) for d in diffs]}, SD {_fmt(spread(diffs))})"))
+        figs.update(_paired_figures(results["turn"], results["episode"], "turn - episode",
+                                    (("eval_final", "eval_success"), ("success_late", "success_late"),
+                                     ("reward_late", "reward_late"))))
     figs["run_wall_s"] = figure(_mean(r["wall_s"] for r in every), "s per training run (start-up, 2 evaluations, the steps)")
     figs["benchmark_wall_s"] = figure(time.perf_counter() - T0, "s")
     return figs
@@ -313,23 +327,20 @@ def speed_figures(results: dict[str, list[dict]], seeds: list[int], steps: int) 
     """The speed arms' figures: per arm eval success, late reward, policy lag and seconds; async - sync paired by
     seed, and whether async may be the default: its mean eval success difference not below minus its seed SD."""
     figs: dict[str, dict] = {"runs_complete": runs_complete([r for runs in results.values() for r in runs], steps)}
-    per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
     for arm, runs in results.items():
         n = f"mean of {len(runs)} seeds {seeds}"
         figs[f"{arm}_eval_success"] = figure(_mean(r["eval_final"] for r in runs),
-                                             f"greedy success at step {steps}, {n} (per seed {per_seed(runs, 'eval_final')}; "
-                                             f"at step 0 {per_seed(runs, 'eval_start')})")
+                                             f"greedy success at step {steps}, {n} (per seed {_per_seed(runs, 'eval_final')}; "
+                                             f"at step 0 {_per_seed(runs, 'eval_start')})")
         figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs), f"mean training reward over the last "
-                                            f"half of the steps, {n} (per seed {per_seed(runs, 'reward_late')})")
+                                            f"half of the steps, {n} (per seed {_per_seed(runs, 'reward_late')})")
         figs[f"{arm}_policy_lag"] = figure(_mean(r["policy_lag"] for r in runs), f"versions, {n}")
         figs[f"{arm}_steps_wall_s"] = figure(_mean(r["steps_wall_s"] for r in runs), f"s from the run's start (its first "
-                                             f"evaluation included) to the last step's end, {n} (per seed {per_seed(runs, 'steps_wall_s')})")
+                                             f"evaluation included) to the last step's end, {n} (per seed {_per_seed(runs, 'steps_wall_s')})")
     if "sync" in results and "async" in results:
-        for key, name in (("eval_final", "eval_success"), ("reward_late", "reward_late"), ("steps_wall_s", "steps_wall_s")):
-            diffs = paired(results["async"], results["sync"], key)
-            figs[f"async_minus_sync_{name}"] = (figure("n/a", "a run lacks the figure") if diffs is None else
-                                                figure(statistics.fmean(diffs), f"async - sync, paired by seed, mean (per "
-                                                       f"seed {[_sig(d) for d in diffs]}, SD {_fmt(spread(diffs))})"))
+        figs.update(_paired_figures(results["async"], results["sync"], "async - sync",
+                                    (("eval_final", "eval_success"), ("reward_late", "reward_late"),
+                                     ("steps_wall_s", "steps_wall_s"))))
         diffs = paired(results["async"], results["sync"], "eval_final")
         if diffs is not None:
             mean, sd = statistics.fmean(diffs), spread(diffs)
@@ -350,20 +361,19 @@ def figures(results: dict[str, list[dict]], seeds: list[int], steps: int) -> dic
     figs["off_policy"] = figure(min((x for x in lags if x is not None), default=float("nan")),
                                 f"versions, the smallest run's mean policy lag (max_staleness {MAX_STALENESS})",
                                 f">= {MIN_LAG:g} in every run", all(x is not None and x >= MIN_LAG for x in lags))
-    per_seed = lambda runs, key: [None if r[key] is None else round(r[key], 4) for r in runs]  # noqa: E731
     for arm, runs in results.items():
         n = f"mean of {len(runs)} seeds {seeds}"
         figs[f"{arm}_eval_success"] = figure(_mean(r["eval_final"] for r in runs),
-                                             f"greedy success at step {steps}, {n} (per seed {per_seed(runs, 'eval_final')}; "
-                                             f"at step 0 {per_seed(runs, 'eval_start')})")
+                                             f"greedy success at step {steps}, {n} (per seed {_per_seed(runs, 'eval_final')}; "
+                                             f"at step 0 {_per_seed(runs, 'eval_start')})")
         figs[f"{arm}_mismatch_kl"] = figure(_milli(_mean(r["mismatch_kl"] for r in runs)),
                                             f"x 1e-3: k3 KL(server || trainer) per trained token, mean over steps, {n} "
                                             f"(per seed {[_sig(r['mismatch_kl']) for r in runs]})")
-        figs[f"{arm}_policy_lag"] = figure(_mean(r["policy_lag"] for r in runs), f"versions, {n} (per seed {per_seed(runs, 'policy_lag')})")
+        figs[f"{arm}_policy_lag"] = figure(_mean(r["policy_lag"] for r in runs), f"versions, {n} (per seed {_per_seed(runs, 'policy_lag')})")
         figs[f"{arm}_clip_fraction"] = figure(_mean(r["clip_fraction"] for r in runs), f"tokens clipped, {n}")
         figs[f"{arm}_reward_late"] = figure(_mean(r["reward_late"] for r in runs),
                                             f"mean training reward over the last half of the steps, {n} (per seed "
-                                            f"{per_seed(runs, 'reward_late')})")
+                                            f"{_per_seed(runs, 'reward_late')})")
         figs[f"{arm}_train_s_per_step"] = figure(_mean(r["train_s"] for r in runs), f"s, {n}")
         figs[f"{arm}_dropped_stale"] = figure(_mean(r["dropped_stale"] for r in runs), f"episodes dropped as stale per run, {n}")
         if arm != "none":
