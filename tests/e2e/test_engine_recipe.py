@@ -23,13 +23,15 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.exclusive  # stage 4's "tokens/s under load" must reach stages.inference_min_tokens_per_s: not beside another test's CPU load
 def test_a_test_engine_written_from_the_docs_recipe_serves_stage_4(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))  # for its servers
     recipe_engine.USED.clear()
     model = build_random(tmp_path / "model", seed=3)
     result, data = cli.json("stage", "run", "4", "--set", f"inference.engine={PATH}", "--set", f"model.path={model}",
-                            "--set", f"inference.port={_port()}", "--set", "stages.inference_load_concurrency=8")
+                            "--set", f"inference.port={_port()}", "--set", "stages.inference_load_concurrency=8",
+                            # the throughput floor is test_stage4's (run alone, `exclusive`); beside other tests'
+                            # load this test judges that the recipe's engine serves every check, not how fast
+                            "--set", "stages.inference_min_tokens_per_s=1")
     report = data["reports"][0]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] != "pass"]
     assert result.exit_code == 0 and report["status"] == "pass", failing

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from agentrl_cli.engines.inference.decode_step import LlamaDecode
 from agentrl_cli.engines.inference.engine import HFEngine
 from agentrl_cli.model.tiny import build_random
 
@@ -44,20 +45,26 @@ def test_late_arrivals_join_the_running_batch_and_decode_as_if_alone(model_dir):
         engine.close()
 
 
-def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir):
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-decode", "module-decode"])
+def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir, lean, monkeypatch):
     # regression: the KV cache and mask of a batch kept alive by joins only widened, so after a long
     # prompt joined and left, every later step still attended over its padding
-    engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=8)
+    engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=8, lean_decode=lean)
     widths: list[int] = []
-    forward = engine._model.forward
+    forward, step = engine._model.forward, LlamaDecode.step
 
     @functools.wraps(forward)
     def recording(*args, **kwargs):
         widths.append(kwargs["attention_mask"].shape[1])
         return forward(*args, **kwargs)
+
+    def recording_step(self, tokens, mask, positions, cache):
+        widths.append(mask.shape[1])
+        return step(self, tokens, mask, positions, cache)
     try:
         reference = _alone(engine, [5, 6, 7, 8, 9], 300)
         engine._model.forward = recording
+        monkeypatch.setattr(LlamaDecode, "step", recording_step)
         long = engine.submit([5, 6, 7, 8, 9], {"max_new_tokens": 300, "temperature": 0.0, "ignore_eos": True}, True, "long")
         deadline = time.monotonic() + 30
         while not engine._running and time.monotonic() < deadline:

@@ -146,3 +146,31 @@ def test_the_in_place_kv_cache_holds_what_concatenating_would():
             trim_front(cache, 4)  # then a wider join widens the view again over these columns
             ref_k, ref_v = ref_k[:, :, 4:], ref_v[:, :, 4:]
         assert torch.equal(layer.keys, ref_k) and torch.equal(layer.values, ref_v), step
+
+
+def test_prompts_of_one_batch_share_the_prefill_of_their_common_prefixes_and_decode_as_alone(model_dir):
+    """A harness's system prompt and a group's samples of one prompt: the batch prefills each shared
+    prefix once (a radix tree over its prompts), and every row decodes what it decodes alone."""
+    rng = random.Random(7)
+    system = [rng.randrange(0, 256) for _ in range(30)]
+    tasks = [[rng.randrange(0, 256) for _ in range(20)] for _ in range(3)]
+    other = [rng.randrange(0, 256) for _ in range(25)]
+    prompts = [system + t for t in tasks for _ in range(3)] + [other]  # 3 groups of 3 samples, and a stranger
+    sampling = [{**GREEDY, "temperature": 0.8, "sampling_seed": i} if i % 2 else GREEDY for i in range(len(prompts))]
+    engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=16, prefix_cache_tokens=0)
+    try:
+        alone = [engine.submit(p, s, True, f"a{i}").result(timeout=120) for i, (p, s) in enumerate(zip(prompts, sampling))]
+        before = engine.stats.snapshot()["prefill_tokens_total"]
+        futures = engine.submit_many([dict(input_ids=p, sampling=s, return_logprob=True, rid=f"b{i}")
+                                      for i, (p, s) in enumerate(zip(prompts, sampling))])
+        together = [f.result(timeout=120) for f in futures]
+        prefilled = engine.stats.snapshot()["prefill_tokens_total"] - before
+        assert engine.stats.snapshot()["recent_batch_sizes"][-1] == len(prompts)  # one batch
+    finally:
+        engine.close()
+    for got, want in zip(together, alone):
+        assert got["output_ids"] == want["output_ids"]
+        assert max(abs(a - b) for a, b in zip(got["output_logprobs"], want["output_logprobs"])) < 1e-4
+        assert got["cached_tokens"] == 0  # nothing came from the prefix cache (it is off)
+    # the system prompt once, each task's 19 tokens after it once, each sample's last token, the stranger whole
+    assert prefilled == 30 + 3 * 19 + 9 * 1 + 25 < sum(map(len, prompts))

@@ -43,13 +43,14 @@ def _host_network() -> dict:
 @pytest.fixture
 def mounts(tmp_path_factory):
     """The host's mount points, less those under this test session's temporary directories (a test
-    on another pytest-xdist worker may mount a tmpfs in its own)."""
+    on another pytest-xdist worker may mount a tmpfs in its own) and under /sys/fs/cgroup (slurmd, which
+    other tests start, mounts the cgroup v2 hierarchy at /sys/fs/cgroup/unified the first time it runs)."""
     base = tmp_path_factory.getbasetemp()
     session = str(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) + "/"
 
     def now() -> list[str]:
         points = (line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines())
-        return sorted(p for p in points if not p.startswith(session))
+        return sorted(p for p in points if not p.startswith((session, "/sys/fs/cgroup/")))
     return now
 
 

@@ -24,12 +24,18 @@ from typing import Callable, Protocol
 
 import torch
 
+from agentrl_cli.engines.inference.decode_step import decode_for
 from agentrl_cli.engines.inference.kv_cache import append_rows, new_cache, swap_remove_order, trim_front
-from agentrl_cli.engines.inference.prefix_cache import Prefix, PrefixCache
+from agentrl_cli.engines.inference.prefix_cache import MIN_MATCH, Prefix, PrefixCache
 from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, check_finished, prompt_logprobs
 from agentrl_cli.engines.inference.stats import EngineStats
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+def _whole_prompt(r: "Request") -> bool:
+    """Whether `r` asks for every prompt token's log-prob (its whole prompt's logits are computed)."""
+    return r.return_logprob and r.logprob_start_len == 0
 
 
 def _device_of(model) -> torch.device:
@@ -93,8 +99,9 @@ class BatchRun:
     """Runs `reqs` to completion on `model`; every request ends through `hooks.finish` or `hooks.retract`."""
 
     def __init__(self, model, tokenizer, reqs: list[Request], hooks: BatchHooks, *, pad_id: int, max_rows: int = 64,
-                 prefix_cache: PrefixCache | None = None, stats: EngineStats | None = None) -> None:
-        """`stats`: where the prefill and decode steps are timed (the engine's; None: nowhere kept)."""
+                 prefix_cache: PrefixCache | None = None, stats: EngineStats | None = None, lean: bool = True) -> None:
+        """`stats`: where the prefill and decode steps are timed (the engine's; None: nowhere kept);
+        `lean`: decode with `decode_step` when it knows the model (else the model's forward)."""
         self.model, self.tokenizer, self.hooks, self.pad_id, self.max_rows = model, tokenizer, hooks, pad_id, max_rows
         self.stats = stats if stats is not None else EngineStats()
         self.prefix_cache = prefix_cache if prefix_cache is not None and prefix_cache.enabled else None
@@ -106,6 +113,7 @@ class BatchRun:
         self.leaving: list[tuple[Request, dict]] = []  # finished rows, reported once `_select` drops them
         # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.lean = decode_for(model) if lean else None  # Llama-shaped models decode without the module walk (decode_step.py)
 
     def run(self) -> int:
         """Decode until every row has finished; returns the number of tokens generated."""
@@ -135,14 +143,20 @@ class BatchRun:
                 break
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             pos = pos + 1
-            out = self.model(input_ids=torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None], attention_mask=mask,
-                             position_ids=pos[:, None], use_cache=True, **{self.cache_kw: cache})
-            logits = out.logits[:, -1, :]
+            logits = self._decode(torch.tensor(tokens, dtype=torch.long, device=self.device), mask, pos, cache)
             self.stats.decode(time.perf_counter() - t, sampled, len(self.active))
             joining = self.hooks.admit(self.max_rows - len(self.active))
             if joining:
                 logits, cache, mask, pos = self._join(joining, logits, cache, mask, pos)
         return self.generated
+
+    def _decode(self, tokens: torch.Tensor, mask, pos, cache) -> torch.Tensor:
+        """Logits [rows, vocab] of one new token per row, its key and value added to `cache`."""
+        if self.lean is not None and hasattr(cache, "layers"):
+            return self.lean.step(tokens, mask, pos, cache)
+        out = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
+                         **{self.cache_kw: cache})
+        return out.logits[:, -1, :]
 
     def _join(self, joining: list[Request], logits, cache, mask, pos):
         """Prefill late arrivals on their own and merge them into the running batch."""
@@ -176,7 +190,7 @@ class BatchRun:
         return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2])
 
     def _lookup(self, r: Request) -> Prefix | None:
-        if self.prefix_cache is None or (r.return_logprob and r.logprob_start_len == 0):
+        if self.prefix_cache is None or _whole_prompt(r):
             return None  # whole-prompt log-probs need the prompt's logits
         hit = self.prefix_cache.lookup(r.input_ids)
         r.cached_tokens = hit.length if hit is not None else 0
@@ -190,8 +204,13 @@ class BatchRun:
 
     def _prefill(self):
         """Prefill the rows: those with a cached prefix on top of it, the others whole, as two
-        forward passes merged (one padded pass would pay every row the longest uncached prompt)."""
+        forward passes merged (one padded pass would pay every row the longest uncached prompt).
+        Rows the cache missed that start alike (a harness's system prompt, a group's samples of one
+        prompt) are prefilled on top of their shared prefixes, each computed once (`_shared_prefixes`)."""
         hits = [self._lookup(r) for r in self.active]
+        fresh = [i for i, (r, h) in enumerate(zip(self.active, hits)) if h is None and not _whole_prompt(r)]
+        for i, prefix in self._shared_prefixes([self.active[i].input_ids for i in fresh]).items():
+            hits[fresh[i]] = prefix
         if not any(hits):
             return self._forward(self.active)
         missed = [r for r, h in zip(self.active, hits) if h is None]
@@ -201,6 +220,58 @@ class BatchRun:
             self.sampler = BatchSampler([r.params for r in self.active], self.model.config.vocab_size, self.device)
         on_top = self._forward([r for r, _ in cached], [h for _, h in cached])
         return self._merge(self._forward(missed), on_top) if missed else on_top
+
+    def _shared_prefixes(self, prompts: list[list[int]]) -> dict[int, Prefix]:
+        """Prompt index -> the longest prefix it shares with at least one other prompt (at least
+        `MIN_MATCH` tokens more than the prefix it is computed on top of, never a prompt's last
+        token), its keys and values computed once per shared prefix: a radix tree over the prompts,
+        walked from the root, each inner node's tokens prefilled as one row on top of its parent's.
+        SGLang's radix cache does this across requests; here it is within one batch."""
+        out: dict[int, Prefix] = {}
+
+        def walk(rows: list[int], base: Prefix | None) -> None:
+            done = base.length if base is not None else 0
+            while len(rows) >= 2:
+                seqs = [prompts[i] for i in rows]
+                limit = min(map(len, seqs)) - 1
+                common = done
+                while common < limit and all(s[common] == seqs[0][common] for s in seqs):
+                    common += 1
+                if common - done >= MIN_MATCH:
+                    base, done = self._extend(base, seqs[0][:common]), common
+                groups: dict[int, list[int]] = {}
+                for i in rows:
+                    groups.setdefault(prompts[i][common], []).append(i)
+                if len(groups) > 1:
+                    for group in groups.values():
+                        walk(group, base)
+                    return
+                # all alike up to the shortest prompt's last token: those prompts stop here, the rest go on
+                ends = [i for i in rows if len(prompts[i]) - 1 == common]
+                for i in ends:
+                    if base is not None:
+                        out[i] = base
+                rows = [i for i in rows if len(prompts[i]) - 1 > common]
+            for i in rows:
+                if base is not None:
+                    out[i] = base
+
+        walk(list(range(len(prompts))), None)
+        return out
+
+    def _extend(self, base: Prefix | None, ids: list[int]) -> Prefix:
+        """The keys and values of `ids` (one row), computed on top of `base`'s (its first tokens)."""
+        done = base.length if base is not None else 0
+        cache = new_cache(self.model.config)
+        if base is not None:
+            for layer, (k, v) in enumerate(base.layers):
+                cache.update(k[None], v[None], layer)
+        self._prefilled += len(ids) - done
+        self.model(input_ids=torch.tensor([ids[done:]], dtype=torch.long, device=self.device),
+                   attention_mask=torch.ones((1, len(ids)), dtype=torch.long, device=self.device),
+                   position_ids=torch.arange(done, len(ids), device=self.device)[None], use_cache=True, logits_to_keep=1,
+                   **{self.cache_kw: cache})
+        return Prefix(len(ids), [(layer.keys[0], layer.values[0]) for layer in cache.layers])
 
     def _forward(self, reqs: list[Request], prefixes: list[Prefix] | None = None):
         """One left-padded forward pass over `reqs`' prompts; with `prefixes`, over what follows each

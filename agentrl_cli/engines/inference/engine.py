@@ -94,11 +94,13 @@ def _eos_ids(model, tokenizer) -> set[int]:
 class HFEngine:
     """Batching generation over one model directory; thread-safe; `close()` when done. `device`
     ("cpu", "cuda", "cuda:1") holds the model, its KV cache and the batch's tensors; weights that
-    arrive (from disk, from tensors, LoRA adapters) are copied onto it."""
+    arrive (from disk, from tensors, LoRA adapters) are copied onto it. `lean_decode`: decode steps
+    of Llama-shaped models run `decode_step.LlamaDecode` (same computation, without the module walk);
+    False: always the model's own forward."""
 
     def __init__(self, model_path, dtype: str = "float32", max_batch_size: int = 64, batch_window_ms: float = 10.0,
                  context_length: int | None = None, weight_version: str = "default", prefix_cache_tokens: int = 0,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", lean_decode: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
         self.device = torch.device(device)
@@ -106,6 +108,7 @@ class HFEngine:
             raise ValueError(f"device {device!r} needs CUDA, which this process does not have; use device='cpu'")
         self.model_path = self.tokenizer_path = str(model_path)
         self.dtype, self.max_batch_size, self.batch_window_s = dtype, max_batch_size, batch_window_ms / 1000.0
+        self.lean_decode = lean_decode
         with _LOAD_LOCK:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self._model = self._load(self.model_path)
@@ -596,7 +599,7 @@ class HFEngine:
         started, generated = time.perf_counter(), 0
         try:
             generated = BatchRun(model, self.tokenizer, batch, self, pad_id=self.pad_id, max_rows=self.max_batch_size,
-                                 prefix_cache=prefix_cache, stats=self.stats).run()
+                                 prefix_cache=prefix_cache, stats=self.stats, lean=self.lean_decode).run()
         except Exception as exc:  # noqa: BLE001 - fail this batch's requests, keep serving
             log.exception("batch of %d requests failed", len(batch))
             with self._cv:

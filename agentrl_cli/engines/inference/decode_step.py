@@ -1,0 +1,105 @@
+"""One decode step (one new token per row over the KV cache) for Llama-shaped models, without the
+walk through Hugging Face's modules.
+
+At 64 rows of SmolLM2-135M a decode step's matrix multiplies take about 80 ms on this 2-core box;
+Hugging Face's forward spent about as long again around them (per-module calls, keyword handling,
+a 4-D mask built each step, rotary tables rebuilt per layer). `LlamaDecode` runs the same
+computation as `LlamaForCausalLM.forward` for a single new position per row, reading the same
+parameters (so weight updates, LoRA merges and copies need nothing of it): RMSNorm, the
+q/k/v projections, rotary embedding from the model's own `rotary_emb` (every rope type it
+supports), keys and values written into the batch's cache layers, attention with grouped query heads
+over the rows' own positions (`_attend`), the output projection, the SiLU MLP, the final norm
+and the output head. Its logits agree with the module forward's to float rounding (the tests compare
+them); prefill, whole-prompt log-probs and every model it does not know go through the module
+forward (`decode_for` returns None for those).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# architectures whose decoder layer is Llama's: pre-norm RMSNorm, rotary q/k, grouped-query attention
+# with full (not sliding-window) attention, SiLU-gated MLP, optional projection biases (Qwen2 has q/k/v ones)
+SUPPORTED = frozenset({"LlamaForCausalLM", "Qwen2ForCausalLM"})
+
+
+class LlamaDecode:
+    """`step(tokens, mask, positions, cache)` -> logits [rows, vocab] for one new token per row.
+
+    `tokens` [rows] the tokens fed, `mask` [rows, columns] 1 where a cache column (this step's
+    included, last) belongs to the row, `positions` [rows] each row's position of the fed token,
+    `cache` the batch's `DynamicCache` (its layers' `update` append this step's keys and values)."""
+
+    def __init__(self, model) -> None:
+        self.model = model
+        inner = model.model
+        cfg = model.config
+        self.embed, self.rotary, self.norm = inner.embed_tokens, inner.rotary_emb, inner.norm
+        self.head = model.lm_head
+        self.layers = list(inner.layers)
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.scale = self.head_dim ** -0.5
+
+    @torch.inference_mode()
+    def step(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+        rows = tokens.shape[0]
+        h = self.embed(tokens[:, None])  # [rows, 1, hidden]
+        cos, sin = self.rotary(h, positions[:, None])  # [rows, 1, head_dim]
+        cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, head_dim]: over heads
+        # 0 where a row attends, -inf on its padding: [rows, 1, 1, columns], added to every head's scores
+        bias = torch.zeros(mask.shape, dtype=h.dtype, device=h.device).masked_fill_(mask == 0, float("-inf"))[:, None, None]
+        half = self.head_dim // 2
+        for layer, kv in zip(self.layers, cache.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            x = _rms(h, layer.input_layernorm)
+            q = F.linear(x, attn.q_proj.weight, attn.q_proj.bias).view(rows, 1, self.heads, self.head_dim).transpose(1, 2)
+            k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = F.linear(x, attn.v_proj.weight, attn.v_proj.bias).view(rows, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+            k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+            keys, values = kv.update(k, v)
+            o = self._attend(q, keys, values, bias)
+            h = h + F.linear(o, attn.o_proj.weight, attn.o_proj.bias)
+            x = _rms(h, layer.post_attention_layernorm)
+            gate = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            up = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+            h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
+        return F.linear(_rms(h, self.norm)[:, 0], self.head.weight, self.head.bias)
+
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Attention of one query per row ([rows, heads, 1, dim]) over the row's cached keys and values
+        ([rows, kv_heads, columns, dim], the cache's strided views, read in place), query heads grouped
+        onto their key-value head as Hugging Face's `repeat_kv` pairs them (head h reads kv head
+        h // (heads / kv_heads)). Two batched matrix multiplies: at one query per row this reads the
+        cache once, where `scaled_dot_product_attention` copies the strided views first (measured
+        1.7 ms against 1.1 ms per layer at 64 rows of SmolLM2 and 120 columns). -> [rows, 1, heads * dim]."""
+        rows, kv_heads = q.shape[0], keys.shape[1]
+        grouped = (q * self.scale).reshape(rows, kv_heads, self.heads // kv_heads, self.head_dim)
+        scores = torch.matmul(grouped, keys.transpose(-1, -2)) + bias  # [rows, kv_heads, group, columns]
+        out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [rows, kv_heads, group, dim]
+        return out.reshape(rows, 1, self.heads * self.head_dim)
+
+
+def _rms(x: torch.Tensor, norm) -> torch.Tensor:
+    """Llama's RMSNorm (in float32, as the module computes it)."""
+    xf = x.float()
+    return norm.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)).to(x.dtype)
+
+
+def decode_for(model) -> LlamaDecode | None:
+    """The lean decode step for `model`, or None when it is not a Llama-shaped model this knows
+    (then the batch calls the model's own forward)."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or type(model).__name__ not in SUPPORTED:
+        return None
+    if getattr(cfg, "hidden_act", "silu") != "silu" or getattr(cfg, "use_sliding_window", False):
+        return None
+    if getattr(cfg, "layer_types", None) and any(t != "full_attention" for t in cfg.layer_types):
+        return None
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "rotary_emb") or not hasattr(model, "lm_head"):
+        return None
+    return LlamaDecode(model)
