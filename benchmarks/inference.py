@@ -121,6 +121,61 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
         await client.close()
 
 
+def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, float]:
+    """Where one decode step of the embedded engine goes at `batch` rows over `columns` cached columns,
+    in milliseconds (median of `reps`, the parts interleaved): the whole step (`decode_step.LlamaDecode`),
+    the model's matrix multiplies alone at those rows (`F.linear` on its own weights), the attention alone
+    (every layer's `_attend` on the cache), and the sampler's draw over the vocabulary; "rest" is the step
+    less its multiplies and attention (norms, rotary, activations, cache writes, Python). Empty for a model
+    the lean step does not know."""
+    import torch.nn.functional as F
+
+    from agentrl_cli.engines.inference.decode_step import decode_for
+    from agentrl_cli.engines.inference.kv_cache import new_cache, trim_front
+    from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams
+
+    lean = decode_for(model)
+    if lean is None:
+        return {}
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    with torch.inference_mode():
+        ids = torch.randint(0, vocab, (batch, columns), generator=gen)
+        mask = torch.ones((batch, columns), dtype=torch.long)
+        cache = new_cache(model.config)
+        model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(columns)[None].expand(batch, columns),
+              cache=cache, use_cache=True, logits_to_keep=1)
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        inputs = {m.in_features: torch.randn(batch, m.in_features, generator=gen) for m in linears}
+        q = torch.randn(batch, lean.heads, 1, lean.head_dim, generator=gen)
+        bias = torch.zeros((batch, 1, 1, columns))
+        params = GenParams(max_new_tokens=1 << 20, seed=1)
+        sampler = BatchSampler([params] * batch, vocab)
+        logits = torch.randn(batch, vocab, generator=gen)
+        grown = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
+        pos = torch.full((batch,), columns)
+
+        def step() -> None:
+            lean.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache)
+            trim_front(cache, 1)  # the same number of columns every repetition
+
+        parts = {"step": step,
+                 "linears": lambda: [F.linear(inputs[m.in_features], m.weight, m.bias) for m in linears],
+                 "attention": lambda: [lean._attend(q, layer.keys, layer.values, bias) for layer in cache.layers],
+                 "sampling": lambda: sampler.sample(logits, [0] * batch)}
+        times: dict[str, list[float]] = {name: [] for name in parts}
+        for fn in parts.values():
+            fn()
+        for _ in range(reps):
+            for name, fn in parts.items():
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    ms = {name: statistics.median(v) * 1e3 for name, v in times.items()}
+    ms["rest"] = ms["step"] - ms["linears"] - ms["attention"]
+    return ms
+
+
 def main() -> int:
     from benchmarks.peer_trl import BenchUsage, resolve_model
 
@@ -152,6 +207,19 @@ def main() -> int:
     finally:
         for s in servers:
             s.stop()
+    # with the server stopped: one decode step at the widest batch, taken apart (in this process)
+    b = max(args.batches)
+    columns = len(prompts(tokenizer, 1)[0]) + args.new_tokens // 2  # a request's mean context while it decodes
+    ms = step_breakdown(model, b, columns)
+    if ms:
+        bound_ms = b / gemm.decode_bound(gemm.linear_shapes(Path(path)), b, seconds=2.0)["tokens_per_s"] * 1e3
+        where = f"ms, one decode step at {b} rows over {columns} cached columns"
+        figures[f"decode_step_ms_batch{b}"] = figure(ms["step"], where + " (the lean step; sampling not in it)")
+        figures[f"decode_linears_ms_batch{b}"] = figure(ms["linears"], where + ": the model's F.linear calls alone")
+        figures[f"decode_gemm_bound_ms_batch{b}"] = figure(bound_ms, where + ": the GEMM bound's step (gemm.decode_bound)")
+        figures[f"decode_attention_ms_batch{b}"] = figure(ms["attention"], where + ": attention over the KV cache alone")
+        figures[f"decode_rest_ms_batch{b}"] = figure(ms["rest"], where + ": the step less its multiplies and attention")
+        figures[f"sampling_ms_batch{b}"] = figure(ms["sampling"], f"ms, one draw for {b} rows over the vocabulary")
     return report(figures, args.json)
 
 

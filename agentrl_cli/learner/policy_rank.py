@@ -20,10 +20,14 @@ Step semantics (the same for every backend):
   tokens instead, each run as one packed row with no padding (`packing.py`; prompt sharing is then
   off); the loss is the padded one. Ranks with fewer bins run empty filler micro-batches so every
   rank runs as many (sharded engines gather or reduce inside forward and backward).
-- With `training.correction` other than none, the step first computes pi_old: a no-grad forward
-  (eval mode) over all its micro-batches with the weights the step starts from, before any of them
-  trains. The behaviour weights and their diagnostics (`corrections.py`) come from it; with several
-  ranks the diagnostics are gathered over every rank's units, so each rank reports the step's figures.
+- With `training.correction` other than none, the step needs pi_old, the log-probs of the weights the
+  step starts from. Those weights are the ones every micro-batch's training forward runs with (the
+  step's one optimizer step comes after the last), so with no dropout in the model (LoRA's included)
+  pi_old is that forward's log-probs, detached, as TRL's and verl's single-update steps take them.
+  With dropout, the step first runs a no-grad forward (eval mode) over all its micro-batches before
+  any of them trains. The behaviour weights and their diagnostics (`corrections.py`) come from pi_old;
+  with several ranks the diagnostics are gathered over every rank's units, so each rank reports the
+  step's figures.
 - With `training.lora` set, peft's LoRA layers are put in the model (`lora.py`) and only their
   parameters train and reach the optimizer. The KL reference is the same model with its adapters
   switched off. `export_adapter` writes peft's adapter directory; `export_weights`,
@@ -124,7 +128,11 @@ class PolicyRank:
         loss_sum, grad_norm = 0.0, None
         clock = StepClock(self.device)
         t = clock.mark()
-        old = self._old_logprobs(batches, prompts) if self.correction.needs_old_logprobs else [None] * len(batches)
+        # pi_old: the weights the step starts from. They stay the weights of every micro-batch's training
+        # forward until the step's one optimizer step, so where that forward computes what an eval-mode
+        # forward does (no dropout) its detached log-probs are pi_old and the separate pass is skipped
+        separate = self.correction.needs_old_logprobs and not self._forward_is_deterministic()
+        old = self._old_logprobs(batches, prompts) if separate else [None] * len(batches)
         weights = [corrections.behaviour_weights(o, b.old_logprobs, b.loss_mask, self.correction) if o is not None else None
                    for o, b in zip(old, batches)]
         model.train()
@@ -133,6 +141,9 @@ class PolicyRank:
             last = i == len(batches) - 1
             self._begin_micro_batch(last)
             new_lp, entropy = self._token_logprobs(model, batch, prompts[i])
+            if self.correction.needs_old_logprobs and not separate:
+                old[i] = new_lp.detach()
+                weights[i] = corrections.behaviour_weights(old[i], batch.old_logprobs, batch.loss_mask, self.correction)
             ref_lp = batch.ref_logprobs
             if ref_lp is None and self.reference is not None:
                 with torch.no_grad():
@@ -189,6 +200,20 @@ class PolicyRank:
         if isinstance(forward, packing.PackedRow):
             return packing.token_logprobs(model, batch, forward, self.temperature)
         return shared_prompts.token_logprobs(model, batch, forward, self.temperature)
+
+    def _forward_is_deterministic(self) -> bool:
+        """Whether the training forward computes what an eval-mode forward does: no dropout anywhere (no
+        `nn.Dropout` with p > 0, LoRA's included, and no config `*dropout` above 0, e.g. attention's)."""
+        known = getattr(self, "_deterministic", None)
+        if known is None:
+            from transformers import PretrainedConfig
+
+            modules = list(self.forward_model.modules())  # through DeepSpeed's / FSDP's and peft's wrappers
+            dropout = any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in modules)
+            configs = [m.config.to_dict() for m in modules if isinstance(getattr(m, "config", None), PretrainedConfig)]
+            configured = any(k.endswith("dropout") and isinstance(v, (int, float)) and v > 0 for c in configs for k, v in c.items())
+            known = self._deterministic = not (dropout or configured)
+        return known
 
     def _old_logprobs(self, batches, prompts) -> list[torch.Tensor]:
         """pi_old of every micro-batch: the step's starting weights, no gradient, before any update."""

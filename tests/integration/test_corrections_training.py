@@ -69,6 +69,39 @@ def test_noisy_server_logprobs_give_rejections_and_a_finite_loss(random_model_di
     assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"])
 
 
+def test_pi_old_is_the_training_forwards_own_log_probs_where_no_dropout_changes_it(random_model_dir):
+    """The weights of every micro-batch's training forward are the step's starting weights (one optimizer
+    step, after the last), so without dropout the step takes pi_old from that forward and runs no
+    separate pass; the loss, the weights and the gradient are the separate pass's."""
+    cfg = TrainingConfig(micro_batch_size=2, learning_rate=1e-3, zero_stage=2, correction="mis", mis_low=0.5, mis_high=2.0)
+    results = []
+    for separate in (False, True):
+        backend = DeepSpeedBackend(random_model_dir, cfg)
+        try:
+            passes, original = [], backend._old_logprobs
+            backend._old_logprobs = lambda *a: passes.append(1) or original(*a)
+            if separate:
+                backend._deterministic = False  # as a model with dropout would be
+            results.append((backend.train_step(samples(backend.module, 0.8)), len(passes)))
+        finally:
+            backend.close()
+    (reused, reused_passes), (separated, separate_passes) = results
+    assert (reused_passes, separate_passes) == (0, 1)
+    assert 0.0 < reused["is_rejected_fraction"] < 1.0  # the weights are not trivial
+    for key in ("loss", "grad_norm", "is_weight_mean", "is_rejected_fraction", "is_ess", "clip_fraction"):
+        assert reused[key] == pytest.approx(separated[key], rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_a_model_with_dropout_keeps_the_separate_pi_old_pass(random_model_dir, dropout):
+    lora = {"rank": 4, "alpha": 8.0, "dropout": dropout, "target_modules": ["q_proj", "v_proj"]}
+    backend = DeepSpeedBackend(random_model_dir, TrainingConfig(micro_batch_size=2, correction="tis", lora=lora))
+    try:
+        assert backend._forward_is_deterministic() is (dropout == 0.0)
+    finally:
+        backend.close()
+
+
 def test_two_ranks_report_the_diagnostics_of_all_their_tokens(random_model_dir, tmp_path):
     from agentrl_cli.config.models import PlatformConfig
     from agentrl_cli.learner.ranks_backend import RanksBackend

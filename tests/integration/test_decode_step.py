@@ -111,3 +111,16 @@ def test_a_model_it_does_not_know_goes_through_the_module_forward():
         config = object()
 
     assert decode_for(Other()) is None
+
+
+def test_the_inference_benchmark_takes_a_decode_step_apart(tmp_path):
+    from benchmarks.inference import step_breakdown
+
+    engine = HFEngine(build_random(tmp_path / "m", seed=2, num_key_value_heads=2), max_batch_size=4)
+    try:
+        ms = step_breakdown(engine._model, batch=4, columns=20, reps=3)
+    finally:
+        engine.close()
+    assert set(ms) == {"step", "linears", "attention", "sampling", "rest"}
+    assert all(ms[k] > 0 for k in ("step", "linears", "attention", "sampling"))
+    assert abs(ms["step"] - ms["linears"] - ms["attention"] - ms["rest"]) < 1e-9
