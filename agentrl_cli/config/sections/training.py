@@ -44,7 +44,7 @@ class TrainingConfig(Section):
     clip_ratio_high: float | None = Field(None, gt=0, le=10, description="Upper clip: the ratio is kept below 1 + this (None = clip_eps; DAPO's clip-higher uses 0.28)")
     ratio_level: Literal["token", "sequence"] = Field("token", description="token: PPO's per-token ratio; sequence: every token takes its sequence's exp(mean log-ratio) (GSPO)")
     correction: Literal["none", "tis", "seq_tis", "mis", "seq_mis", "decoupled"] = Field(
-        "none", description="Off-policy correction (learner/corrections.py): none = clip pi_theta/pi_rollout; the others clip pi_theta/pi_old (one extra no-grad forward) times rho = pi_old/pi_rollout, tis/seq_tis truncated at is_cap, mis/seq_mis dropped outside [mis_low, mis_high], decoupled (AReaL) dropped above is_cap")
+        "none", description="Off-policy correction (learner/corrections.py): none = clip pi_theta/pi_rollout; the others clip pi_theta/pi_old (pi_old: the training forward's own detached log-probs, or one extra no-grad forward where the model has dropout) times rho = pi_old/pi_rollout, tis/seq_tis truncated at is_cap, mis/seq_mis dropped outside [mis_low, mis_high], decoupled (AReaL) dropped above is_cap")
     is_cap: float = Field(2.0, ge=1, le=10_000, description="C of tis and seq_tis (weights truncated at C) and of decoupled (tokens with rho above C dropped)")
     mis_low: float = Field(0.5, ge=0, lt=1, description="mis / seq_mis: tokens (sequences) with rho = pi_old/pi_rollout below this are dropped from the loss")
     mis_high: float = Field(2.0, gt=1, le=10_000, description="mis / seq_mis: tokens (sequences) with rho above this are dropped from the loss")
