@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentrl_cli.engines.inference import HFEngine, create_app
+from agentrl_cli.engines.inference import HFEngine, create_app, loading
 from agentrl_cli.model.tiny import build_random
 from agentrl_cli.core.serving import ServerThread
 
@@ -489,10 +489,10 @@ def test_an_export_of_the_same_architecture_loads_into_a_copy_and_another_one_fu
     other = build_random(tmp_path / "c", seed=4, num_hidden_layers=1)
     engine = HFEngine(old)
     try:
-        copied = engine._same_architecture(str(new))
+        copied = loading.into_copy(str(new), engine._model, engine.dtype, engine._copy_of_serving)
         assert copied is not None and copied is not engine._model
         assert copied.lm_head.weight.data_ptr() == copied.model.embed_tokens.weight.data_ptr()  # still tied
-        assert engine._same_architecture(str(other)) is None  # another config: the full load
+        assert loading.into_copy(str(other), engine._model, engine.dtype, engine._copy_of_serving) is None  # another config: the full load
         for path, version in ((new, "v1"), (other, "v2")):
             assert engine.update_weights_from_disk(path, version)[0]
             model = AutoModelForCausalLM.from_pretrained(path).eval()

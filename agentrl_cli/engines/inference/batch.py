@@ -247,14 +247,13 @@ class BatchRun:
                         walk(group, base)
                     return
                 # all alike up to the shortest prompt's last token: those prompts stop here, the rest go on
-                ends = [i for i in rows if len(prompts[i]) - 1 == common]
-                for i in ends:
-                    if base is not None:
-                        out[i] = base
+                take([i for i in rows if len(prompts[i]) - 1 == common], base)
                 rows = [i for i in rows if len(prompts[i]) - 1 > common]
-            for i in rows:
-                if base is not None:
-                    out[i] = base
+            take(rows, base)
+
+        def take(rows: list[int], base: Prefix | None) -> None:
+            if base is not None:
+                out.update(dict.fromkeys(rows, base))
 
         walk(list(range(len(prompts))), None)
         return out
@@ -290,7 +289,7 @@ class BatchRun:
         ids, mask = ids.to(self.device), mask.to(self.device)  # filled here, moved once
         new = mask[:, past:]
         positions = (new.cumsum(-1) - 1).clamp(min=0) + torch.tensor(done, dtype=torch.long, device=self.device)[:, None]
-        whole_prompt = any(r.return_logprob and r.logprob_start_len == 0 for r in reqs)
+        whole_prompt = any(map(_whole_prompt, reqs))
         cache = new_cache(self.model.config)
         if past:
             for layer in range(len(prefixes[0].layers)):
@@ -305,7 +304,7 @@ class BatchRun:
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
         for i, r in enumerate(reqs):
-            if r.return_logprob and r.logprob_start_len == 0:
+            if _whole_prompt(r):
                 own = out.logits[i, width - len(r.input_ids):]
                 r.input_logprobs = prompt_logprobs(own, r.input_ids, r.params.temperature)
         return out.logits[:, -1, :], cache, mask, positions[:, -1]

@@ -9,7 +9,8 @@ Concurrency model: one scheduler thread owns the model and runs one static batch
 A weight update loads the new model in the caller's thread, then the scheduler swaps it in
 between batches: requests submitted before the update finish on the old weights (or are
 aborted when asked), requests submitted after it wait for the new ones, so no request ever mixes
-two weight versions. HTTP shapes belong in `protocol.py` / `hf_server.py`.
+two weight versions. Loading a directory (in full, or into a copy of the serving model) is
+`loading.py`'s; HTTP shapes belong in `protocol.py` / `hf_server.py`.
 
 LoRA adapters (SGLang's `load_lora_adapter` / `unload_lora_adapter`): each loaded adapter is a copy
 of the serving model with the adapter merged in (`lora.py`), under its name, with its own prefix
@@ -29,19 +30,16 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import logging
 import threading
 import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
-from safetensors.torch import load_file as load_safetensors
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from agentrl_cli.engines.inference import loading
 from agentrl_cli.engines.inference.batch import ABORTED, BatchRun, Request
 from agentrl_cli.engines.inference.lora import Adapter, merged_model, read_adapter
 from agentrl_cli.engines.inference.prefix_cache import PrefixCache
@@ -51,17 +49,8 @@ from agentrl_cli.engines.inference.stats import EngineStats
 log = logging.getLogger(__name__)
 
 PAUSE_MODES = ("abort", "retract", "in_place")
-# transformers' from_pretrained patches process-wide state while it builds a model (tie-weights and
-# init switches, the default dtype); two loads in parallel threads corrupt each other (untied or
-# meta-device weights). This lock holds no data: it only keeps loads in this process one at a time.
-_LOAD_LOCK = threading.Lock()
 WAITING_ABORT = {"type": "abort", "message": "Abort in waiting queue"}
 STREAMED_RETRACT = "Aborted: a streamed request cannot restart after a retraction (its tokens were sent)"
-
-
-# config keys that name or describe a saved file rather than the architecture
-CONFIG_NOT_ARCHITECTURE = frozenset({"_name_or_path", "transformers_version", "torch_dtype", "dtype", "_commit_hash",
-                                     "_attn_implementation_autoset"})
 MAX_WINDOW_FACTOR = 8  # a batch forms at most this many windows after its first request
 
 
@@ -75,20 +64,6 @@ class _Swap:
     barrier: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     ok: bool = False
-
-
-def _same_shapes(a, b) -> bool:
-    """Whether two models have the same state-dict keys, shapes and dtypes, in the same order."""
-    sa, sb = a.state_dict(keep_vars=True), b.state_dict(keep_vars=True)
-    return list(sa) == list(sb) and all(x.shape == y.shape and x.dtype == y.dtype for x, y in zip(sa.values(), sb.values()))
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids: set[int] = set()
-    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
-        value = getattr(source, "eos_token_id", None)
-        ids.update([value] if isinstance(value, int) else (value or ()))
-    return ids
 
 
 class HFEngine:
@@ -109,12 +84,11 @@ class HFEngine:
         self.model_path = self.tokenizer_path = str(model_path)
         self.dtype, self.max_batch_size, self.batch_window_s = dtype, max_batch_size, batch_window_ms / 1000.0
         self.lean_decode = lean_decode
-        with _LOAD_LOCK:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.tokenizer = loading.load_tokenizer(self.model_path)
         self._model = self._load(self.model_path)
         self.context_length = int(context_length or self._model.config.max_position_embeddings)
         self.weight_version = weight_version
-        self.eos_ids = _eos_ids(self._model, self.tokenizer)
+        self.eos_ids = loading.eos_ids(self._model, self.tokenizer)
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids, default=0)
         self._cv = threading.Condition()
@@ -123,7 +97,7 @@ class HFEngine:
         self._running: list[Request] = []
         self._paused: str | None = None
         self._swap: _Swap | None = None
-        self._spare = None  # the model the last weight update retired, reused by the next (_copy_of_serving)
+        self._spare = None  # the model the last weight update retired, reused by the next (`_copy_of_serving`)
         self._seq = itertools.count()
         self._closed = False
         self.stats = EngineStats()
@@ -137,47 +111,9 @@ class HFEngine:
     # ---- model -------------------------------------------------------------------------------
 
     def _load(self, path: str):
-        model = self._same_architecture(path)
-        if model is None:
-            dtype = "auto" if self.dtype == "auto" else getattr(torch, self.dtype)
-            with _LOAD_LOCK:
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-            model.to(self.device)  # a copy of the serving model (_same_architecture) is there already
-        model.eval().requires_grad_(False)
-        on_meta = [name for name, p in model.named_parameters() if p.device.type == "meta"]
-        if on_meta:
-            raise RuntimeError(f"{len(on_meta)} parameters were not loaded (e.g. {on_meta[0]})")
-        return model
-
-    def _same_architecture(self, path: str):
-        """A copy of the serving model holding `path`'s weights, when `path` is one safetensors file
-        with the serving model's config (what a trainer exports at every sync): loading the tensors
-        into a copy costs a third of building the model anew. None when anything differs or is
-        missing (a tensor not tied to a loaded one, an unknown name, another shape): then the full load."""
-        serving = getattr(self, "_model", None)
-        weights, config = Path(path) / "model.safetensors", Path(path) / "config.json"
-        if serving is None or not weights.is_file() or not config.is_file():
-            return None
-        try:
-            theirs = type(serving.config).from_dict(json.loads(config.read_text())).to_dict()
-        except (OSError, ValueError, TypeError):
-            return None
-        ours = serving.config.to_dict()
-        if any(theirs.get(k) != ours.get(k) for k in set(theirs) | set(ours) if k not in CONFIG_NOT_ARCHITECTURE):
-            return None
-        model = self._copy_of_serving()
-        try:
-            tensors = load_safetensors(str(weights))
-            result = model.load_state_dict(tensors, strict=False)
-        except (OSError, RuntimeError, ValueError):
-            return None
-        state = model.state_dict()
-        if self.dtype == "auto" and any(t.dtype != state[k].dtype for k, t in tensors.items() if k in state):
-            return None  # "auto" serves a file in its own dtype: only a full load does that
-        loaded = {state[k].data_ptr() for k in tensors}
-        if result.unexpected_keys or any(state[k].data_ptr() not in loaded for k in result.missing_keys):
-            return None
-        return model
+        """The model at `path` on this engine's device (`loading.load_model`: into a copy of the serving
+        model when it is a same-architecture export, else in full)."""
+        return loading.load_model(path, self.dtype, self.device, getattr(self, "_model", None), self._copy_of_serving)
 
     def _copy_of_serving(self):
         """A model to load new weights into beside the serving one: the model the last update retired
@@ -188,9 +124,7 @@ class HFEngine:
         serving = self._model
         if spare is None:
             return copy.deepcopy(serving)
-        with torch.no_grad():
-            for target, source in zip(spare.state_dict(keep_vars=True).values(), serving.state_dict(keep_vars=True).values()):
-                target.copy_(source)
+        loading.copy_weights(spare, serving)
         return spare
 
     @property
@@ -577,7 +511,7 @@ class HFEngine:
         swap, self._swap = self._swap, None
         retired = self._model
         self._model, self.model_path = swap.model, swap.model_path
-        self._spare = retired if _same_shapes(retired, swap.model) else None
+        self._spare = retired if loading.same_shapes(retired, swap.model) else None
         self.prefix_cache.clear()  # keys and values of the old weights
         if swap.weight_version is not None:
             self.weight_version = swap.weight_version
@@ -590,7 +524,7 @@ class HFEngine:
                 del self._adapters[old.name]
             self._abort_locked(lambda r, old=old: self._serving(r) is old,
                                message=f"Aborted: LoRA adapter {old.name} does not fit the new weights")
-        self.eos_ids = _eos_ids(self._model, self.tokenizer)
+        self.eos_ids = loading.eos_ids(self._model, self.tokenizer)
         swap.ok = True
         swap.done.set()
         self._cv.notify_all()

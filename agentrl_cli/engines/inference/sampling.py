@@ -146,8 +146,7 @@ class BatchSampler:
         sampling), clamped at float32's lowest as SGLang's."""
         scaled = self.scaled_logits(logits, produced)
         lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
-        greedy = self.greedy.all()
-        if greedy:
+        if bool(self.greedy.all()):
             tokens = scaled.argmax(dim=-1)
         else:
             tokens = self._draw(scaled, lse)
