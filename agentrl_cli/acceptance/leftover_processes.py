@@ -63,10 +63,26 @@ def leftovers(token: str, settle_s: float = 1.0) -> dict[int, str]:
         time.sleep(0.05)
 
 
-def end(pids) -> None:
-    """SIGKILL each of `pids` (already gone: nothing to do)."""
+def end(pids, deadline_s: float = 10.0) -> None:
+    """SIGKILL each of `pids` (already gone: nothing to do), then wait up to `deadline_s` until each is
+    dead (gone, or a zombie its parent has yet to reap): a kill is delivered asynchronously, and a
+    caller that looks right after must not find them still running."""
+    pids = list(pids)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+    end_at = time.monotonic() + deadline_s
+    while any(_running(pid) for pid in pids) and time.monotonic() < end_at:
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (its state, the field after the command name in
+    /proc/PID/stat, is not Z or X)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")

@@ -169,6 +169,7 @@ def test_a_process_started_in_the_window_carries_the_mark_and_one_started_after_
         found = leftover_processes.carrying(token)
         assert inside.pid in found and outside.pid not in found and "sleep 30" in found[inside.pid]
         leftover_processes.end(found)
+        assert leftover_processes.carrying(token) == {}  # dead when end returns (a zombie until reaped), never still running
         assert inside.wait(timeout=10) == -9 and leftover_processes.leftovers(token, settle_s=1) == {}
     finally:
         outside.kill()

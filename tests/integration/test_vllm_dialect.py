@@ -283,18 +283,15 @@ def test_vllms_router_spreads_generations_over_servers_in_vllms_dialect(model_di
     from agentrl_cli.config import load_config
     from agentrl_cli.engines.vllm import VLLMEngine
 
-    ports = [free_port(), free_port(), free_port()]
+    ports = [free_port(), free_port()]
     procs = [subprocess.Popen([sys.executable, "-m", "agentrl_cli", "serve", "inference", "--engine", "hf", "--dialect", "vllm",
                                "--model", str(model_dir), "--port", str(p)], stdout=(tmp_path / f"{p}.log").open("w"),
-                              stderr=subprocess.STDOUT, cwd=tmp_path) for p in ports[:2]]
+                              stderr=subprocess.STDOUT, cwd=tmp_path) for p in ports]
     inf = load_config(None, ["inference.engine=vllm", f"inference.python={sys.executable}"], env={}).config.inference
-    workers = [f"http://127.0.0.1:{p}" for p in ports[:2]]
+    workers = [f"http://127.0.0.1:{p}" for p in ports]
     try:
         wait_up(workers, procs)
-        procs.append(subprocess.Popen(VLLMEngine().router_launch(inf, workers, ports[2]).cmd,
-                                      stdout=(tmp_path / "router.log").open("w"), stderr=subprocess.STDOUT, cwd=tmp_path))
-        router = f"http://127.0.0.1:{ports[2]}"
-        wait_up([router], procs)
+        router = start_router(VLLMEngine(), inf, workers, procs, tmp_path)
 
         async def go():
             c = client(router)
@@ -315,14 +312,47 @@ def test_vllms_router_spreads_generations_over_servers_in_vllms_dialect(model_di
             p.wait(30)
 
 
-def wait_up(urls: list[str], procs, deadline_s: float = 90.0) -> None:
+def start_router(engine, inf, workers: list[str], procs: list, tmp_path, tries: int = 3) -> str:
+    """The engine's router in front of `workers`, on a port whose next one (its Prometheus port) is
+    free too. Ports are chosen free, then bound by another process: a router that loses that race
+    (its log says the address is in use) is started again on fresh ports, and any other exit fails."""
+    for attempt in range(tries):
+        port = free_port()
+        while not port_free(port + 1):
+            port = free_port()
+        log = tmp_path / f"router-{attempt}.log"
+        proc = subprocess.Popen(engine.router_launch(inf, workers, port).cmd, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+        procs.append(proc)
+        try:
+            wait_up([f"http://127.0.0.1:{port}"], [proc], log=log)
+            return f"http://127.0.0.1:{port}"
+        except pytest.fail.Exception:
+            if proc.poll() is None or "Address already in use" not in log.read_text() or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_up(urls: list[str], procs, deadline_s: float = 90.0, log=None) -> None:
     import time
 
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         dead = [p for p in procs if p.poll() is not None]
         if dead:
-            pytest.fail(f"{dead[0].args[:6]} exited with {dead[0].returncode} (its log is in the test's tmp_path)")
+            tail = "\n".join(log.read_text().splitlines()[-5:]) if log is not None else "its log is in the test's tmp_path"
+            pytest.fail(f"{dead[0].args[:6]} exited with {dead[0].returncode}: {tail}")
         try:
             if all(httpx.get(u + "/health", timeout=2).status_code == 200 for u in urls):
                 return
