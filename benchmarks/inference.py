@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx  # noqa: E402
 import torch  # noqa: E402
 
 from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams  # noqa: E402
@@ -74,6 +75,25 @@ async def served_rate(client: InferenceClient, batch: list[list[int]], new_token
     return tokens / (time.perf_counter() - t0), lat
 
 
+async def served_phases(url: str, client: InferenceClient, batch: list[list[int]], new_tokens: int):
+    """`served_rate`, with the engine's phase counters (/server_info) read before and after: the
+    seconds spent in prefill and in decode steps, the decode steps' tokens and rows per step."""
+    async def counters() -> dict:
+        async with httpx.AsyncClient(timeout=30) as h:
+            return (await h.get(url + "/server_info")).json()["internal_states"][0]
+
+    before = await counters()
+    t0 = time.perf_counter()
+    rate, lat = await served_rate(client, batch, new_tokens)
+    wall = time.perf_counter() - t0
+    after = await counters()
+    delta = {k: after[k] - before[k] for k in ("prefill_seconds_total", "decode_seconds_total", "decode_tokens_total",
+                                               "decode_steps_total", "decode_rows_total")}
+    return rate, lat, {"wall_s": wall, "prefill_s": delta["prefill_seconds_total"], "decode_s": delta["decode_seconds_total"],
+                       "decode_tokens": delta["decode_tokens_total"],
+                       "rows_per_step": delta["decode_rows_total"] / max(delta["decode_steps_total"], 1)}
+
+
 async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list) -> None:
     """Interleaved rounds per batch size; one client for the whole run, connections kept alive."""
     client = InferenceClient(url, timeout_s=600)
@@ -81,17 +101,20 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
         await served_rate(client, prompts(tokenizer, 2), 4)  # warm-up
         in_process_rate(model, tokenizer, prompts(tokenizer, 2), 4)
         for b in args.batches:
-            served_runs, local_runs, ratios, lat, bounds, shares = [], [], [], [], [], []
+            served_runs, local_runs, ratios, lat, bounds, shares, phases = [], [], [], [], [], [], []
             for r in range(args.rounds):  # interleaved, order alternating: noise hits both sides alike
                 bound = gemm.decode_bound(shapes, b, seconds=2.0)  # each round's own, beside its served run
                 bounds.append(bound)
                 batch = prompts(tokenizer, b, r + 1)
                 if r % 2:
                     local = in_process_rate(model, tokenizer, batch, args.new_tokens)
-                    served, lat_r = await served_rate(client, batch, args.new_tokens)
+                    served, lat_r, phase = await served_phases(url, client, batch, args.new_tokens)
                 else:
-                    served, lat_r = await served_rate(client, batch, args.new_tokens)
+                    served, lat_r, phase = await served_phases(url, client, batch, args.new_tokens)
                     local = in_process_rate(model, tokenizer, batch, args.new_tokens)
+                phase["decode_tokens_per_s"] = phase.pop("decode_tokens") / max(phase["decode_s"], 1e-9)
+                phase["decode_share_of_bound"] = phase["decode_tokens_per_s"] / bound["tokens_per_s"]
+                phases.append(phase)
                 served_runs.append(served)
                 shares.append(served / bound["tokens_per_s"])
                 local_runs.append(local)
@@ -114,6 +137,17 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
                 share, "x (median over rounds of server tokens/s / that round's GEMM-bound tokens/s)",
                 ">= 0.8" if b == 64 else None, share >= 0.8 if b == 64 else None)
             figures[f"server_share_of_gemm_bound_batch{b}_min"] = figure(min(shares), "x (worst round)")
+            if b == max(args.batches):  # the served run's wall time split by the engine's own counters
+                med = {k: statistics.median(p[k] for p in phases) for k in phases[0]}
+                what = f"(median of rounds) of the served run's wall time at {b} streams"
+                figures[f"served_prefill_share_batch{b}"] = figure(med["prefill_s"] / med["wall_s"], f"x {what}: prefill")
+                figures[f"served_decode_share_batch{b}"] = figure(med["decode_s"] / med["wall_s"], f"x {what}: decode steps "
+                                                                  "(sampling, the forward pass, rows leaving and joining)")
+                figures[f"served_other_share_batch{b}"] = figure(1 - (med["prefill_s"] + med["decode_s"]) / med["wall_s"],
+                                                                 f"x {what}: neither (requests arriving, HTTP, waiting to batch)")
+                figures[f"served_rows_per_step_batch{b}"] = figure(med["rows_per_step"], "rows (mean over the decode steps)")
+                figures[f"served_decode_share_of_gemm_bound_batch{b}"] = figure(
+                    med["decode_share_of_bound"], "x (median of rounds): tokens/s of the decode steps alone over the GEMM bound")
             if b == 64:
                 figures["latency_p50_at_64_concurrent"] = figure(percentile(lat, 0.5) * 1e3, "ms")
                 figures["latency_p99_at_64_concurrent"] = figure(percentile(lat, 0.99) * 1e3, "ms")
@@ -125,12 +159,15 @@ def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, 
     """Where one decode step of the embedded engine goes at `batch` rows over `columns` cached columns,
     in milliseconds (median of `reps`, the parts interleaved): the whole step (`decode_step.LlamaDecode`),
     the model's matrix multiplies alone at those rows (`F.linear` on its own weights), the attention alone
-    (every layer's `_attend` on the cache), and the sampler's draw over the vocabulary; "rest" is the step
+    (every layer's `attention` on the cache, as the step runs it: the native kernel where it is built;
+    beside it `attention_matmul`, the two batched matrix multiplies it replaces; and `step_tensor_ops`,
+    the whole step without the native kernels), and the sampler's draw over the vocabulary; "rest" is the step
     less its multiplies and attention (norms, rotary, activations, cache writes, Python). Empty for a model
     the lean step does not know."""
     import torch.nn.functional as F
 
-    from agentrl_cli.engines.inference.decode_step import decode_for
+    from agentrl_cli.engines.inference import decode_kernels
+    from agentrl_cli.engines.inference.decode_step import LlamaDecode, decode_for
     from agentrl_cli.engines.inference.kv_cache import new_cache, trim_front
     from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams
 
@@ -149,19 +186,24 @@ def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, 
         inputs = {m.in_features: torch.randn(batch, m.in_features, generator=gen) for m in linears}
         q = torch.randn(batch, lean.heads, 1, lean.head_dim, generator=gen)
         bias = torch.zeros((batch, 1, 1, columns))
+        attends = torch.ones((batch, columns), dtype=torch.uint8)
+        native = decode_kernels.kernel()
         params = GenParams(max_new_tokens=1 << 20, seed=1)
         sampler = BatchSampler([params] * batch, vocab)
         logits = torch.randn(batch, vocab, generator=gen)
         grown = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
         pos = torch.full((batch,), columns)
 
-        def step() -> None:
-            lean.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache)
+        tensor_ops = LlamaDecode(model, native=False)
+
+        def step(decode=lean) -> None:
+            decode.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache)
             trim_front(cache, 1)  # the same number of columns every repetition
 
-        parts = {"step": step,
+        parts = {"step": step, "step_tensor_ops": lambda: step(tensor_ops),
                  "linears": lambda: [F.linear(inputs[m.in_features], m.weight, m.bias) for m in linears],
-                 "attention": lambda: [lean._attend(q, layer.keys, layer.values, bias) for layer in cache.layers],
+                 "attention": lambda: [lean.attention(q, layer.keys, layer.values, bias, attends, native) for layer in cache.layers],
+                 "attention_matmul": lambda: [lean._attend(q, layer.keys, layer.values, bias) for layer in cache.layers],
                  "sampling": lambda: sampler.sample(logits, [0] * batch)}
         times: dict[str, list[float]] = {name: [] for name in parts}
         for fn in parts.values():
@@ -218,6 +260,10 @@ def main() -> int:
         figures[f"decode_linears_ms_batch{b}"] = figure(ms["linears"], where + ": the model's F.linear calls alone")
         figures[f"decode_gemm_bound_ms_batch{b}"] = figure(bound_ms, where + ": the GEMM bound's step (gemm.decode_bound)")
         figures[f"decode_attention_ms_batch{b}"] = figure(ms["attention"], where + ": attention over the KV cache alone")
+        figures[f"decode_step_tensor_ops_ms_batch{b}"] = figure(ms["step_tensor_ops"], where + ": the step without the "
+                                                               "native kernels (decode_kernels), for comparison")
+        figures[f"decode_attention_matmul_ms_batch{b}"] = figure(ms["attention_matmul"], where + ": attention as two batched "
+                                                               "matrix multiplies (decode_step._attend), for comparison")
         figures[f"decode_rest_ms_batch{b}"] = figure(ms["rest"], where + ": the step less its multiplies and attention")
         figures[f"sampling_ms_batch{b}"] = figure(ms["sampling"], f"ms, one draw for {b} rows over the vocabulary")
     return report(figures, args.json)

@@ -1,7 +1,7 @@
 """The embedded engine's lean decode step (decode_step.py) computes what the model's own forward
 computes: its logits against the module forward's over the same cache, and the engine's tokens and
 log-probs with it against the engine's without it, over left padding, rows leaving and rows joining,
-for Llama (tied and untied head, grouped-query heads) and Qwen2 (q/k/v biases)."""
+with attention as one native call per layer (decode_kernels) and as two matrix multiplies, for Llama (tied and untied head, grouped-query heads) and Qwen2 (q/k/v biases)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from agentrl_cli.engines.inference import decode_kernels
 from agentrl_cli.engines.inference.decode_step import LlamaDecode, decode_for
 from agentrl_cli.engines.inference.engine import HFEngine
 from agentrl_cli.engines.inference.kv_cache import new_cache
@@ -46,12 +47,14 @@ def model_dir(request, tmp_path_factory):
     return MODELS[request.param](tmp_path_factory.mktemp("decode") / request.param)
 
 
-def test_the_lean_step_gives_the_module_forwards_logits_over_a_left_padded_cache(model_dir):
+@pytest.mark.parametrize("native", [True, False], ids=["native-attention", "matmul-attention"])
+def test_the_lean_step_gives_the_module_forwards_logits_over_a_left_padded_cache(model_dir, native):
     engine = HFEngine(model_dir, max_batch_size=4, batch_window_ms=1)
     try:
         model = engine._model
-        lean = decode_for(model)
-        assert isinstance(lean, LlamaDecode)
+        lean = LlamaDecode(model, native=native)
+        assert isinstance(decode_for(model), LlamaDecode) and decode_for(model).native
+        assert (decode_kernels.kernel() is not None) or not native  # this machine has a C compiler: the kernel is built
         rng = random.Random(0)
         prompts = [[rng.randrange(3, 200) for _ in range(n)] for n in (5, 11, 17)]
         width = max(map(len, prompts))
@@ -106,6 +109,35 @@ def test_the_engine_decodes_the_same_tokens_and_log_probs_with_and_without_it(mo
         module.close()
 
 
+def test_the_native_attention_matches_the_matrix_multiplies_over_strided_views_and_masked_rows(monkeypatch, tmp_path):
+    """Row by row against softmax(q k^T) v, over views into wider buffers (as the cache's), a row
+    with padding in the middle and one with nothing to attend (all zero); without a C compiler the
+    kernel is not built and the decode step keeps the matrix multiplies."""
+    fn = decode_kernels.kernel()
+    assert fn is not None
+    gen = torch.Generator().manual_seed(0)
+    rows, heads, kv_heads, dim = 5, 9, 3, 64
+    kbuf, vbuf = torch.randn(rows + 2, kv_heads, 40, dim, generator=gen), torch.randn(rows + 2, kv_heads, 40, dim, generator=gen)
+    keys, values = kbuf[:rows, :, 3:30], vbuf[:rows, :, 3:30]
+    q = torch.randn(rows, heads, dim, generator=gen)
+    mask = torch.rand(rows, 27, generator=gen) > 0.3
+    mask[:, -1], mask[2] = True, False
+    got = decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn)
+    want = torch.zeros_like(q)
+    for r in range(rows):
+        for h in range(heads):
+            if mask[r].any():
+                scores = (keys[r, h // 3] @ q[r, h] * dim ** -0.5).masked_fill(~mask[r], float("-inf"))
+                want[r, h] = torch.softmax(scores, -1) @ values[r, h // 3]
+    assert float((got - want).abs().max()) < 1e-5 and float(want.abs().max()) > 0.1
+    assert not decode_kernels.usable(q.double(), keys.double(), values.double())
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(decode_kernels, "_loaded", {})
+    assert decode_kernels.kernel() is None
+
+
 def test_a_model_it_does_not_know_goes_through_the_module_forward():
     class Other(torch.nn.Module):
         config = object()
@@ -121,6 +153,6 @@ def test_the_inference_benchmark_takes_a_decode_step_apart(tmp_path):
         ms = step_breakdown(engine._model, batch=4, columns=20, reps=3)
     finally:
         engine.close()
-    assert set(ms) == {"step", "linears", "attention", "sampling", "rest"}
-    assert all(ms[k] > 0 for k in ("step", "linears", "attention", "sampling"))
+    assert set(ms) == {"step", "step_tensor_ops", "linears", "attention", "attention_matmul", "sampling", "rest"}
+    assert all(ms[k] > 0 for k in ("step", "linears", "attention", "attention_matmul", "sampling"))
     assert abs(ms["step"] - ms["linears"] - ms["attention"] - ms["rest"]) < 1e-9

@@ -8,8 +8,10 @@ computation as `LlamaForCausalLM.forward` for a single new position per row, rea
 parameters (so weight updates, LoRA merges and copies need nothing of it): RMSNorm, the
 q/k/v projections, rotary embedding from the model's own `rotary_emb` (every rope type it
 supports), keys and values written into the batch's cache layers, attention with grouped query heads
-over the rows' own positions (`_attend`), the output projection, the SiLU MLP, the final norm
-and the output head. Its logits agree with the module forward's to float rounding (the tests compare
+over the rows' own positions, the output projection, the SiLU MLP, the final norm
+and the output head. The work between the matrix multiplies (norms, rotary embedding, attention,
+the MLP's activation) runs as native calls (`decode_kernels`) where they can be built, else as
+tensor operations (`native=False`, the same to float rounding). Its logits agree with the module forward's to float rounding (the tests compare
 them); prefill, whole-prompt log-probs and every model it does not know go through the module
 forward (`decode_for` returns None for those).
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from agentrl_cli.engines.inference import decode_kernels
 
 # architectures whose decoder layer is Llama's: pre-norm RMSNorm, rotary q/k, grouped-query attention
 # with full (not sliding-window) attention, SiLU-gated MLP, optional projection biases (Qwen2 has q/k/v ones)
@@ -31,8 +35,11 @@ class LlamaDecode:
     included, last) belongs to the row, `positions` [rows] each row's position of the fed token,
     `cache` the batch's `DynamicCache` (its layers' `update` append this step's keys and values)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, native: bool = True) -> None:
+        """`native`: the work between the matrix multiplies in native calls (`decode_kernels`) where
+        they can be built, else tensor operations."""
         self.model = model
+        self.native = native
         inner = model.model
         cfg = model.config
         self.embed, self.rotary, self.norm = inner.embed_tokens, inner.rotary_emb, inner.norm
@@ -41,15 +48,74 @@ class LlamaDecode:
         self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.scale = self.head_dim ** -0.5
+        self._buffers: dict[str, torch.Tensor] = {}  # the native step's intermediates (`_buffer`)
+        self._flip = False  # which of the two logits buffers the last step wrote
 
     @torch.inference_mode()
     def step(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+        lib = decode_kernels.kernel() if self.native else None
+        if lib is not None and self._native_ok():
+            return self._native_step(tokens, mask, positions, cache, lib)
+        return self._tensor_step(tokens, mask, positions, cache)
+
+    def _native_ok(self) -> bool:
+        """float32 on the CPU throughout (a model loaded in another dtype keeps the tensor operations)."""
+        w = self.embed.weight
+        return w.dtype == torch.float32 and w.device.type == "cpu" and self.norm.weight.dtype == torch.float32
+
+    def _native_step(self, tokens, mask, positions, cache, lib) -> torch.Tensor:
+        """The step with the work between the matrix multiplies in native calls (`decode_kernels`):
+        RMSNorm, rotary embedding in place on the projections, attention, silu(gate) * up. Every
+        intermediate is written into buffers kept from step to step (`_buffer`), and the output and
+        down projections add into the residual stream in place (`addmm_`): allocating a fresh
+        tensor for each of a step's 200-odd products cost about a tenth of the step in page faults.
+        The logits alternate between two buffers: a step's stay valid until the step after next."""
+        rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
+        buf = self._buffer
+        h = buf("h", rows, self.embed.weight.shape[1])
+        torch.index_select(self.embed.weight, 0, tokens, out=h)  # the residual stream, added to in place
+        cos, sin = self.rotary(h[:, None], positions[:, None])  # [rows, 1, dim]
+        cos, sin = cos.reshape(rows, dim).contiguous(), sin.reshape(rows, dim).contiguous()
+        attends = (mask != 0).to(torch.uint8).contiguous()
+        bias = None  # built only if a layer's cache cannot take the kernel
+        x, o = buf("x", rows, h.shape[1]), buf("o", rows, heads * dim)
+        q, k, v = buf("q", rows, heads * dim), buf("k", rows, kv_heads * dim), buf("v", rows, kv_heads * dim)
+        for layer, kv in zip(self.layers, cache.layers):
+            attn, mlp = layer.self_attn, layer.mlp
+            decode_kernels.rms_norm(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon, lib, out=x)
+            decode_kernels.rope_(_linear(x, attn.q_proj, q), heads, cos, sin, lib)
+            decode_kernels.rope_(_linear(x, attn.k_proj, k), kv_heads, cos, sin, lib)
+            _linear(x, attn.v_proj, v)
+            keys, values = kv.update(k.view(rows, 1, kv_heads, dim).transpose(1, 2), v.view(rows, 1, kv_heads, dim).transpose(1, 2))
+            qv = q.view(rows, 1, heads, dim).transpose(1, 2)
+            if bias is None and not decode_kernels.usable(qv, keys, values):
+                bias = _bias(mask, h.dtype)
+            _add_linear(h, self.attention(qv, keys, values, bias, attends, lib, out=o).view(rows, heads * dim), attn.o_proj)
+            decode_kernels.rms_norm(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
+                                    lib, out=x)
+            gate = _linear(x, mlp.gate_proj, buf("gate", rows, mlp.gate_proj.weight.shape[0]))
+            up = _linear(x, mlp.up_proj, buf("up", rows, mlp.up_proj.weight.shape[0]))
+            _add_linear(h, decode_kernels.silu_mul_(gate, up, lib), mlp.down_proj)
+        decode_kernels.rms_norm(h, self.norm.weight, self.norm.variance_epsilon, lib, out=x)
+        self._flip = not self._flip
+        return _linear(x, self.head, buf("logits1" if self._flip else "logits0", rows, self.head.weight.shape[0]))
+
+    def _buffer(self, name: str, rows: int, width: int) -> torch.Tensor:
+        """A [rows, width] float32 buffer kept between steps (its first rows: a batch that shrinks
+        reuses it; one that grows past it gets a new one)."""
+        have = self._buffers.get(name)
+        if have is None or have.shape[0] < rows or have.shape[1] != width:
+            have = self._buffers[name] = torch.empty((rows, width), dtype=torch.float32)
+        return have[:rows]
+
+    def _tensor_step(self, tokens, mask, positions, cache) -> torch.Tensor:
+        """The step in tensor operations (the fallback, and the reference the native one is tested against)."""
         rows = tokens.shape[0]
         h = self.embed(tokens[:, None])  # [rows, 1, hidden]
         cos, sin = self.rotary(h, positions[:, None])  # [rows, 1, head_dim]
         cos, sin = cos[:, None], sin[:, None]  # [rows, 1, 1, head_dim]: over heads
         # 0 where a row attends, -inf on its padding: [rows, 1, 1, columns], added to every head's scores
-        bias = torch.zeros(mask.shape, dtype=h.dtype, device=h.device).masked_fill_(mask == 0, float("-inf"))[:, None, None]
+        bias = _bias(mask, h.dtype)
         half = self.head_dim // 2
         for layer, kv in zip(self.layers, cache.layers):
             attn, mlp = layer.self_attn, layer.mlp
@@ -68,6 +134,16 @@ class LlamaDecode:
             h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         return F.linear(_rms(h, self.norm)[:, 0], self.head.weight, self.head.bias)
 
+    def attention(self, q, keys, values, bias, attends, lib, out=None) -> torch.Tensor:
+        """One layer's attention of `q` [rows, heads, 1, dim] -> [rows, 1, heads * dim]: the native call
+        (`lib`, decode_kernels, over `attends` [rows, columns] uint8, into `out` [rows, heads * dim] if
+        given) where it takes these tensors, else `_attend` (over `bias`)."""
+        if lib is not None and decode_kernels.usable(q, keys, values):
+            o = decode_kernels.attend(q[:, :, 0], keys, values, attends, self.scale, lib,
+                                      out=None if out is None else out.view(q.shape[0], self.heads, self.head_dim))
+            if o is not None:
+                return o.view(q.shape[0], 1, self.heads * self.head_dim)
+        return self._attend(q, keys, values, bias)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """Attention of one query per row ([rows, heads, 1, dim]) over the row's cached keys and values
@@ -81,6 +157,25 @@ class LlamaDecode:
         scores = torch.matmul(grouped, keys.transpose(-1, -2)) + bias  # [rows, kv_heads, group, columns]
         out = torch.matmul(torch.softmax(scores, dim=-1), values)  # [rows, kv_heads, group, dim]
         return out.reshape(rows, 1, self.heads * self.head_dim)
+
+
+def _linear(x: torch.Tensor, linear, out: torch.Tensor) -> torch.Tensor:
+    """`linear`(x) written into `out`."""
+    if linear.bias is None:
+        return torch.mm(x, linear.weight.t(), out=out)
+    return torch.addmm(linear.bias, x, linear.weight.t(), out=out)
+
+
+def _add_linear(h: torch.Tensor, x: torch.Tensor, linear) -> None:
+    """h += `linear`(x), in place."""
+    h.addmm_(x, linear.weight.t())
+    if linear.bias is not None:
+        h.add_(linear.bias)
+
+
+def _bias(mask: torch.Tensor, dtype) -> torch.Tensor:
+    """0 where a row attends, -inf on its padding: [rows, 1, 1, columns], added to every head's scores."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(mask == 0, float("-inf"))[:, None, None]
 
 
 def _rms(x: torch.Tensor, norm) -> torch.Tensor:

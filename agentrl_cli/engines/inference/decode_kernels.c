@@ -1,0 +1,148 @@
+/* The decode step's work between its matrix multiplies, float32, for decode_kernels.py (which builds
+ * this with the machine's C compiler; see there for why):
+ *
+ * decode_attend  attention of one query per row over the row's cached keys and values, grouped
+ *                query heads (query head h reads key-value head h / (heads / kv_heads), as Hugging
+ *                Face's repeat_kv pairs them);
+ * rms_norm       Llama's RMSNorm with its weight;
+ * rope           rotary embedding in place, Hugging Face's rotate_half layout;
+ * silu_mul       the gated MLP's silu(gate) * up, in place into gate.
+ *
+ * decode_attend:
+ * q     [rows, heads, dim]            contiguous
+ * k, v  [rows, kv_heads, cols, dim]   strided views (the cache's buffers): element strides given, dim's is 1
+ * mask  [rows, cols]                  contiguous bytes, 1 where the row attends, 0 on its padding
+ * out   [rows, heads, dim]            contiguous
+ * Work is split over `threads` OpenMP threads by (row, kv head); each task reads its keys and values
+ * once for every query head of its group. */
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const float *q, *k, *v;
+    const unsigned char *mask;
+    float *out;
+    long ks0, ks1, ks2, vs0, vs1, vs2;
+    int rows, heads, kv_heads, cols, dim, first, last;
+    float scale;
+    int failed;
+} job_t;
+
+static inline void prefetch_row(const float *row, int dim) {
+    for (int d = 0; d < dim; d += 16) __builtin_prefetch(row + d, 0, 3);  /* 16 floats: one 64-byte line */
+}
+
+static int run_tasks(job_t *j) {
+    const int group = j->heads / j->kv_heads, dim = j->dim, cols = j->cols;
+    float *scores = malloc(sizeof(float) * (size_t)group * (size_t)(cols > 0 ? cols : 1));
+    if (!scores) return 1;
+    for (int t = j->first; t < j->last; t++) {
+        const int r = t / j->kv_heads, g = t % j->kv_heads;
+        const float *restrict kb = j->k + r * j->ks0 + g * j->ks1;
+        const float *restrict vb = j->v + r * j->vs0 + g * j->vs1;
+        /* the next task's keys and values are fetched while this one computes: each task's are a
+         * separate block of the cache, which the hardware prefetcher would start on cold */
+        const int next = t + 1 < j->last ? t + 1 : t;
+        const float *kn = j->k + (next / j->kv_heads) * j->ks0 + (next % j->kv_heads) * j->ks1;
+        const float *vn = j->v + (next / j->kv_heads) * j->vs0 + (next % j->kv_heads) * j->vs1;
+        const unsigned char *restrict mask = j->mask + (long)r * cols;
+        const float *restrict qg = j->q + ((long)r * j->heads + (long)g * group) * dim;
+        float *restrict og = j->out + ((long)r * j->heads + (long)g * group) * dim;
+        for (int c = 0; c < cols; c++) {  /* each key row read once, for every query head of the group */
+            const float *restrict kc = kb + c * j->ks2;
+            prefetch_row(kn + c * j->ks2, dim);
+            for (int h = 0; h < group; h++) {
+                const float *restrict qh = qg + (long)h * dim;
+                float acc = 0.f;
+                for (int d = 0; d < dim; d++) acc += qh[d] * kc[d];
+                scores[(long)h * cols + c] = acc * j->scale;
+            }
+        }
+        for (int h = 0; h < group; h++) {
+            float *s = scores + (long)h * cols;
+            float m = -FLT_MAX;
+            for (int c = 0; c < cols; c++) m = mask[c] && s[c] > m ? s[c] : m;
+            float sum = 0.f;
+            for (int c = 0; c < cols; c++) {
+                const float e = expf(fminf(s[c] - m, 0.f));  /* a padding column's score may lie above m */
+                s[c] = mask[c] ? e : 0.f;
+                sum += s[c];
+            }
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            for (int c = 0; c < cols; c++) s[c] *= inv;
+            memset(og + (long)h * dim, 0, sizeof(float) * (size_t)dim);
+        }
+        for (int c = 0; c < cols; c++) {
+            prefetch_row(vn + c * j->vs2, dim);
+            if (!mask[c]) continue;
+            const float *restrict vc = vb + c * j->vs2;
+            for (int h = 0; h < group; h++) {
+                const float p = scores[(long)h * cols + c];
+                float *restrict oh = og + (long)h * dim;
+                for (int d = 0; d < dim; d++) oh[d] += p * vc[d];
+            }
+        }
+    }
+    free(scores);
+    return 0;
+}
+
+/* 0: done; 1: out of memory. OpenMP: linked against the process's libgomp.so.1, which is the one
+ * torch loaded, so the step's matrix multiplies and this share one thread pool (threads of two
+ * pools would spin against each other on the same cores). */
+int decode_attend(const float *q, const float *k, const float *v, const unsigned char *mask, float *out,
+                  long ks0, long ks1, long ks2, long vs0, long vs1, long vs2,
+                  int rows, int heads, int kv_heads, int cols, int dim, float scale, int threads) {
+    const int tasks = rows * kv_heads;
+    if (threads < 1) threads = 1;
+    if (threads > tasks) threads = tasks > 0 ? tasks : 1;
+    int failed = 0;
+#pragma omp parallel num_threads(threads) reduction(| : failed)
+    {
+        const int n = omp_get_num_threads(), i = omp_get_thread_num();
+        job_t j = {q, k, v, mask, out, ks0, ks1, ks2, vs0, vs1, vs2, rows, heads, kv_heads, cols, dim,
+                   (int)((long)tasks * i / n), (int)((long)tasks * (i + 1) / n), scale, 0};
+        failed |= run_tasks(&j);
+    }
+    return failed;
+}
+
+/* out[r] = w * x[r] / sqrt(mean(x[r]^2) + eps); x, out [rows, dim] contiguous (out may be x) */
+void rms_norm(const float *x, const float *w, float *out, int rows, int dim, float eps) {
+    for (int r = 0; r < rows; r++) {
+        const float *restrict xr = x + (long)r * dim;
+        float ss = 0.f;
+        for (int d = 0; d < dim; d++) ss += xr[d] * xr[d];
+        const float inv = 1.f / sqrtf(ss / (float)dim + eps);
+        float *or_ = out + (long)r * dim;
+        for (int d = 0; d < dim; d++) or_[d] = w[d] * (xr[d] * inv);
+    }
+}
+
+/* x[r, h] = x[r, h] * cos[r] + rotate_half(x[r, h]) * sin[r], rotate_half(x) = (-x[half:], x[:half]);
+ * x [rows, heads, dim] with row stride `row_stride` (elements), heads contiguous; cos, sin [rows, dim] */
+void rope(float *x, const float *cos_, const float *sin_, int rows, int heads, int dim, long row_stride) {
+    const int half = dim / 2;
+    for (int r = 0; r < rows; r++) {
+        const float *restrict c = cos_ + (long)r * dim, *restrict s = sin_ + (long)r * dim;
+        for (int h = 0; h < heads; h++) {
+            float *restrict xh = x + r * row_stride + (long)h * dim;
+            for (int d = 0; d < half; d++) {
+                const float a = xh[d], b = xh[d + half];
+                xh[d] = a * c[d] - b * s[d];
+                xh[d + half] = b * c[d + half] + a * s[d + half];
+            }
+        }
+    }
+}
+
+/* gate = silu(gate) * up over n elements */
+void silu_mul(float *gate, const float *up, long n) {
+    float *restrict g = gate;
+    const float *restrict u = up;
+    for (long i = 0; i < n; i++) g[i] = g[i] / (1.f + expf(-g[i])) * u[i];
+}

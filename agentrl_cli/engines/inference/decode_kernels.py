@@ -1,0 +1,155 @@
+"""The decode step's work between its matrix multiplies in native calls (`decode_kernels.c`): attention
+in one call per layer, RMSNorm, rotary embedding and the MLP's silu(gate) * up, built on first use
+with the machine's C compiler and loaded with ctypes.
+
+Measured at 64 rows of SmolLM2-135M (docs/benchmarks.md): attention as two batched matrix
+multiplies is 11,520 small multiplies a step whose per-call cost, not the arithmetic, made it about
+a sixth of the step; and the norms, rotary embedding, activation and residual adds were about 25
+small tensor operations a layer, each a pass over memory and a dispatch. The kernels walk the
+rows' keys and values in place (the cache's strided views), once per key-value head for every
+query head of its group, split over the engine's threads, and do each elementwise part in one pass.
+
+They are used for float32 on the CPU with caches whose last dimension is contiguous; anything
+else, or a machine without a C compiler (logged once), keeps the tensor operations
+(`decode_step.LlamaDecode` with `native=False`), which compute the same to float rounding
+(tests/integration/test_decode_step.py compares them).
+
+The library is cached under $XDG_CACHE_HOME/agentrl/kernels (default ~/.cache), keyed by the
+source, the compiler and the CPU's flags (it is built with -march=native), written to a
+temporary name and renamed into place, so processes building at once do not collide.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("decode_kernels.c")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-shared", "-fPIC", "-fopenmp")
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}  # "lib": the Kernels, or None once building failed
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentrl" / "kernels"
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line
+    except OSError:
+        pass
+    return ""
+
+
+def _build(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), version, _cpu_flags(), *FLAGS]).encode()).hexdigest()[:16]
+    lib = _cache_dir() / f"decode_kernels-{key}.so"
+    if lib.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    tmp = lib.with_name(f".{lib.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        proc = subprocess.run([cc, *FLAGS, "-o", str(tmp), str(SOURCE), "-lm"], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise OSError(f"{cc} cannot compile {SOURCE.name}: {proc.stderr.strip()[-300:]}")
+        os.replace(tmp, lib)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return lib
+
+
+class Kernels:
+    """The library's functions with their argument types."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        ptr, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
+        self.decode_attend = lib.decode_attend
+        self.decode_attend.restype = i32
+        self.decode_attend.argtypes = [ptr] * 5 + [i64] * 6 + [i32] * 5 + [f32, i32]
+        self.rms_norm = lib.rms_norm
+        self.rms_norm.restype = None
+        self.rms_norm.argtypes = [ptr] * 3 + [i32, i32, f32]
+        self.rope = lib.rope
+        self.rope.restype = None
+        self.rope.argtypes = [ptr] * 3 + [i32] * 3 + [i64]
+        self.silu_mul = lib.silu_mul
+        self.silu_mul.restype = None
+        self.silu_mul.argtypes = [ptr, ptr, i64]
+
+
+def kernel() -> Kernels | None:
+    """The loaded kernels, building them the first time; None when they cannot be built."""
+    if "lib" in _loaded:
+        return _loaded["lib"]
+    with _lock:
+        if "lib" in _loaded:
+            return _loaded["lib"]
+        cc = shutil.which("cc") or shutil.which("gcc")
+        try:
+            if cc is None:
+                raise OSError("no C compiler (cc) on PATH")
+            lib = Kernels(ctypes.CDLL(str(_build(cc))))
+        except (OSError, AttributeError, subprocess.SubprocessError) as exc:
+            log.warning("the decode step runs on tensor operations (slower at many rows): %s", exc)
+            lib = None
+        _loaded["lib"] = lib
+        return lib
+
+
+def usable(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
+    """Whether the kernel takes these: float32 on the CPU, keys and values [rows, kv_heads, cols, dim]
+    with a contiguous last dimension."""
+    return (q.dtype == keys.dtype == values.dtype == torch.float32 and q.device.type == keys.device.type == "cpu"
+            and keys.dim() == 4 and keys.stride(-1) == 1 and values.stride(-1) == 1 and keys.shape == values.shape)
+
+
+def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float,
+           lib: Kernels, out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Attention of `q` [rows, heads, dim] over `keys`/`values` [rows, kv_heads, cols, dim] where `mask`
+    [rows, cols] (bool, uint8) is true -> [rows, heads, dim] (into `out`, contiguous, if given); None
+    when the native call failed."""
+    rows, heads, dim = q.shape
+    kv_heads, cols = keys.shape[1], keys.shape[2]
+    q = q.contiguous()
+    mask = mask.to(torch.uint8).contiguous()
+    out = torch.empty_like(q) if out is None else out
+    rc = lib.decode_attend(q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(), out.data_ptr(),
+                           *keys.stride()[:3], *values.stride()[:3], rows, heads, kv_heads, cols, dim, scale,
+                           torch.get_num_threads())
+    return out if rc == 0 else None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lib: Kernels, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Llama's RMSNorm of `x` [rows, dim] (contiguous float32) with `weight` [dim], into `out` (a new
+    tensor if None)."""
+    out = torch.empty_like(x) if out is None else out
+    lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
+    return out
+
+
+def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, lib: Kernels) -> torch.Tensor:
+    """Rotary embedding in place on `x` [rows, heads * dim] (heads contiguous within a row, rows strided),
+    with `cos`/`sin` [rows, dim] contiguous; returns `x`."""
+    rows, dim = x.shape[0], cos.shape[-1]
+    lib.rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), rows, heads, dim, x.stride(0))
+    return x
+
+
+def silu_mul_(gate: torch.Tensor, up: torch.Tensor, lib: Kernels) -> torch.Tensor:
+    """`gate` = silu(gate) * up in place (both contiguous, same shape); returns `gate`."""
+    lib.silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel())
+    return gate
