@@ -156,3 +156,25 @@ def test_the_inference_benchmark_takes_a_decode_step_apart(tmp_path):
     assert set(ms) == {"step", "step_tensor_ops", "linears", "attention", "attention_matmul", "sampling", "rest"}
     assert all(ms[k] > 0 for k in ("step", "linears", "attention", "attention_matmul", "sampling"))
     assert abs(ms["step"] - ms["linears"] - ms["attention"] - ms["rest"]) < 1e-9
+
+
+def test_the_native_draw_picks_the_tensor_draws_tokens_and_log_probs():
+    """BatchSampler's native draw (decode_kernels.sample_rows) against its tensor operations, row by
+    row from the same seeded streams, over 20 steps of 16 rows: the same tokens, log-probs to float
+    rounding, also with presence penalties and with tokens banned until min_new_tokens (-inf logits)."""
+    from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams
+
+    assert decode_kernels.kernel() is not None
+    gen = torch.Generator().manual_seed(1)
+    vocab = 5000
+    for extra in ({}, {"presence_penalty": 0.5, "min_new_tokens": 3, "stop_ids": frozenset({7, 9})}):
+        params = [GenParams(max_new_tokens=20, temperature=0.3 + 0.1 * i, seed=40 + i, **extra) for i in range(16)]
+        native, tensor = BatchSampler(params, vocab), BatchSampler(params, vocab)
+        tensor._native = lambda scaled: None
+        for step in range(20):
+            logits = torch.randn(16, vocab, generator=gen) * 4
+            got, want = native.sample(logits, [step] * 16), tensor.sample(logits, [step] * 16)
+            assert got[0] == want[0], step
+            assert max(abs(a - b) for a, b in zip(got[1], want[1])) < 1e-4
+            if extra and step < 3:
+                assert not {7, 9} & set(got[0])  # banned until min_new_tokens

@@ -146,3 +146,50 @@ void silu_mul(float *gate, const float *up, long n) {
     const float *restrict u = up;
     for (long i = 0; i < n; i++) g[i] = g[i] / (1.f + expf(-g[i])) * u[i];
 }
+
+/* One draw per row from softmax(x[r]) by inverse CDF at u[r] of the row's total (the first token
+ * whose cumulative weight passes it), and that token's log-probability x[r][t] - logsumexp(x[r]).
+ * x [rows, vocab] contiguous (the scaled logits; -inf allowed where a token is banned); weights
+ * exp(x - max) are summed by blocks of BLOCK in double, as torch's cumsum accumulates, so the walk
+ * finds the block first, then the token inside it. Rows are split over `threads` OpenMP threads;
+ * `scratch` holds threads * vocab floats. */
+void sample_rows(const float *x, const float *u, int rows, int vocab, long *tokens, float *logprobs,
+                 float *scratch, int threads) {
+    enum { BLOCK = 256 };
+    if (threads < 1) threads = 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *restrict xr = x + (long)r * vocab;
+        float *restrict e = scratch + (long)omp_get_thread_num() * vocab;
+        float m = -FLT_MAX;
+        for (int i = 0; i < vocab; i++) m = xr[i] > m ? xr[i] : m;
+        double total = 0.0;
+        for (int b = 0; b < vocab; b += BLOCK) {
+            const int end = b + BLOCK < vocab ? b + BLOCK : vocab;
+            float part = 0.f;
+            for (int i = b; i < end; i++) {
+                e[i] = xr[i] > -FLT_MAX ? expf(xr[i] - m) : 0.f;
+                part += e[i];
+            }
+            total += part;
+        }
+        const double target = (double)u[r] * total;
+        double acc = 0.0;
+        int pick = vocab - 1;
+        for (int b = 0; b < vocab; b += BLOCK) {
+            const int end = b + BLOCK < vocab ? b + BLOCK : vocab;
+            float part = 0.f;
+            for (int i = b; i < end; i++) part += e[i];
+            if (acc + part <= target) { acc += part; continue; }
+            for (int i = b; i < end; i++) {
+                acc += e[i];
+                if (acc > target) { pick = i; break; }
+            }
+            break;
+        }
+        while (pick > 0 && e[pick] == 0.f) pick--;  /* never a zero-weight token (a banned one, or rounding past the end) */
+        tokens[r] = pick;
+        const float lp = xr[pick] - m - (float)log(total);
+        logprobs[r] = lp > -FLT_MAX ? lp : -FLT_MAX;
+    }
+}

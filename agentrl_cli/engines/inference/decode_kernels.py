@@ -1,6 +1,7 @@
 """The decode step's work between its matrix multiplies in native calls (`decode_kernels.c`): attention
-in one call per layer, RMSNorm, rotary embedding and the MLP's silu(gate) * up, built on first use
-with the machine's C compiler and loaded with ctypes.
+in one call per layer, RMSNorm, rotary embedding and the MLP's silu(gate) * up; and the sampler's
+draw for rows that truncate nothing (`sample_rows`). Built on first use with the machine's C
+compiler and loaded with ctypes.
 
 Measured at 64 rows of SmolLM2-135M (docs/benchmarks.md): attention as two batched matrix
 multiplies is 11,520 small multiplies a step whose per-call cost, not the arithmetic, made it about
@@ -89,6 +90,9 @@ class Kernels:
         self.silu_mul = lib.silu_mul
         self.silu_mul.restype = None
         self.silu_mul.argtypes = [ptr, ptr, i64]
+        self.sample_rows = lib.sample_rows
+        self.sample_rows.restype = None
+        self.sample_rows.argtypes = [ptr, ptr, i32, i32, ptr, ptr, ptr, i32]
 
 
 def kernel() -> Kernels | None:
@@ -153,3 +157,19 @@ def silu_mul_(gate: torch.Tensor, up: torch.Tensor, lib: Kernels) -> torch.Tenso
     """`gate` = silu(gate) * up in place (both contiguous, same shape); returns `gate`."""
     lib.silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel())
     return gate
+
+
+def sample_rows(scaled: torch.Tensor, u: torch.Tensor, lib: Kernels) -> tuple[torch.Tensor, torch.Tensor]:
+    """One draw per row of `scaled` [rows, vocab] (contiguous float32 logits, temperature applied) by
+    inverse CDF at `u` [rows] of the row's total, and the drawn token's log-softmax -> (tokens int64,
+    log-probs float32), in one pass for the maximum, one for the weights and their block sums and
+    one walk; what `sampling.BatchSampler` does in tensor operations for rows that truncate nothing."""
+    rows, vocab = scaled.shape
+    threads = max(1, min(torch.get_num_threads(), rows))
+    tokens = torch.empty(rows, dtype=torch.long)
+    logprobs = torch.empty(rows, dtype=torch.float32)
+    scratch = torch.empty(threads * vocab, dtype=torch.float32)
+    u = u.to(torch.float32).contiguous()
+    lib.sample_rows(scaled.data_ptr(), u.data_ptr(), rows, vocab, tokens.data_ptr(), logprobs.data_ptr(),
+                    scratch.data_ptr(), threads)
+    return tokens, logprobs

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl_cli.engines.inference import decode_kernels
+
 GREEDY_BELOW = 1e-6  # SGLang: temperature < 1e-6 means greedy (top_k=1, temperature=1)
 
 
@@ -145,6 +147,12 @@ class BatchSampler:
         log-softmax, its clamp and the greedy argmax over every row were a third of a 64-row step's
         sampling), clamped at float32's lowest as SGLang's."""
         scaled = self.scaled_logits(logits, produced)
+        native = self._native(scaled)
+        if native is not None:
+            tokens, logprobs = native
+            if self.counts is not None:
+                self.counts[torch.arange(len(tokens)), tokens] += 1
+            return tokens.tolist(), logprobs.tolist()
         lse = torch.logsumexp(scaled, dim=-1, keepdim=True)
         if bool(self.greedy.all()):
             tokens = scaled.argmax(dim=-1)
@@ -156,6 +164,19 @@ class BatchSampler:
             self.counts[torch.arange(len(tokens), device=tokens.device), tokens] += 1
         logprobs = (scaled.gather(1, tokens[:, None]) - lse).squeeze(1).clamp(min=torch.finfo(torch.float32).min)
         return tokens.tolist(), logprobs.tolist()
+
+    def _native(self, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(tokens, log-probs) from the native draw (`decode_kernels.sample_rows`: the same inverse-CDF
+        draw and log-prob in three passes over each row) when every row samples without truncation
+        from float32 logits on the CPU; None otherwise (then the tensor operations below)."""
+        if (scaled.device.type != "cpu" or scaled.dtype != torch.float32 or bool(self.greedy.any())
+                or not bool(self.plain.all())):
+            return None
+        lib = decode_kernels.kernel()
+        if lib is None:
+            return None
+        u = torch.tensor([g.next() for g in self.generators], dtype=torch.float32)
+        return decode_kernels.sample_rows(scaled.contiguous(), u, lib)
 
     def _draw(self, scaled: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
         """Inverse-CDF sampling for every row (greedy rows' draws are discarded by `sample`), one
