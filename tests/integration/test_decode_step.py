@@ -116,20 +116,21 @@ def test_the_native_attention_matches_the_matrix_multiplies_over_strided_views_a
     fn = decode_kernels.kernel()
     assert fn is not None
     gen = torch.Generator().manual_seed(0)
-    rows, heads, kv_heads, dim = 5, 9, 3, 64
-    kbuf, vbuf = torch.randn(rows + 2, kv_heads, 40, dim, generator=gen), torch.randn(rows + 2, kv_heads, 40, dim, generator=gen)
-    keys, values = kbuf[:rows, :, 3:30], vbuf[:rows, :, 3:30]
-    q = torch.randn(rows, heads, dim, generator=gen)
-    mask = torch.rand(rows, 27, generator=gen) > 0.3
-    mask[:, -1], mask[2] = True, False
-    got = decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn)
-    want = torch.zeros_like(q)
-    for r in range(rows):
-        for h in range(heads):
-            if mask[r].any():
-                scores = (keys[r, h // 3] @ q[r, h] * dim ** -0.5).masked_fill(~mask[r], float("-inf"))
-                want[r, h] = torch.softmax(scores, -1) @ values[r, h // 3]
-    assert float((got - want).abs().max()) < 1e-5 and float(want.abs().max()) > 0.1
+    rows, heads, kv_heads = 5, 9, 3
+    for dim in (64, 24):  # vector path (a multiple of 16 floats), scalar path
+        kbuf, vbuf = torch.randn(rows + 2, kv_heads, 40, dim, generator=gen), torch.randn(rows + 2, kv_heads, 40, dim, generator=gen)
+        keys, values = kbuf[:rows, :, 3:30], vbuf[:rows, :, 3:30]
+        q = torch.randn(rows, heads, dim, generator=gen)
+        mask = torch.rand(rows, 27, generator=gen) > 0.3
+        mask[:, -1], mask[2] = True, False
+        got = decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn)
+        want = torch.zeros_like(q)
+        for r in range(rows):
+            for h in range(heads):
+                if mask[r].any():
+                    scores = (keys[r, h // 3] @ q[r, h] * dim ** -0.5).masked_fill(~mask[r], float("-inf"))
+                    want[r, h] = torch.softmax(scores, -1) @ values[r, h // 3]
+        assert float((got - want).abs().max()) < 1e-5 and float(want.abs().max()) > 0.1, dim
     assert not decode_kernels.usable(q.double(), keys.double(), values.double())
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc

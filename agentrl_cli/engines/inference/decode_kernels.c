@@ -36,6 +36,82 @@ static inline void prefetch_row(const float *row, int dim) {
     for (int d = 0; d < dim; d += 16) __builtin_prefetch(row + d, 0, 3);  /* 16 floats: one 64-byte line */
 }
 
+/* Head dims that are a multiple of VW floats take the vector paths below (GCC vector extensions:
+ * one AVX-512 register, or two AVX2 ones where the CPU has no AVX-512). */
+enum { VW = 16, MAX_DIM = 256 };
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+
+static inline vf load_vf(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float sum_vf(vf v) {
+    float s = 0.f;
+    for (int i = 0; i < VW; i++) s += v[i];
+    return s;
+}
+
+/* scores[h][c] = q_h . k_c * scale, four key rows at a time for every query head of the group (four
+ * independent sums, so the adds do not wait on each other): each key row is read from memory once,
+ * while the next task's rows are prefetched; the heads after the first find it in cache. */
+static void scores_vec(const float *qg, const float *kb, const float *kn, long ks2, float *scores,
+                       int group, int cols, int dim, float scale) {
+    const int n = dim / VW;
+    int c = 0;
+    for (; c + 4 <= cols; c += 4) {
+        const float *k0 = kb + c * ks2, *k1 = k0 + ks2, *k2 = k1 + ks2, *k3 = k2 + ks2;
+        for (int e = 0; e < 4; e++) prefetch_row(kn + (c + e) * ks2, dim);
+        for (int h = 0; h < group; h++) {
+            const float *qh = qg + (long)h * dim;
+            vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int i = 0; i < n; i++) {
+                const vf q = load_vf(qh + i * VW);
+                a0 += q * load_vf(k0 + i * VW);
+                a1 += q * load_vf(k1 + i * VW);
+                a2 += q * load_vf(k2 + i * VW);
+                a3 += q * load_vf(k3 + i * VW);
+            }
+            float *s = scores + (long)h * cols + c;
+            s[0] = sum_vf(a0) * scale;
+            s[1] = sum_vf(a1) * scale;
+            s[2] = sum_vf(a2) * scale;
+            s[3] = sum_vf(a3) * scale;
+        }
+    }
+    for (; c < cols; c++) {
+        prefetch_row(kn + c * ks2, dim);
+        for (int h = 0; h < group; h++) {
+            vf a = {0};
+            for (int i = 0; i < n; i++) a += load_vf(qg + (long)h * dim + i * VW) * load_vf(kb + c * ks2 + i * VW);
+            scores[(long)h * cols + c] = sum_vf(a) * scale;
+        }
+    }
+}
+
+/* og[h] = sum_c p[h][c] v_c over the attended columns: each value row read from memory once (the next
+ * task's prefetched meanwhile) and added into every head's output, which stays in cache. */
+static void weighted_values_vec(const float *vb, const float *vn, long vs2, const unsigned char *mask,
+                                const float *scores, float *og, int group, int cols, int dim) {
+    const int n = dim / VW;
+    memset(og, 0, sizeof(float) * (size_t)group * (size_t)dim);
+    for (int c = 0; c < cols; c++) {
+        prefetch_row(vn + c * vs2, dim);
+        if (!mask[c]) continue;
+        vf v[MAX_DIM / VW];
+        for (int i = 0; i < n; i++) v[i] = load_vf(vb + c * vs2 + i * VW);
+        for (int h = 0; h < group; h++) {
+            const float p = scores[(long)h * cols + c];
+            float *oh = og + (long)h * dim;
+            for (int i = 0; i < n; i++) {
+                const vf o = load_vf(oh + i * VW) + p * v[i];
+                memcpy(oh + i * VW, &o, sizeof o);
+            }
+        }
+    }
+}
+
 static int run_tasks(job_t *j) {
     const int group = j->heads / j->kv_heads, dim = j->dim, cols = j->cols;
     float *scores = malloc(sizeof(float) * (size_t)group * (size_t)(cols > 0 ? cols : 1));
@@ -52,14 +128,18 @@ static int run_tasks(job_t *j) {
         const unsigned char *restrict mask = j->mask + (long)r * cols;
         const float *restrict qg = j->q + ((long)r * j->heads + (long)g * group) * dim;
         float *restrict og = j->out + ((long)r * j->heads + (long)g * group) * dim;
-        for (int c = 0; c < cols; c++) {  /* each key row read once, for every query head of the group */
-            const float *restrict kc = kb + c * j->ks2;
-            prefetch_row(kn + c * j->ks2, dim);
-            for (int h = 0; h < group; h++) {
-                const float *restrict qh = qg + (long)h * dim;
-                float acc = 0.f;
-                for (int d = 0; d < dim; d++) acc += qh[d] * kc[d];
-                scores[(long)h * cols + c] = acc * j->scale;
+        if (dim % VW == 0 && dim <= MAX_DIM) {
+            scores_vec(qg, kb, kn, j->ks2, scores, group, cols, dim, j->scale);
+        } else {
+            for (int c = 0; c < cols; c++) {  /* each key row read once, for every query head of the group */
+                const float *restrict kc = kb + c * j->ks2;
+                prefetch_row(kn + c * j->ks2, dim);
+                for (int h = 0; h < group; h++) {
+                    const float *restrict qh = qg + (long)h * dim;
+                    float acc = 0.f;
+                    for (int d = 0; d < dim; d++) acc += qh[d] * kc[d];
+                    scores[(long)h * cols + c] = acc * j->scale;
+                }
             }
         }
         for (int h = 0; h < group; h++) {
@@ -75,6 +155,10 @@ static int run_tasks(job_t *j) {
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
             for (int c = 0; c < cols; c++) s[c] *= inv;
             memset(og + (long)h * dim, 0, sizeof(float) * (size_t)dim);
+        }
+        if (dim % VW == 0 && dim <= MAX_DIM) {
+            weighted_values_vec(vb, vn, j->vs2, mask, scores, og, group, cols, dim);
+            continue;
         }
         for (int c = 0; c < cols; c++) {
             prefetch_row(vn + c * j->vs2, dim);
