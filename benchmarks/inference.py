@@ -87,11 +87,13 @@ async def served_phases(url: str, client: InferenceClient, batch: list[list[int]
     rate, lat = await served_rate(client, batch, new_tokens)
     wall = time.perf_counter() - t0
     after = await counters()
-    delta = {k: after[k] - before[k] for k in ("prefill_seconds_total", "decode_seconds_total", "decode_tokens_total",
-                                               "decode_steps_total", "decode_rows_total")}
+    delta = {k: after[k] - before[k] for k in ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total",
+                                               "decode_tokens_total", "decode_steps_total", "decode_rows_total")}
     return rate, lat, {"wall_s": wall, "prefill_s": delta["prefill_seconds_total"], "decode_s": delta["decode_seconds_total"],
+                       "prefill_tokens": delta["prefill_tokens_total"],
                        "decode_tokens": delta["decode_tokens_total"],
-                       "rows_per_step": delta["decode_rows_total"] / max(delta["decode_steps_total"], 1)}
+                       "rows_per_step": delta["decode_rows_total"] / max(delta["decode_steps_total"], 1),
+                       "step_ms": delta["decode_seconds_total"] / max(delta["decode_steps_total"], 1) * 1e3}
 
 
 async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list) -> None:
@@ -145,6 +147,10 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
                                                                   "(sampling, the forward pass, rows leaving and joining)")
                 figures[f"served_other_share_batch{b}"] = figure(1 - (med["prefill_s"] + med["decode_s"]) / med["wall_s"],
                                                                  f"x {what}: neither (requests arriving, HTTP, waiting to batch)")
+                figures[f"served_prefill_tokens_batch{b}"] = figure(med["prefill_tokens"], "tokens (median of rounds) the "
+                                                                    "prefill computed: the prompts less what the prefix cache held")
+                figures[f"served_decode_step_ms_batch{b}"] = figure(med["step_ms"], "ms (median of rounds) per decode step "
+                                                                    "in the server: sampling, the step, rows leaving")
                 figures[f"served_rows_per_step_batch{b}"] = figure(med["rows_per_step"], "rows (mean over the decode steps)")
                 figures[f"served_decode_share_of_gemm_bound_batch{b}"] = figure(
                     med["decode_share_of_bound"], "x (median of rounds): tokens/s of the decode steps alone over the GEMM bound")

@@ -132,6 +132,8 @@ def test_the_native_attention_matches_the_matrix_multiplies_over_strided_views_a
                     want[r, h] = torch.softmax(scores, -1) @ values[r, h // 3]
         assert float((got - want).abs().max()) < 1e-5 and float(want.abs().max()) > 0.1, dim
     assert not decode_kernels.usable(q.double(), keys.double(), values.double())
+    with pytest.raises(ValueError, match="do not fit"):  # never read past a tensor's end
+        decode_kernels.attend(q, keys, values, mask[:, :-1], dim ** -0.5, fn)
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -128,6 +128,8 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     when the native call failed."""
     rows, heads, dim = q.shape
     kv_heads, cols = keys.shape[1], keys.shape[2]
+    if keys.shape[0] != rows or keys.shape[3] != dim or heads % kv_heads or tuple(mask.shape) != (rows, cols):
+        raise ValueError(f"attend: q {tuple(q.shape)}, keys {tuple(keys.shape)} and mask {tuple(mask.shape)} do not fit")
     q = q.contiguous()
     mask = mask.to(torch.uint8).contiguous()
     out = torch.empty_like(q) if out is None else out
@@ -141,6 +143,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, lib: Kernels, ou
     """Llama's RMSNorm of `x` [rows, dim] (contiguous float32) with `weight` [dim], into `out` (a new
     tensor if None)."""
     out = torch.empty_like(x) if out is None else out
+    if x.dim() != 2 or not (x.is_contiguous() and out.is_contiguous()) or out.shape != x.shape or weight.shape != (x.shape[1],):
+        raise ValueError(f"rms_norm: x {tuple(x.shape)}, weight {tuple(weight.shape)} and out {tuple(out.shape)} do not fit")
     lib.rms_norm(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
     return out
 
@@ -149,12 +153,16 @@ def rope_(x: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor, lib
     """Rotary embedding in place on `x` [rows, heads * dim] (heads contiguous within a row, rows strided),
     with `cos`/`sin` [rows, dim] contiguous; returns `x`."""
     rows, dim = x.shape[0], cos.shape[-1]
+    if x.shape[1] != heads * dim or x.stride(1) != 1 or tuple(cos.shape) != (rows, dim) or cos.shape != sin.shape:
+        raise ValueError(f"rope_: x {tuple(x.shape)} is not [rows, {heads} x {dim}], or cos/sin {tuple(cos.shape)} do not fit")
     lib.rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), rows, heads, dim, x.stride(0))
     return x
 
 
 def silu_mul_(gate: torch.Tensor, up: torch.Tensor, lib: Kernels) -> torch.Tensor:
     """`gate` = silu(gate) * up in place (both contiguous, same shape); returns `gate`."""
+    if gate.shape != up.shape or not (gate.is_contiguous() and up.is_contiguous()):
+        raise ValueError(f"silu_mul_: gate {tuple(gate.shape)} and up {tuple(up.shape)} are not contiguous and alike")
     lib.silu_mul(gate.data_ptr(), up.data_ptr(), gate.numel())
     return gate
 
@@ -165,6 +173,8 @@ def sample_rows(scaled: torch.Tensor, u: torch.Tensor, lib: Kernels) -> tuple[to
     log-probs float32), in one pass for the maximum, one for the weights and their block sums and
     one walk; what `sampling.BatchSampler` does in tensor operations for rows that truncate nothing."""
     rows, vocab = scaled.shape
+    if tuple(u.shape) != (rows,) or not scaled.is_contiguous():
+        raise ValueError(f"sample_rows: logits {tuple(scaled.shape)} (contiguous) and uniforms {tuple(u.shape)} do not fit")
     threads = max(1, min(torch.get_num_threads(), rows))
     tokens = torch.empty(rows, dtype=torch.long)
     logprobs = torch.empty(rows, dtype=torch.float32)
