@@ -6,8 +6,8 @@ first) and reports the median ratio and the worst round, because this machine is
 
 Beside each batch's server rate: this machine's GEMM-bound decode rate for the model at that batch
 (`gemm.decode_bound`: the model's matrix multiplies at that many rows, timed in each round just
-before its served run, so a share is one round's served rate over that round's bound; the figure is
-the median share of the rounds) and the server's share of it. Target (issue 50): at 64 streams the
+before and just after its served run, so a share is one round's served rate over the mean of that
+round's two bounds; the figure is the median share of the rounds) and the server's share of it. Target (issue 50): at 64 streams the
 server reaches >= 80% of it.
 
     python benchmarks/inference.py [--json] [--model PATH|smollm2] [--new-tokens 128] [--rounds 3] [--batches 1,8,32,64]
@@ -39,9 +39,10 @@ from benchmarks._common import figure, parser, percentile, report  # noqa: E402
 BATCHES = (1, 8, 32, 64)
 
 
-def prompts(tokenizer, n: int, round_: int = 0) -> list[list[int]]:
-    """`n` distinct chat prompts, new ones each round (no round is served from an earlier one's cache)."""
-    texts = [f"Compute the value of {i + 1000 * round_} + {2 * i + 1}." for i in range(n)]
+def prompts(tokenizer, n: int, round_: int = 0, batch: int = 0) -> list[list[int]]:
+    """`n` distinct chat prompts, new ones for each round of each batch size (no round is served from
+    an earlier one's prefix cache beyond the chat template's shared system prompt)."""
+    texts = [f"Compute the value of {i + 1000 * round_ + 100000 * batch} + {2 * i + 1}." for i in range(n)]
     return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True,
                                           return_dict=False) for t in texts]
 
@@ -75,6 +76,18 @@ async def served_rate(client: InferenceClient, batch: list[list[int]], new_token
     return tokens / (time.perf_counter() - t0), lat
 
 
+async def bracketed(url: str, client: InferenceClient, batch: list[list[int]], new_tokens: int, shapes: list):
+    """`served_phases` with the GEMM bound at the batch's rows timed just before and just after it: the
+    machine's rate drifts over a round's half minute, so the round is judged against the mean of the
+    two (`drift`: after over before)."""
+    before = gemm.decode_bound(shapes, len(batch), seconds=2.0)
+    served, lat, phase = await served_phases(url, client, batch, new_tokens)
+    after = gemm.decode_bound(shapes, len(batch), seconds=2.0)
+    bound = {"tokens_per_s": (before["tokens_per_s"] + after["tokens_per_s"]) / 2, "gflops": (before["gflops"] + after["gflops"]) / 2,
+             "threads": before["threads"], "drift": after["tokens_per_s"] / before["tokens_per_s"]}
+    return served, lat, phase, bound
+
+
 async def served_phases(url: str, client: InferenceClient, batch: list[list[int]], new_tokens: int):
     """`served_rate`, with the engine's phase counters (/server_info) read before and after: the
     seconds spent in prefill and in decode steps, the decode steps' tokens and rows per step."""
@@ -105,15 +118,14 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
         for b in args.batches:
             served_runs, local_runs, ratios, lat, bounds, shares, phases = [], [], [], [], [], [], []
             for r in range(args.rounds):  # interleaved, order alternating: noise hits both sides alike
-                bound = gemm.decode_bound(shapes, b, seconds=2.0)  # each round's own, beside its served run
-                bounds.append(bound)
-                batch = prompts(tokenizer, b, r + 1)
+                batch = prompts(tokenizer, b, r + 1, b)
                 if r % 2:
                     local = in_process_rate(model, tokenizer, batch, args.new_tokens)
-                    served, lat_r, phase = await served_phases(url, client, batch, args.new_tokens)
+                    served, lat_r, phase, bound = await bracketed(url, client, batch, args.new_tokens, shapes)
                 else:
-                    served, lat_r, phase = await served_phases(url, client, batch, args.new_tokens)
+                    served, lat_r, phase, bound = await bracketed(url, client, batch, args.new_tokens, shapes)
                     local = in_process_rate(model, tokenizer, batch, args.new_tokens)
+                bounds.append(bound)
                 phase["decode_tokens_per_s"] = phase.pop("decode_tokens") / max(phase["decode_s"], 1e-9)
                 phase["decode_share_of_bound"] = phase["decode_tokens_per_s"] / bound["tokens_per_s"]
                 phases.append(phase)
@@ -134,6 +146,8 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
                 statistics.median(x["tokens_per_s"] for x in bounds), f"tokens/s (median of rounds): the model's matrix "
                 f"multiplies at {b} rows timed back to back ({gflops:.1f} GFLOP/s, {bounds[0]['threads']} threads; attention, "
                 "norms, sampling and the prompts' prefill not counted)")
+            figures[f"gemm_bound_drift_batch{b}"] = figure(statistics.median(x["drift"] for x in bounds), "x (median of rounds): "
+                                                           "the bound timed after the served run over the one timed before")
             share = statistics.median(shares)
             figures[f"server_share_of_gemm_bound_batch{b}"] = figure(
                 share, "x (median over rounds of server tokens/s / that round's GEMM-bound tokens/s)",
