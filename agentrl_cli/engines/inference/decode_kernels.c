@@ -6,7 +6,8 @@
  *                Face's repeat_kv pairs them);
  * rms_norm       Llama's RMSNorm with its weight;
  * rope           rotary embedding in place, Hugging Face's rotate_half layout;
- * silu_mul       the gated MLP's silu(gate) * up, in place into gate.
+ * silu_mul       the gated MLP's silu(gate) * up, in place into gate;
+ * sample_rows    the sampler's inverse-CDF draw and log-prob for rows that truncate nothing.
  *
  * decode_attend:
  * q     [rows, heads, dim]            contiguous
@@ -14,7 +15,7 @@
  * mask  [rows, cols]                  contiguous bytes, 1 where the row attends, 0 on its padding
  * out   [rows, heads, dim]            contiguous
  * Work is split over `threads` OpenMP threads by (row, kv head); each task reads its keys and values
- * once for every query head of its group. */
+ * from memory once for every query head of its group, the next task's prefetched meanwhile. */
 
 #include <float.h>
 #include <math.h>
