@@ -158,12 +158,12 @@ static int run_tasks(job_t *j) {
             }
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
             for (int c = 0; c < cols; c++) s[c] *= inv;
-            memset(og + (long)h * dim, 0, sizeof(float) * (size_t)dim);
         }
         if (dim % VW == 0 && dim <= MAX_DIM) {
             weighted_values_vec(vb, vn, j->vs2, mask, scores, og, group, cols, dim);
             continue;
         }
+        memset(og, 0, sizeof(float) * (size_t)group * (size_t)dim);
         for (int c = 0; c < cols; c++) {
             prefetch_row(vn + c * j->vs2, dim);
             if (!mask[c]) continue;
