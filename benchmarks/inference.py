@@ -5,8 +5,8 @@ batch >= 32. Each batch size runs `--rounds` interleaved rounds (alternating whi
 first) and reports the median ratio and the worst round, because this machine is shared and noisy.
 
 Beside each batch's server rate: this machine's GEMM-bound decode rate for the model at that batch
-(`gemm.decode_bound`: the model's matrix multiplies at that many rows, timed in each round just
-before and just after its served run, so a share is one round's served rate over the mean of that
+(`gemm.decode_bound`: the model's matrix multiplies at that many rows, in whichever weight layout
+runs them faster here, timed in each round just before and just after its served run, so a share is one round's served rate over the mean of that
 round's two bounds; the figure is the median share of the rounds) and the server's share of it. Target (issue 50): at 64 streams the
 server reaches >= 80% of it.
 
@@ -84,7 +84,7 @@ async def bracketed(url: str, client: InferenceClient, batch: list[list[int]], n
     served, lat, phase = await served_phases(url, client, batch, new_tokens)
     after = gemm.decode_bound(shapes, len(batch), seconds=2.0)
     bound = {"tokens_per_s": (before["tokens_per_s"] + after["tokens_per_s"]) / 2, "gflops": (before["gflops"] + after["gflops"]) / 2,
-             "threads": before["threads"], "drift": after["tokens_per_s"] / before["tokens_per_s"]}
+             "threads": before["threads"], "layouts": (before["layout"], after["layout"]), "drift": after["tokens_per_s"] / before["tokens_per_s"]}
     return served, lat, phase, bound
 
 
@@ -144,7 +144,8 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
             gflops = statistics.median(x["gflops"] for x in bounds)
             figures[f"gemm_bound_tokens_per_s_batch{b}"] = figure(
                 statistics.median(x["tokens_per_s"] for x in bounds), f"tokens/s (median of rounds): the model's matrix "
-                f"multiplies at {b} rows timed back to back ({gflops:.1f} GFLOP/s, {bounds[0]['threads']} threads; attention, "
+                f"multiplies at {b} rows timed back to back ({gflops:.1f} GFLOP/s, {bounds[0]['threads']} threads, the faster "
+                f"weight layout: {', '.join(sorted({lay for x in bounds for lay in x['layouts']}))}; attention, "
                 "norms, sampling and the prompts' prefill not counted)")
             figures[f"gemm_bound_drift_batch{b}"] = figure(statistics.median(x["drift"] for x in bounds), "x (median of rounds): "
                                                            "the bound timed after the served run over the one timed before")
@@ -215,12 +216,13 @@ def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, 
         pos = torch.full((batch,), columns)
 
         tensor_ops = LlamaDecode(model, native=False)
+        per_op = LlamaDecode(model, fused=False)
 
         def step(decode=lean) -> None:
             decode.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache)
             trim_front(cache, 1)  # the same number of columns every repetition
 
-        parts = {"step": step, "step_tensor_ops": lambda: step(tensor_ops),
+        parts = {"step": step, "step_tensor_ops": lambda: step(tensor_ops), "step_per_op": lambda: step(per_op),
                  "linears": lambda: [F.linear(inputs[m.in_features], m.weight, m.bias) for m in linears],
                  "attention": lambda: [lean.attention(q, layer.keys, layer.values, bias, attends, native) for layer in cache.layers],
                  "attention_matmul": lambda: [lean._attend(q, layer.keys, layer.values, bias) for layer in cache.layers],

@@ -47,14 +47,15 @@ def model_dir(request, tmp_path_factory):
     return MODELS[request.param](tmp_path_factory.mktemp("decode") / request.param)
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native-attention", "matmul-attention"])
-def test_the_lean_step_gives_the_module_forwards_logits_over_a_left_padded_cache(model_dir, native):
+@pytest.mark.parametrize("path", ["fused", "native", "tensor"])
+def test_the_lean_step_gives_the_module_forwards_logits_over_a_left_padded_cache(model_dir, path):
     engine = HFEngine(model_dir, max_batch_size=4, batch_window_ms=1)
     try:
         model = engine._model
-        lean = LlamaDecode(model, native=native)
-        assert isinstance(decode_for(model), LlamaDecode) and decode_for(model).native
-        assert (decode_kernels.kernel() is not None) or not native  # this machine has a C compiler: the kernel is built
+        lean = LlamaDecode(model, native=path != "tensor", fused=path == "fused")
+        assert isinstance(decode_for(model), LlamaDecode) and decode_for(model).native and decode_for(model).fused
+        assert (decode_kernels.kernel() is not None) or path == "tensor"  # this machine has a C compiler: the kernel is built
+        assert (decode_kernels.blas_sgemm() is not None) or path != "fused"  # and torch has MKL's sgemm_
         rng = random.Random(0)
         prompts = [[rng.randrange(3, 200) for _ in range(n)] for n in (5, 11, 17)]
         width = max(map(len, prompts))
@@ -76,6 +77,7 @@ def test_the_lean_step_gives_the_module_forwards_logits_over_a_left_padded_cache
                 want = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=last[:, None],
                              cache=caches[0], use_cache=True).logits[:, -1]
                 got = lean.step(tokens, mask, last, caches[1])
+                assert lean.path == path
                 assert got.shape == want.shape
                 assert float((got - want).abs().max()) < 1e-4, step
                 assert float(want.abs().max()) > 0.1  # not trivially zero
@@ -141,6 +143,104 @@ def test_the_native_attention_matches_the_matrix_multiplies_over_strided_views_a
     assert decode_kernels.kernel() is None
 
 
+def test_the_fused_step_follows_parameters_changed_in_place_or_replaced(tmp_path):
+    """The fused step keeps the layers' parameter pointers between steps: a weight copied into in place
+    and a parameter replaced by a new tensor (or a non-contiguous one, which it refuses) are both
+    what the next step computes with, as the module forward does."""
+    engine = HFEngine(build_random(tmp_path / "m", seed=6, num_key_value_heads=2, initializer_range=0.2), max_batch_size=4)
+    try:
+        model = engine._model
+        lean = LlamaDecode(model)
+        ids = torch.tensor([[5, 9, 11, 40], [7, 8, 3, 2]])
+        mask = torch.ones_like(ids)
+        with torch.inference_mode():
+            caches = [new_cache(model.config), new_cache(model.config)]
+            for cache in caches:
+                model(input_ids=ids, attention_mask=mask, cache=cache, use_cache=True)
+            pos = torch.tensor([4, 4])
+            mlp = model.model.layers[0].mlp
+            changes = [lambda: mlp.down_proj.weight.mul_(-1.5),
+                       lambda: setattr(mlp.up_proj, "weight", torch.nn.Parameter(torch.randn_like(mlp.up_proj.weight))),
+                       lambda: setattr(mlp.gate_proj, "weight", torch.nn.Parameter(torch.randn(mlp.gate_proj.weight.shape[::-1]).t()))]
+            for step, change in enumerate([lambda: None, *changes]):
+                change()
+                tokens = torch.tensor([3 + step, 20 + step])
+                mask = torch.cat([mask, mask.new_ones((2, 1))], dim=1)
+                want = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None] + step, cache=caches[0],
+                             use_cache=True).logits[:, -1]
+                got = lean.step(tokens, mask, pos + step, caches[1])
+                assert lean.path == ("native" if step == 3 else "fused"), step  # a transposed weight: not fused
+                assert float((got - want).abs().max()) < 1e-4, step
+    finally:
+        engine.close()
+
+
+def test_rows_sharing_a_prefix_read_it_from_their_source_row():
+    """`shared` (source row, lo, hi): a row's columns [lo, hi) are read from its source row. Over true
+    copies the output is the same as each row reading its own; with a row's copy spoiled, that row's
+    output still follows the source (so the kernel does read the source); bad rows are refused."""
+    fn = decode_kernels.kernel()
+    gen = torch.Generator().manual_seed(2)
+    rows, heads, kv_heads, cols = 5, 6, 2, 21
+    for dim in (64, 24):  # vector path, scalar path
+        kbuf, vbuf = torch.randn(rows, kv_heads, cols + 4, dim, generator=gen), torch.randn(rows, kv_heads, cols + 4, dim, generator=gen)
+        keys, values = kbuf[:, :, 2:2 + cols], vbuf[:, :, 2:2 + cols]
+        for r in (1, 3):  # rows 1 and 3 hold copies of row 0's columns 4..11
+            keys[r, :, 4:12], values[r, :, 4:12] = keys[0, :, 4:12], values[0, :, 4:12]
+        q = torch.randn(rows, heads, dim, generator=gen)
+        mask = torch.ones(rows, cols, dtype=torch.bool)
+        mask[:, :2] = False  # left padding
+        shared = torch.tensor([[0, 4, 12], [0, 4, 12], [2, 0, 0], [0, 4, 12], [4, 0, 0]], dtype=torch.int32)
+        own = decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn)
+        assert torch.equal(decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn, shared=shared), own), dim
+        keys[3, :, 4:12], values[3, :, 4:12] = 0.0, 0.0  # row 3's copy spoiled: read from row 0 all the same
+        spoiled = decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn, shared=shared)
+        assert torch.equal(spoiled, own) and not torch.equal(decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn), own)
+    for bad in ([[5, 0, 1]] + [[0, 0, 0]] * 4, [[0, 3, 2]] * 5, [[0, 0, cols + 1]] * 5):
+        with pytest.raises(ValueError, match="shared"):
+            decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn, shared=torch.tensor(bad, dtype=torch.int32))
+    with pytest.raises(ValueError, match="int32"):
+        decode_kernels.attend(q, keys, values, mask, dim ** -0.5, fn, shared=shared.long())
+
+
+def test_rows_on_one_prefix_decode_what_they_decode_reading_their_own_copies(model_dir, monkeypatch):
+    """Prompts on a shared prefix (prefilled once, copied into each row) decode the same tokens and
+    log-probs when the step reads the prefix from one row (`BatchRun._shared_rows`) as when every row
+    reads its own copy, through rows leaving at different steps, late rows joining (on the prefix
+    too) and the padding trimmed; and as the module forward does."""
+    from agentrl_cli.engines.inference import batch
+
+    rng = random.Random(3)
+    head = [rng.randrange(3, 200) for _ in range(20)]  # over MIN_MATCH (16): prefilled once
+    prompts = [head + [rng.randrange(3, 200) for _ in range(1 + 3 * i)] for i in range(5)]
+    late = [head + [rng.randrange(3, 200) for _ in range(2 + i)] for i in range(3)]
+    sampling = [{"max_new_tokens": 5 + 4 * i, "ignore_eos": True, "temperature": 0.0 if i % 2 else 0.9,
+                 "sampling_seed": 20 + i} for i in range(5)]
+    used = []
+    real = batch.BatchRun._shared_rows
+
+    def spy(self):
+        out = real(self)
+        used.append(out is not None and bool((out[:, 0] != torch.arange(len(out))).any()))
+        return out
+
+    results = {}
+    for name, kw in (("shared", {}), ("own", {}), ("module", {"lean_decode": False})):
+        # 6 rows at most: the late rows join as others leave
+        monkeypatch.setattr(batch.BatchRun, "_shared_rows", spy if name == "shared" else lambda self: None)
+        engine = HFEngine(model_dir, max_batch_size=6, batch_window_ms=1, **kw)
+        try:
+            results[name] = _generate(engine, prompts, sampling, late)
+        finally:
+            engine.close()
+        if name == "shared":
+            assert any(used)  # rows did read the prefix from another row
+    for s, o, m in zip(results["shared"], results["own"], results["module"]):
+        assert s["output_ids"] == o["output_ids"] == m["output_ids"]
+        assert s["output_logprobs"] == o["output_logprobs"]  # the same values read: the same floats
+        assert max(abs(a - b) for a, b in zip(s["output_logprobs"], m["output_logprobs"])) < 1e-4
+
+
 def test_a_model_it_does_not_know_goes_through_the_module_forward():
     class Other(torch.nn.Module):
         config = object()
@@ -156,7 +256,7 @@ def test_the_inference_benchmark_takes_a_decode_step_apart(tmp_path):
         ms = step_breakdown(engine._model, batch=4, columns=20, reps=3)
     finally:
         engine.close()
-    assert set(ms) == {"step", "step_tensor_ops", "linears", "attention", "attention_matmul", "sampling", "rest"}
+    assert set(ms) == {"step", "step_tensor_ops", "step_per_op", "linears", "attention", "attention_matmul", "sampling", "rest"}
     assert all(ms[k] > 0 for k in ("step", "linears", "attention", "attention_matmul", "sampling"))
     assert abs(ms["step"] - ms["linears"] - ms["attention"] - ms["rest"]) < 1e-9
 

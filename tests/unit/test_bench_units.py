@@ -313,6 +313,9 @@ def test_the_gemm_bound_decode_rate_times_every_multiply_of_the_model_at_the_bat
         assert bound["batch"] == batch and bound["steps"] >= 3 and bound["threads"] == 1
         assert bound["tokens_per_s"] == pytest.approx(batch / bound["step_s"])
         assert bound["gflops"] == pytest.approx(2 * (32 * 32 + 32 * 96 + 96 * 32 + 32 * 200) * batch / bound["step_s"] / 1e9)
+        # both weight layouts timed; the bound is the faster one's
+        assert set(bound["layout_step_s"]) == {"out_in", "in_out"}
+        assert bound["step_s"] == min(bound["layout_step_s"].values()) == bound["layout_step_s"][bound["layout"]]
 
 
 def test_trl_phases_come_from_its_timers_and_add_up_to_the_step():

@@ -17,6 +17,7 @@ steps are timed into the engine's `EngineStats` phase counters (`stats.py`).
 from __future__ import annotations
 
 import inspect
+import itertools
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from agentrl_cli.engines.inference.prefix_cache import MIN_MATCH, Prefix, Prefix
 from agentrl_cli.engines.inference.sampling import BatchSampler, GenParams, check_finished, prompt_logprobs
 from agentrl_cli.engines.inference.stats import EngineStats
 
+_PASSES = itertools.count()  # numbers the prefill passes (`BatchRun._forward`)
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
 
@@ -114,10 +116,13 @@ class BatchRun:
         # transformers 5 calls the KV cache argument `cache`; 4.x called it `past_key_values`
         self.cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.lean = decode_for(model) if lean else None  # Llama-shaped models decode without the module walk (decode_step.py)
+        # per row: None, or (source, lo, hi) where its cache columns [lo, hi) are copies of one prefix's
+        # keys and values (`source` names that copy); rows alike read one row's copy (`_shared_rows`)
+        self.shared: list[tuple | None] = []
 
     def run(self) -> int:
         """Decode until every row has finished; returns the number of tokens generated."""
-        logits, cache, mask, pos = self._timed_prefill()
+        logits, cache, mask, pos, self.shared = self._timed_prefill()
         while self.active:
             action = self.hooks.checkpoint(self.active)
             if action == "retract":
@@ -143,17 +148,18 @@ class BatchRun:
                 break
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             pos = pos + 1
-            logits = self._decode(torch.tensor(tokens, dtype=torch.long, device=self.device), mask, pos, cache)
+            logits = self._decode(torch.tensor(tokens, dtype=torch.long, device=self.device), mask, pos, cache,
+                                  self._shared_rows())
             self.stats.decode(time.perf_counter() - t, sampled, len(self.active))
             joining = self.hooks.admit(self.max_rows - len(self.active))
             if joining:
                 logits, cache, mask, pos = self._join(joining, logits, cache, mask, pos)
         return self.generated
 
-    def _decode(self, tokens: torch.Tensor, mask, pos, cache) -> torch.Tensor:
+    def _decode(self, tokens: torch.Tensor, mask, pos, cache, shared: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [rows, vocab] of one new token per row, its key and value added to `cache`."""
         if self.lean is not None and hasattr(cache, "layers"):
-            return self.lean.step(tokens, mask, pos, cache)
+            return self.lean.step(tokens, mask, pos, cache, shared)
         out = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
                          **{self.cache_kw: cache})
         return out.logits[:, -1, :]
@@ -162,9 +168,10 @@ class BatchRun:
         """Prefill late arrivals on their own and merge them into the running batch."""
         sub = BatchRun(self.model, self.tokenizer, joining, self.hooks, pad_id=self.pad_id, max_rows=self.max_rows,
                        prefix_cache=self.prefix_cache, stats=self.stats)
-        logits2, cache2, mask2, pos2 = sub._timed_prefill()
+        logits2, cache2, mask2, pos2, shared2 = sub._timed_prefill()
         append_rows(cache, [(layer.keys, layer.values) for layer in cache2.layers])  # in place: no copy of the batch
         width = max(mask.shape[1], mask2.shape[1])
+        self.shared = _shifted(self.shared, width - mask.shape[1]) + _shifted(shared2, width - mask2.shape[1])
         mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
                           torch.nn.functional.pad(mask2, (width - mask2.shape[1], 0))])
         self.active += sub.active
@@ -173,10 +180,10 @@ class BatchRun:
 
     @staticmethod
     def _merge(a: tuple, b: tuple) -> tuple:
-        """Two prefilled (logits, cache, mask, pos) as one batch, rows of `a` first: both KV caches are
-        left-padded to one length (padding masked out), so every row still sees only its tokens."""
-        logits, cache, mask, pos = a
-        logits2, cache2, mask2, pos2 = b
+        """Two prefilled (logits, cache, mask, pos, shared) as one batch, rows of `a` first: both KV caches
+        are left-padded to one length (padding masked out), so every row still sees only its tokens."""
+        logits, cache, mask, pos, shared = a
+        logits2, cache2, mask2, pos2, shared2 = b
         width = max(mask.shape[1], mask2.shape[1])
 
         def left(t: torch.Tensor, dim_len: int) -> torch.Tensor:
@@ -185,9 +192,26 @@ class BatchRun:
         for x, y in zip(cache.layers, cache2.layers):
             x.keys = torch.cat([left(x.keys, mask.shape[1]), left(y.keys, mask2.shape[1])])
             x.values = torch.cat([left(x.values, mask.shape[1]), left(y.values, mask2.shape[1])])
+        shared = _shifted(shared, width - mask.shape[1]) + _shifted(shared2, width - mask2.shape[1])
         mask = torch.cat([torch.nn.functional.pad(mask, (width - mask.shape[1], 0)),
                           torch.nn.functional.pad(mask2, (width - mask2.shape[1], 0))])
-        return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2])
+        return torch.cat([logits, logits2]), cache, mask, torch.cat([pos, pos2]), shared
+
+    def _shared_rows(self) -> torch.Tensor | None:
+        """[rows, 3] int32 (source row, lo, hi) for the decode step: each row's columns [lo, hi) are
+        read from the first row holding a copy of the same prefix at the same columns (the values
+        are the same: copies of one prefix's keys and values), so a prefix that many rows share is
+        read from memory once a step instead of once a row; None when no two rows share one."""
+        first: dict[tuple, int] = {}
+        rows, any_shared = [], False
+        for i, s in enumerate(self.shared):
+            if s is None:
+                rows.append((i, 0, 0))
+                continue
+            src = first.setdefault(s, i)
+            any_shared |= src != i
+            rows.append((src, s[1], s[2]))
+        return torch.tensor(rows, dtype=torch.int32) if any_shared else None
 
     def _lookup(self, r: Request) -> Prefix | None:
         if self.prefix_cache is None or _whole_prompt(r):
@@ -303,11 +327,16 @@ class BatchRun:
                 cache.update(keys, values, layer)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                          logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
+        # rows on top of one prefix hold copies of its keys and values at the same columns (the pass's
+        # number in the key: a prefix freed since may have left its address to another)
+        run = next(_PASSES)
+        shared = [((run, p.layers[0][0].data_ptr(), p.length), past - p.length, past) if p is not None and p.length else None
+                  for p in (prefixes or [None] * len(reqs))]
         for i, r in enumerate(reqs):
             if _whole_prompt(r):
                 own = out.logits[i, width - len(r.input_ids):]
                 r.input_logprobs = prompt_logprobs(own, r.input_ids, r.params.temperature)
-        return out.logits[:, -1, :], cache, mask, positions[:, -1]
+        return out.logits[:, -1, :], cache, mask, positions[:, -1], shared
 
     def _keep_prefixes(self, leaving: list[int], cache, mask) -> None:
         """Leave the KV of rows that leave the batch in the prefix cache: the tokens they were fed
@@ -350,6 +379,7 @@ class BatchRun:
             kept = set(keep)
             self._keep_prefixes([i for i in range(len(self.active)) if i not in kept], cache, mask)
         self.active = [self.active[i] for i in keep]
+        self.shared = [self.shared[i] for i in keep]
         leaving, self.leaving = self.leaving, []
         for r, reason in leaving:
             self.hooks.finish(r, reason)
@@ -360,8 +390,7 @@ class BatchRun:
         cache.batch_select_indices(idx)
         return logits[idx], cache, self._trim(cache, mask[idx]), pos[idx]
 
-    @staticmethod
-    def _trim(cache, mask: torch.Tensor) -> torch.Tensor:
+    def _trim(self, cache, mask: torch.Tensor) -> torch.Tensor:
         """Drop the leading columns that are padding in every remaining row. Without this a batch kept
         alive by joins only ever widens (one column per step, padded to its longest row ever), and
         every step attends over, and every join copies, the padding of rows long gone."""
@@ -370,4 +399,10 @@ class BatchRun:
         if lead == 0:
             return mask
         trim_front(cache, lead)
+        self.shared = _shifted(self.shared, -lead)
         return mask[:, lead:]
+
+
+def _shifted(shared: list[tuple | None], by: int) -> list[tuple | None]:
+    """`BatchRun.shared` with every row's columns moved `by` (padding added or trimmed on the left)."""
+    return [None if s is None else (s[0], s[1] + by, s[2] + by) for s in shared]

@@ -7,13 +7,19 @@
  * rms_norm       Llama's RMSNorm with its weight;
  * rope           rotary embedding in place, Hugging Face's rotate_half layout;
  * silu_mul       the gated MLP's silu(gate) * up, in place into gate;
- * sample_rows    the sampler's inverse-CDF draw and log-prob for rows that truncate nothing.
+ * sample_rows    the sampler's inverse-CDF draw and log-prob for rows that truncate nothing;
+ * decode_layers  the whole decode step after the embedding lookup: every layer (the functions above
+ *                between its matrix multiplies, which go to the BLAS `sgemm_` torch itself calls,
+ *                passed in as a function pointer), the final norm and the output head, in one call.
  *
  * decode_attend:
  * q     [rows, heads, dim]            contiguous
  * k, v  [rows, kv_heads, cols, dim]   strided views (the cache's buffers): element strides given, dim's is 1
  * mask  [rows, cols]                  contiguous bytes, 1 where the row attends, 0 on its padding
  * out   [rows, heads, dim]            contiguous
+ * shared [rows, 3] int32 or NULL      per row (source row, lo, hi): its columns [lo, hi) hold copies of
+ *                                     the source row's (a prompt prefix the rows share), read from the
+ *                                     source row, so rows sharing a prefix read one copy of it
  * Work is split over `threads` OpenMP threads by (row, kv head); each task reads its keys and values
  * from memory once for every query head of its group, the next task's prefetched meanwhile. */
 
@@ -26,6 +32,7 @@
 typedef struct {
     const float *q, *k, *v;
     const unsigned char *mask;
+    const int *shared;
     float *out;
     long ks0, ks1, ks2, vs0, vs1, vs2;
     int rows, heads, kv_heads, cols, dim, first, last;
@@ -38,6 +45,19 @@ static inline void prefetch_row(const float *row, int dim) {
      * cache, the next task's rows evicted this one's (measured: 15 ms a step at 64 rows of SmolLM2
      * against 20 with locality 3) */
     for (int d = 0; d < dim; d += 16) __builtin_prefetch(row + d, 0, 1);
+}
+
+/* Where a task's cached column c lives: its own row's block, or for the columns [lo, hi) it shares
+ * with other rows, the source row's block (the same values), which stays in cache from one row of the
+ * prefix to the next instead of each row reading its own copy from memory. */
+typedef struct {
+    const float *own, *shared;
+    long stride;
+    int lo, hi;
+} src_t;
+
+static inline const float *at(const src_t *s, int c) {
+    return (c >= s->lo && c < s->hi ? s->shared : s->own) + c * s->stride;
 }
 
 /* Head dims that are a multiple of VW floats take the vector paths below (GCC vector extensions:
@@ -60,13 +80,13 @@ static inline float sum_vf(vf v) {
 /* scores[h][c] = q_h . k_c * scale, four key rows at a time for every query head of the group (four
  * independent sums, so the adds do not wait on each other): each key row is read from memory once,
  * while the next task's rows are prefetched; the heads after the first find it in cache. */
-static void scores_vec(const float *qg, const float *kb, const float *kn, long ks2, float *scores,
+static void scores_vec(const float *qg, const src_t *kb, const src_t *kn, float *scores,
                        int group, int cols, int dim, float scale) {
     const int n = dim / VW;
     int c = 0;
     for (; c + 4 <= cols; c += 4) {
-        const float *k0 = kb + c * ks2, *k1 = k0 + ks2, *k2 = k1 + ks2, *k3 = k2 + ks2;
-        for (int e = 0; e < 4; e++) prefetch_row(kn + (c + e) * ks2, dim);
+        const float *k0 = at(kb, c), *k1 = at(kb, c + 1), *k2 = at(kb, c + 2), *k3 = at(kb, c + 3);
+        for (int e = 0; e < 4; e++) prefetch_row(at(kn, c + e), dim);
         for (int h = 0; h < group; h++) {
             const float *qh = qg + (long)h * dim;
             vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
@@ -85,10 +105,11 @@ static void scores_vec(const float *qg, const float *kb, const float *kn, long k
         }
     }
     for (; c < cols; c++) {
-        prefetch_row(kn + c * ks2, dim);
+        prefetch_row(at(kn, c), dim);
+        const float *kc = at(kb, c);
         for (int h = 0; h < group; h++) {
             vf a = {0};
-            for (int i = 0; i < n; i++) a += load_vf(qg + (long)h * dim + i * VW) * load_vf(kb + c * ks2 + i * VW);
+            for (int i = 0; i < n; i++) a += load_vf(qg + (long)h * dim + i * VW) * load_vf(kc + i * VW);
             scores[(long)h * cols + c] = sum_vf(a) * scale;
         }
     }
@@ -96,15 +117,16 @@ static void scores_vec(const float *qg, const float *kb, const float *kn, long k
 
 /* og[h] = sum_c p[h][c] v_c over the attended columns: each value row read from memory once (the next
  * task's prefetched meanwhile) and added into every head's output, which stays in cache. */
-static void weighted_values_vec(const float *vb, const float *vn, long vs2, const unsigned char *mask,
+static void weighted_values_vec(const src_t *vb, const src_t *vn, const unsigned char *mask,
                                 const float *scores, float *og, int group, int cols, int dim) {
     const int n = dim / VW;
     memset(og, 0, sizeof(float) * (size_t)group * (size_t)dim);
     for (int c = 0; c < cols; c++) {
-        prefetch_row(vn + c * vs2, dim);
+        prefetch_row(at(vn, c), dim);
         if (!mask[c]) continue;
         vf v[MAX_DIM / VW];
-        for (int i = 0; i < n; i++) v[i] = load_vf(vb + c * vs2 + i * VW);
+        const float *vc = at(vb, c);
+        for (int i = 0; i < n; i++) v[i] = load_vf(vc + i * VW);
         for (int h = 0; h < group; h++) {
             const float p = scores[(long)h * cols + c];
             float *oh = og + (long)h * dim;
@@ -116,28 +138,38 @@ static void weighted_values_vec(const float *vb, const float *vn, long vs2, cons
     }
 }
 
+/* task t's (row t / kv_heads, head t % kv_heads) block of the cache `base` with its shared columns */
+static src_t source(const job_t *j, const float *base, long s0, long s1, long s2, int t) {
+    const int r = t / j->kv_heads, g = t % j->kv_heads;
+    src_t s = {base + r * s0 + g * s1, base + r * s0 + g * s1, s2, 0, 0};
+    if (j->shared && j->shared[3 * r + 2] > j->shared[3 * r + 1]) {
+        s.shared = base + (long)j->shared[3 * r] * s0 + g * s1;
+        s.lo = j->shared[3 * r + 1];
+        s.hi = j->shared[3 * r + 2];
+    }
+    return s;
+}
+
 static int run_tasks(job_t *j) {
     const int group = j->heads / j->kv_heads, dim = j->dim, cols = j->cols;
     float *scores = malloc(sizeof(float) * (size_t)group * (size_t)(cols > 0 ? cols : 1));
     if (!scores) return 1;
     for (int t = j->first; t < j->last; t++) {
         const int r = t / j->kv_heads, g = t % j->kv_heads;
-        const float *restrict kb = j->k + r * j->ks0 + g * j->ks1;
-        const float *restrict vb = j->v + r * j->vs0 + g * j->vs1;
+        const src_t kb = source(j, j->k, j->ks0, j->ks1, j->ks2, t), vb = source(j, j->v, j->vs0, j->vs1, j->vs2, t);
         /* the next task's keys and values are fetched while this one computes: each task's are a
          * separate block of the cache, which the hardware prefetcher would start on cold */
         const int next = t + 1 < j->last ? t + 1 : t;
-        const float *kn = j->k + (next / j->kv_heads) * j->ks0 + (next % j->kv_heads) * j->ks1;
-        const float *vn = j->v + (next / j->kv_heads) * j->vs0 + (next % j->kv_heads) * j->vs1;
+        const src_t kn = source(j, j->k, j->ks0, j->ks1, j->ks2, next), vn = source(j, j->v, j->vs0, j->vs1, j->vs2, next);
         const unsigned char *restrict mask = j->mask + (long)r * cols;
         const float *restrict qg = j->q + ((long)r * j->heads + (long)g * group) * dim;
         float *restrict og = j->out + ((long)r * j->heads + (long)g * group) * dim;
         if (dim % VW == 0 && dim <= MAX_DIM) {
-            scores_vec(qg, kb, kn, j->ks2, scores, group, cols, dim, j->scale);
+            scores_vec(qg, &kb, &kn, scores, group, cols, dim, j->scale);
         } else {
             for (int c = 0; c < cols; c++) {  /* each key row read once, for every query head of the group */
-                const float *restrict kc = kb + c * j->ks2;
-                prefetch_row(kn + c * j->ks2, dim);
+                const float *restrict kc = at(&kb, c);
+                prefetch_row(at(&kn, c), dim);
                 for (int h = 0; h < group; h++) {
                     const float *restrict qh = qg + (long)h * dim;
                     float acc = 0.f;
@@ -160,14 +192,14 @@ static int run_tasks(job_t *j) {
             for (int c = 0; c < cols; c++) s[c] *= inv;
         }
         if (dim % VW == 0 && dim <= MAX_DIM) {
-            weighted_values_vec(vb, vn, j->vs2, mask, scores, og, group, cols, dim);
+            weighted_values_vec(&vb, &vn, mask, scores, og, group, cols, dim);
             continue;
         }
         memset(og, 0, sizeof(float) * (size_t)group * (size_t)dim);
         for (int c = 0; c < cols; c++) {
-            prefetch_row(vn + c * j->vs2, dim);
+            prefetch_row(at(&vn, c), dim);
             if (!mask[c]) continue;
-            const float *restrict vc = vb + c * j->vs2;
+            const float *restrict vc = at(&vb, c);
             for (int h = 0; h < group; h++) {
                 const float p = scores[(long)h * cols + c];
                 float *restrict oh = og + (long)h * dim;
@@ -182,8 +214,8 @@ static int run_tasks(job_t *j) {
 /* 0: done; 1: out of memory. OpenMP: linked against the process's libgomp.so.1, which is the one
  * torch loaded, so the step's matrix multiplies and this share one thread pool (threads of two
  * pools would spin against each other on the same cores). */
-int decode_attend(const float *q, const float *k, const float *v, const unsigned char *mask, float *out,
-                  long ks0, long ks1, long ks2, long vs0, long vs1, long vs2,
+int decode_attend(const float *q, const float *k, const float *v, const unsigned char *mask, const int *shared,
+                  float *out, long ks0, long ks1, long ks2, long vs0, long vs1, long vs2,
                   int rows, int heads, int kv_heads, int cols, int dim, float scale, int threads) {
     const int tasks = rows * kv_heads;
     if (threads < 1) threads = 1;
@@ -192,7 +224,7 @@ int decode_attend(const float *q, const float *k, const float *v, const unsigned
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         const int n = omp_get_num_threads(), i = omp_get_thread_num();
-        job_t j = {q, k, v, mask, out, ks0, ks1, ks2, vs0, vs1, vs2, rows, heads, kv_heads, cols, dim,
+        job_t j = {q, k, v, mask, shared, out, ks0, ks1, ks2, vs0, vs1, vs2, rows, heads, kv_heads, cols, dim,
                    (int)((long)tasks * i / n), (int)((long)tasks * (i + 1) / n), scale, 0};
         failed |= run_tasks(&j);
     }
@@ -280,4 +312,69 @@ void sample_rows(const float *x, const float *u, int rows, int vocab, long *toke
         const float lp = xr[pick] - m - (float)log(total);
         logprobs[r] = lp > -FLT_MAX ? lp : -FLT_MAX;
     }
+}
+
+/* ---- decode_layers ------------------------------------------------------------------------------ */
+
+/* Fortran BLAS sgemm (column-major, 32-bit integers): the one in the process's libtorch_cpu (MKL) */
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
+                         const float *, const int *, const float *, const int *, const float *, float *, const int *);
+
+/* one layer's parameters and its cache view; a bias pointer is NULL where the module has none */
+typedef struct {
+    const float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo, *ln2, *wg, *bg, *wu, *bu, *wd, *bd;
+    float *k, *v;              /* the cache view's first element: [rows, kv_heads, cols, dim] strided */
+    long ks0, ks1, ks2, vs0, vs1, vs2;
+    float eps1, eps2;
+} layer_t;
+
+/* y[rows, out] = x[rows, in] @ w[out, in]^T (+ b) (beta 0), or y += that (beta 1): nn.Linear's layout,
+ * row-major, as torch.mm(x, w.t()) calls the same sgemm */
+static void linear(sgemm_fn sgemm, const float *x, const float *w, const float *b, float *y, int rows, int in,
+                   int out, float beta) {
+    const float one = 1.f;
+    sgemm("T", "N", &out, &rows, &in, &one, w, &in, x, &in, &beta, y, &out);
+    if (b)
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < out; o++) y[(long)r * out + o] += b[o];
+}
+
+/* The step for `rows` rows whose residual stream `h` [rows, hidden] holds the fed tokens' embeddings:
+ * every layer, then the final norm (`norm`, `norm_eps`) and the head (`head` [vocab, hidden], `head_b`)
+ * into `logits` [rows, vocab]. The new keys and values are written at column `col` of each layer's
+ * view (the caller made room for it); attention runs over its first `cols` columns (`mask` [rows,
+ * cols], `shared` as decode_attend's). `x` [rows, hidden], `q`/`o` [rows, heads * dim], `k`/`v` [rows, kv_heads * dim] and
+ * `gate`/`up` [rows, inter] are scratch. 0: done; 1: out of memory. */
+int decode_layers(sgemm_fn sgemm, const layer_t *layers, int n_layers, float *h, float *x, float *q, float *k,
+                  float *v, float *o, float *gate, float *up, const float *cos_, const float *sin_,
+                  const unsigned char *mask, const int *shared, const float *norm, float norm_eps, const float *head, const float *head_b,
+                  float *logits, int rows, int hidden, int heads, int kv_heads, int dim, int inter, int vocab,
+                  int cols, int col, float scale, int threads) {
+    const int qw = heads * dim, kw = kv_heads * dim;
+    for (int l = 0; l < n_layers; l++) {
+        const layer_t *L = layers + l;
+        rms_norm(h, L->ln1, x, rows, hidden, L->eps1);
+        linear(sgemm, x, L->wq, L->bq, q, rows, hidden, qw, 0.f);
+        linear(sgemm, x, L->wk, L->bk, k, rows, hidden, kw, 0.f);
+        linear(sgemm, x, L->wv, L->bv, v, rows, hidden, kw, 0.f);
+        rope(q, cos_, sin_, rows, heads, dim, qw);
+        rope(k, cos_, sin_, rows, kv_heads, dim, kw);
+        for (int r = 0; r < rows; r++)
+            for (int g = 0; g < kv_heads; g++) {
+                memcpy(L->k + r * L->ks0 + g * L->ks1 + col * L->ks2, k + (long)r * kw + (long)g * dim, sizeof(float) * dim);
+                memcpy(L->v + r * L->vs0 + g * L->vs1 + col * L->vs2, v + (long)r * kw + (long)g * dim, sizeof(float) * dim);
+            }
+        if (decode_attend(q, L->k, L->v, mask, shared, o, L->ks0, L->ks1, L->ks2, L->vs0, L->vs1, L->vs2, rows, heads, kv_heads,
+                          cols, dim, scale, threads))
+            return 1;
+        linear(sgemm, o, L->wo, L->bo, h, rows, qw, hidden, 1.f);
+        rms_norm(h, L->ln2, x, rows, hidden, L->eps2);
+        linear(sgemm, x, L->wg, L->bg, gate, rows, hidden, inter, 0.f);
+        linear(sgemm, x, L->wu, L->bu, up, rows, hidden, inter, 0.f);
+        silu_mul(gate, up, (long)rows * inter);
+        linear(sgemm, gate, L->wd, L->bd, h, rows, inter, hidden, 1.f);
+    }
+    rms_norm(h, norm, x, rows, hidden, norm_eps);
+    linear(sgemm, x, head, head_b, logits, rows, hidden, vocab, 0.f);
+    return 0;
 }

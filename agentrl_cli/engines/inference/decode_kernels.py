@@ -9,6 +9,10 @@ a sixth of the step; and the norms, rotary embedding, activation and residual ad
 small tensor operations a layer, each a pass over memory and a dispatch. The kernels walk the
 rows' keys and values in place (the cache's strided views), once per key-value head for every
 query head of its group, split over the engine's threads, and do each elementwise part in one pass.
+`decode_layers` runs the whole step after the embedding lookup in one call: every layer, the final
+norm and the head, its matrix multiplies through the BLAS `sgemm_` torch's own `torch.mm` calls (MKL,
+found in the process's libtorch_cpu, `blas_sgemm`), so the step's 200-odd multiplies and 300-odd
+small calls are no longer Python round trips (they were about a tenth of the step at 64 rows).
 
 They are used for float32 on the CPU with caches whose last dimension is contiguous; anything
 else, or a machine without a C compiler (logged once), keeps the tensor operations
@@ -80,7 +84,7 @@ class Kernels:
         ptr, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
         self.decode_attend = lib.decode_attend
         self.decode_attend.restype = i32
-        self.decode_attend.argtypes = [ptr] * 5 + [i64] * 6 + [i32] * 5 + [f32, i32]
+        self.decode_attend.argtypes = [ptr] * 6 + [i64] * 6 + [i32] * 5 + [f32, i32]
         self.rms_norm = lib.rms_norm
         self.rms_norm.restype = None
         self.rms_norm.argtypes = [ptr] * 3 + [i32, i32, f32]
@@ -93,6 +97,19 @@ class Kernels:
         self.sample_rows = lib.sample_rows
         self.sample_rows.restype = None
         self.sample_rows.argtypes = [ptr, ptr, i32, i32, ptr, ptr, ptr, i32]
+        self.decode_layers = lib.decode_layers
+        self.decode_layers.restype = i32
+        self.decode_layers.argtypes = [ptr, ptr, i32] + [ptr] * 12 + [ptr, f32, ptr, ptr, ptr] + [i32] * 9 + [f32, i32]
+
+
+class Layer(ctypes.Structure):
+    """decode_kernels.c's `layer_t`: one layer's parameters (0 for a bias the module has not) and its
+    cache view (first element, element strides of rows, heads and columns)."""
+
+    _fields_ = ([(name, ctypes.c_void_p) for name in ("ln1", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "bo", "ln2",
+                                                       "wg", "bg", "wu", "bu", "wd", "bd", "k", "v")]
+                + [(name, ctypes.c_long) for name in ("ks0", "ks1", "ks2", "vs0", "vs1", "vs2")]
+                + [("eps1", ctypes.c_float), ("eps2", ctypes.c_float)])
 
 
 def kernel() -> Kernels | None:
@@ -114,6 +131,42 @@ def kernel() -> Kernels | None:
         return lib
 
 
+def blas_sgemm() -> int | None:
+    """The address of the Fortran `sgemm_` that `torch.mm` multiplies float32 with on the CPU: MKL's,
+    exported by the process's libtorch_cpu. Checked once against `torch.mm` on a small product; None
+    (logged once) where torch has no MKL, the symbol is missing or the check fails; then the step
+    keeps its multiplies in torch."""
+    if "sgemm" in _loaded:
+        return _loaded["sgemm"]
+    with _lock:
+        if "sgemm" not in _loaded:
+            _loaded["sgemm"] = _find_sgemm()
+        return _loaded["sgemm"]
+
+
+def _find_sgemm() -> int | None:
+    i32p, f32p = ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)
+    try:
+        if not torch.backends.mkl.is_available():
+            raise OSError("torch was built without MKL")
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        addr = ctypes.cast(lib.sgemm_, ctypes.c_void_p).value
+        call = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_char_p, i32p, i32p, i32p, f32p, ctypes.c_void_p, i32p,
+                                ctypes.c_void_p, i32p, f32p, ctypes.c_void_p, i32p)(addr)
+        gen = torch.Generator().manual_seed(0)
+        x, w = torch.randn(3, 5, generator=gen), torch.randn(4, 5, generator=gen)
+        y = torch.zeros(3, 4)
+        n = lambda v: ctypes.byref(ctypes.c_int(v))  # noqa: E731
+        call(b"T", b"N", n(4), n(3), n(5), ctypes.byref(ctypes.c_float(1.0)), w.data_ptr(), n(5), x.data_ptr(), n(5),
+             ctypes.byref(ctypes.c_float(0.0)), y.data_ptr(), n(4))
+        if not torch.allclose(y, x @ w.t(), atol=1e-5):
+            raise OSError("libtorch_cpu's sgemm_ does not compute x @ w.T")
+        return addr
+    except (OSError, AttributeError) as exc:
+        log.warning("the decode step keeps its matrix multiplies in torch (one call each): %s", exc)
+        return None
+
+
 def usable(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
     """Whether the kernel takes these: float32 on the CPU, keys and values [rows, kv_heads, cols, dim]
     with a contiguous last dimension."""
@@ -121,11 +174,22 @@ def usable(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> bool:
             and keys.dim() == 4 and keys.stride(-1) == 1 and values.stride(-1) == 1 and keys.shape == values.shape)
 
 
+def check_shared(shared: torch.Tensor, rows: int, cols: int) -> None:
+    """ValueError unless `shared` is [rows, 3] contiguous int32 of (source row, lo, hi) with a source
+    row of the batch and 0 <= lo <= hi <= cols: the kernels read the source row's columns [lo, hi)."""
+    if shared.dtype != torch.int32 or tuple(shared.shape) != (rows, 3) or not shared.is_contiguous():
+        raise ValueError(f"shared: {shared.dtype} {tuple(shared.shape)} is not contiguous int32 [{rows}, 3]")
+    src, lo, hi = shared.unbind(1)
+    if bool((src < 0).any() | (src >= rows).any() | (lo < 0).any() | (lo > hi).any() | (hi > cols).any()):
+        raise ValueError(f"shared: a row's source is outside the {rows} rows or its columns outside 0..{cols}")
+
+
 def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float,
-           lib: Kernels, out: torch.Tensor | None = None) -> torch.Tensor | None:
+           lib: Kernels, out: torch.Tensor | None = None, shared: torch.Tensor | None = None) -> torch.Tensor | None:
     """Attention of `q` [rows, heads, dim] over `keys`/`values` [rows, kv_heads, cols, dim] where `mask`
     [rows, cols] (bool, uint8) is true -> [rows, heads, dim] (into `out`, contiguous, if given); None
-    when the native call failed."""
+    when the native call failed. `shared` (checked by `check_shared`): each row's columns [lo, hi)
+    read from its source row, which holds the same values."""
     rows, heads, dim = q.shape
     kv_heads, cols = keys.shape[1], keys.shape[2]
     if keys.shape[0] != rows or keys.shape[3] != dim or heads % kv_heads or tuple(mask.shape) != (rows, cols):
@@ -133,7 +197,10 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     q = q.contiguous()
     mask = mask.to(torch.uint8).contiguous()
     out = torch.empty_like(q) if out is None else out
-    rc = lib.decode_attend(q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(), out.data_ptr(),
+    if shared is not None:
+        check_shared(shared, rows, cols)
+    rc = lib.decode_attend(q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
+                           None if shared is None else shared.data_ptr(), out.data_ptr(),
                            *keys.stride()[:3], *values.stride()[:3], rows, heads, kv_heads, cols, dim, scale,
                            torch.get_num_threads())
     return out if rc == 0 else None

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from agentrl_cli.engines.inference import decode_kernels
+from agentrl_cli.engines.inference.kv_cache import GrowingLayer
 
 # architectures whose decoder layer is Llama's: pre-norm RMSNorm, rotary q/k, grouped-query attention
 # with full (not sliding-window) attention, SiLU-gated MLP, optional projection biases (Qwen2 has q/k/v ones)
@@ -35,11 +36,13 @@ class LlamaDecode:
     included, last) belongs to the row, `positions` [rows] each row's position of the fed token,
     `cache` the batch's `DynamicCache` (its layers' `update` append this step's keys and values)."""
 
-    def __init__(self, model, native: bool = True) -> None:
+    def __init__(self, model, native: bool = True, fused: bool = True) -> None:
         """`native`: the work between the matrix multiplies in native calls (`decode_kernels`) where
-        they can be built, else tensor operations."""
+        they can be built, else tensor operations; `fused` (with `native`): the whole step in one
+        native call (`_fused_step`) where torch's BLAS is found and the cache takes it."""
         self.model = model
-        self.native = native
+        self.native, self.fused = native, fused
+        self.path = ""  # how the last step ran: "fused", "native" or "tensor"
         inner = model.model
         cfg = model.config
         self.embed, self.rotary, self.norm = inner.embed_tokens, inner.rotary_emb, inner.norm
@@ -50,12 +53,31 @@ class LlamaDecode:
         self.scale = self.head_dim ** -0.5
         self._buffers: dict[str, torch.Tensor] = {}  # the native step's intermediates (`_buffer`)
         self._flip = False  # which of the two logits buffers the last step wrote
+        # `_specs`: (layer or -1, field, module, parameter name) of every parameter the fused step reads,
+        # their signature at the last build, the built structs and the final norm's and head's pointers
+        self._slots: list | None = None
+        self._sign: tuple | None = None
+        self._layer_specs = None
+        self._tail: dict = {}
 
     @torch.inference_mode()
-    def step(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache,
+             shared: torch.Tensor | None = None) -> torch.Tensor:
+        """`shared` (optional): [rows, 3] int32 (source row, lo, hi), each row's cache columns [lo, hi)
+        being copies of the source row's (`batch.BatchRun._shared_rows`): the native attention reads
+        them from the source row, once for all the rows that share them; the tensor step reads every
+        row's own copy (the same values)."""
         lib = decode_kernels.kernel() if self.native else None
         if lib is not None and self._native_ok():
-            return self._native_step(tokens, mask, positions, cache, lib)
+            if shared is not None:
+                decode_kernels.check_shared(shared, tokens.shape[0], mask.shape[1])
+            sgemm = decode_kernels.blas_sgemm() if self.fused else None
+            if sgemm is not None and self._fits(tokens.shape[0], mask.shape[1] - 1, cache):
+                self.path = "fused"
+                return self._fused_step(tokens, mask, positions, cache, lib, sgemm, shared)
+            self.path = "native"
+            return self._native_step(tokens, mask, positions, cache, lib, shared)
+        self.path = "tensor"
         return self._tensor_step(tokens, mask, positions, cache)
 
     def _native_ok(self) -> bool:
@@ -63,7 +85,88 @@ class LlamaDecode:
         w = self.embed.weight
         return w.dtype == torch.float32 and w.device.type == "cpu" and self.norm.weight.dtype == torch.float32
 
-    def _native_step(self, tokens, mask, positions, cache, lib) -> torch.Tensor:
+    def _fits(self, rows: int, width: int, cache) -> bool:
+        """Whether `_fused_step` takes this cache: every layer a `GrowingLayer` holding `rows` rows of
+        `width` columns, and every parameter contiguous float32 on the CPU (checked before anything
+        is changed)."""
+        for kv in cache.layers:
+            if not isinstance(kv, GrowingLayer) or kv.keys is None or kv.keys.dim() != 4:
+                return False
+            if kv.keys.shape[0] != rows or kv.keys.shape[2] != width or kv.keys.shape != kv.values.shape:
+                return False
+        return self._specs() is not None
+
+    def _specs(self):
+        """The layers' parameters as `decode_kernels.Layer` structs (their cache fields filled by each
+        step), or None when a parameter is not contiguous float32 on the CPU. Rebuilt only when a
+        parameter was replaced, moved or changed layout since the last step: the check reads each
+        module's parameter dict, about 250 lookups, where building the structs through the modules'
+        attributes cost about 4 ms a step."""
+        if self._slots is None:
+            self._slots = [(-1, "norm", self.norm, "weight"), (-1, "head", self.head, "weight"), (-1, "head_b", self.head, "bias")]
+            for i, layer in enumerate(self.layers):
+                attn, mlp = layer.self_attn, layer.mlp
+                self._slots += [(i, "ln1", layer.input_layernorm, "weight"), (i, "ln2", layer.post_attention_layernorm, "weight")]
+                for w, b, m in (("wq", "bq", attn.q_proj), ("wk", "bk", attn.k_proj), ("wv", "bv", attn.v_proj),
+                                ("wo", "bo", attn.o_proj), ("wg", "bg", mlp.gate_proj), ("wu", "bu", mlp.up_proj),
+                                ("wd", "bd", mlp.down_proj)):
+                    self._slots += [(i, w, m, "weight"), (i, b, m, "bias")]
+        params = [m._parameters.get(name) for _, _, m, name in self._slots]
+        sign = tuple((t.data_ptr(), t.dtype, t.device.type, t.is_contiguous()) if t is not None else None for t in params)
+        if sign == self._sign:
+            return self._layer_specs
+        self._sign, self._layer_specs, self._tail = sign, None, {}
+        if any(t is not None and (t.dtype != torch.float32 or t.device.type != "cpu" or not t.is_contiguous()) for t in params):
+            return None
+        specs = (decode_kernels.Layer * len(self.layers))()
+        for (i, field, _, _), t in zip(self._slots, params):
+            ptr = None if t is None else t.data_ptr()
+            if i < 0:
+                self._tail[field] = ptr
+            else:
+                setattr(specs[i], field, ptr)
+        for spec, layer in zip(specs, self.layers):
+            spec.eps1, spec.eps2 = layer.input_layernorm.variance_epsilon, layer.post_attention_layernorm.variance_epsilon
+        self._layer_specs = specs
+        return specs
+
+    def _fused_step(self, tokens, mask, positions, cache, lib, sgemm, shared=None) -> torch.Tensor:
+        """The whole step after the embedding lookup in one native call (`decode_kernels.decode_layers`):
+        the same computation as `_native_step`, its matrix multiplies through the BLAS `sgemm_` that
+        `torch.mm` calls. Each layer's cache is widened by one column first (`GrowingLayer.reserve`),
+        which the call fills with the step's keys and values."""
+        rows, heads, kv_heads, dim = tokens.shape[0], self.heads, self.kv_heads, self.head_dim
+        hidden, inter = self.embed.weight.shape[1], self.layers[0].mlp.gate_proj.weight.shape[0]
+        vocab = self.head.weight.shape[0]
+        buf = self._buffer
+        h = buf("h", rows, hidden)
+        torch.index_select(self.embed.weight, 0, tokens, out=h)
+        cos, sin = self.rotary(h[:, None], positions[:, None])
+        cos, sin = cos.reshape(rows, dim).contiguous(), sin.reshape(rows, dim).contiguous()
+        attends = (mask != 0).to(torch.uint8).contiguous()
+        layers = self._layer_specs  # `_fits` has just checked them
+        for spec, kv in zip(layers, cache.layers):
+            keys, values = kv.reserve(1)
+            spec.k, spec.v = keys.data_ptr(), values.data_ptr()
+            spec.ks0, spec.ks1, spec.ks2 = keys.stride()[:3]
+            spec.vs0, spec.vs1, spec.vs2 = values.stride()[:3]
+        self._flip = not self._flip
+        logits = buf("logits1" if self._flip else "logits0", rows, vocab)
+        scratch = [buf(name, rows, width) for name, width in (("x", hidden), ("q", heads * dim), ("k", kv_heads * dim),
+                                                               ("v", kv_heads * dim), ("o", heads * dim),
+                                                               ("gate", inter), ("up", inter))]
+        tail = self._tail
+        rc = lib.decode_layers(sgemm, layers, len(self.layers), h.data_ptr(), *(t.data_ptr() for t in scratch),
+                               cos.data_ptr(), sin.data_ptr(), attends.data_ptr(),
+                               None if shared is None else shared.data_ptr(), tail["norm"], self.norm.variance_epsilon,
+                               tail["head"], tail["head_b"], logits.data_ptr(),
+                               rows, hidden, heads, kv_heads, dim, inter, vocab, mask.shape[1], mask.shape[1] - 1,
+                               self.scale, torch.get_num_threads())
+        if rc != 0:
+            raise MemoryError("decode_layers: out of memory for the attention scores")
+        return logits
+
+    def _native_step(self, tokens, mask, positions, cache, lib, shared=None) -> torch.Tensor:
         """The step with the work between the matrix multiplies in native calls (`decode_kernels`):
         RMSNorm, rotary embedding in place on the projections, attention, silu(gate) * up. Every
         intermediate is written into buffers kept from step to step (`_buffer`), and the output and
@@ -90,7 +193,8 @@ class LlamaDecode:
             qv = q.view(rows, 1, heads, dim).transpose(1, 2)
             if bias is None and not decode_kernels.usable(qv, keys, values):
                 bias = _bias(mask, h.dtype)
-            _add_linear(h, self.attention(qv, keys, values, bias, attends, lib, out=o).view(rows, heads * dim), attn.o_proj)
+            _add_linear(h, self.attention(qv, keys, values, bias, attends, lib, out=o, shared=shared).view(rows, heads * dim),
+                        attn.o_proj)
             decode_kernels.rms_norm(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon,
                                     lib, out=x)
             gate = _linear(x, mlp.gate_proj, buf("gate", rows, mlp.gate_proj.weight.shape[0]))
@@ -134,13 +238,14 @@ class LlamaDecode:
             h = h + F.linear(F.silu(gate) * up, mlp.down_proj.weight, mlp.down_proj.bias)
         return F.linear(_rms(h, self.norm)[:, 0], self.head.weight, self.head.bias)
 
-    def attention(self, q, keys, values, bias, attends, lib, out=None) -> torch.Tensor:
+    def attention(self, q, keys, values, bias, attends, lib, out=None, shared=None) -> torch.Tensor:
         """One layer's attention of `q` [rows, heads, 1, dim] -> [rows, 1, heads * dim]: the native call
         (`lib`, decode_kernels, over `attends` [rows, columns] uint8, into `out` [rows, heads * dim] if
         given) where it takes these tensors, else `_attend` (over `bias`)."""
         if lib is not None and decode_kernels.usable(q, keys, values):
             o = decode_kernels.attend(q[:, :, 0], keys, values, attends, self.scale, lib,
-                                      out=None if out is None else out.view(q.shape[0], self.heads, self.head_dim))
+                                      out=None if out is None else out.view(q.shape[0], self.heads, self.head_dim),
+                                      shared=shared)
             if o is not None:
                 return o.view(q.shape[0], 1, self.heads * self.head_dim)
         return self._attend(q, keys, values, bias)

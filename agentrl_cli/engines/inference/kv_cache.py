@@ -115,6 +115,16 @@ class GrowingLayer(DynamicLayer):
         self._vbuf[self._rows:self._rows + k, :, self._end - width:self._end] = values
         self._set(self._rows + k, start, self._end)
 
+    def reserve(self, add: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """`update` without the copy: room for `add` new columns after the filled ones, which the caller
+        writes (the native step writes its keys and values there itself); returns the widened views.
+        The layer must hold keys already (`update` has run once)."""
+        if not self._owned() or self._end + add > self._kbuf.shape[2]:
+            spare = self._kbuf.shape[0] - self._rows if self._owned() else 0
+            self._adopt(self.keys, self.values, more_cols=add, more_rows=spare)
+        self._set(self._rows, self._start, self._end + add)
+        return self.keys, self.values
+
     def trim_front(self, lead: int) -> None:
         """Drop the first `lead` columns (padding in every row)."""
         if self._owned():
