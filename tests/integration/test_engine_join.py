@@ -58,9 +58,9 @@ def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir, lean, monk
         widths.append(kwargs["attention_mask"].shape[1])
         return forward(*args, **kwargs)
 
-    def recording_step(self, tokens, mask, positions, cache):
+    def recording_step(self, tokens, mask, positions, cache, **kw):
         widths.append(mask.shape[1])
-        return step(self, tokens, mask, positions, cache)
+        return step(self, tokens, mask, positions, cache, **kw)
     try:
         reference = _alone(engine, [5, 6, 7, 8, 9], 300)
         engine._model.forward = recording

@@ -159,7 +159,9 @@ class BatchRun:
     def _decode(self, tokens: torch.Tensor, mask, pos, cache, shared: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [rows, vocab] of one new token per row, its key and value added to `cache`."""
         if self.lean is not None and hasattr(cache, "layers"):
-            return self.lean.step(tokens, mask, pos, cache, shared)
+            if shared is None:
+                return self.lean.step(tokens, mask, pos, cache)
+            return self.lean.step(tokens, mask, pos, cache, shared=shared)
         out = self.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None], use_cache=True,
                          **{self.cache_kw: cache})
         return out.logits[:, -1, :]
