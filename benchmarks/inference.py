@@ -176,12 +176,17 @@ async def measure(url: str, model, tokenizer, args, figures: dict, shapes: list)
         await client.close()
 
 
+SHARED_PREFIX = 33  # tokens of SmolLM2's chat template every prompt here starts with (its system prompt)
+
+
 def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, float]:
     """Where one decode step of the embedded engine goes at `batch` rows over `columns` cached columns,
     in milliseconds (median of `reps`, the parts interleaved): the whole step (`decode_step.LlamaDecode`),
     the model's matrix multiplies alone at those rows (`F.linear` on its own weights), the attention alone
     (every layer's `attention` on the cache, as the step runs it: the native kernel where it is built;
-    beside it `attention_matmul`, the two batched matrix multiplies it replaces; and `step_tensor_ops`,
+    beside it `attention_matmul`, the two batched matrix multiplies it replaces; `step_shared_prefix`, the
+    step with every row reading the first `SHARED_PREFIX` columns from row 0's copy; `step_per_op`,
+    the step with one native call per operation instead of the whole step in one; and `step_tensor_ops`,
     the whole step without the native kernels), and the sampler's draw over the vocabulary; "rest" is the step
     less its multiplies and attention (norms, rotary, activations, cache writes, Python). Empty for a model
     the lean step does not know."""
@@ -213,18 +218,23 @@ def step_breakdown(model, batch: int, columns: int, reps: int = 7) -> dict[str, 
         sampler = BatchSampler([params] * batch, vocab)
         logits = torch.randn(batch, vocab, generator=gen)
         grown = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
+        # every row reading its first `prefix` columns from row 0, as rows on one system prompt do
+        prefix = min(SHARED_PREFIX, columns)
+        shared = torch.tensor([[0, 0, prefix]] * batch, dtype=torch.int32)
         pos = torch.full((batch,), columns)
 
         tensor_ops = LlamaDecode(model, native=False)
         per_op = LlamaDecode(model, fused=False)
 
-        def step(decode=lean) -> None:
-            decode.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache)
+        def step(decode=lean, shared=None) -> None:
+            decode.step(torch.randint(0, vocab, (batch,), generator=gen), grown, pos, cache, shared=shared)
             trim_front(cache, 1)  # the same number of columns every repetition
 
         parts = {"step": step, "step_tensor_ops": lambda: step(tensor_ops), "step_per_op": lambda: step(per_op),
+                 "step_shared_prefix": lambda: step(shared=shared),
                  "linears": lambda: [F.linear(inputs[m.in_features], m.weight, m.bias) for m in linears],
                  "attention": lambda: [lean.attention(q, layer.keys, layer.values, bias, attends, native) for layer in cache.layers],
+
                  "attention_matmul": lambda: [lean._attend(q, layer.keys, layer.values, bias) for layer in cache.layers],
                  "sampling": lambda: sampler.sample(logits, [0] * batch)}
         times: dict[str, list[float]] = {name: [] for name in parts}
@@ -284,6 +294,11 @@ def main() -> int:
         figures[f"decode_attention_ms_batch{b}"] = figure(ms["attention"], where + ": attention over the KV cache alone")
         figures[f"decode_step_tensor_ops_ms_batch{b}"] = figure(ms["step_tensor_ops"], where + ": the step without the "
                                                                "native kernels (decode_kernels), for comparison")
+        figures[f"decode_step_shared_prefix_ms_batch{b}"] = figure(
+            ms["step_shared_prefix"], where + f": the step with every row reading its first {SHARED_PREFIX} columns from one "
+            "row's copy (rows on one system prompt, as the served run's)")
+        figures[f"decode_step_per_op_ms_batch{b}"] = figure(ms["step_per_op"], where + ": the step with one native call per "
+                                                          "operation (the fallback where torch has no MKL)")
         figures[f"decode_attention_matmul_ms_batch{b}"] = figure(ms["attention_matmul"], where + ": attention as two batched "
                                                                "matrix multiplies (decode_step._attend), for comparison")
         figures[f"decode_rest_ms_batch{b}"] = figure(ms["rest"], where + ": the step less its multiplies and attention")

@@ -143,6 +143,47 @@ def test_the_native_attention_matches_the_matrix_multiplies_over_strided_views_a
     assert decode_kernels.kernel() is None
 
 
+@pytest.mark.parametrize("past", [0, 6])
+def test_a_prefill_in_one_native_call_gives_the_module_forwards_logits_and_cache(model_dir, past):
+    """`LlamaDecode.prefill`: left-padded prompts fed at once (on nothing cached, or on 6 cached
+    columns), each token attending up to its own column: the last token's logits as the module
+    forward's, and decode steps after it as the module's over its own cache."""
+    engine = HFEngine(model_dir, max_batch_size=4, batch_window_ms=1)
+    try:
+        model = engine._model
+        lean = LlamaDecode(model)
+        rng = random.Random(4)
+        lengths = (3, 9, 14)
+        width = max(lengths)
+        ids = torch.full((3, width), engine.pad_id)
+        mask = torch.zeros((3, past + width), dtype=torch.long)
+        mask[:, :past] = 1
+        for i, n in enumerate(lengths):
+            ids[i, width - n:] = torch.tensor([rng.randrange(3, 200) for _ in range(n)])
+            mask[i, past + width - n:] = 1
+        pos = (mask[:, past:].cumsum(-1) - 1).clamp(min=0) + past
+        with torch.inference_mode():
+            caches = [new_cache(model.config), new_cache(model.config)]
+            if past:
+                head = torch.tensor([[rng.randrange(3, 200) for _ in range(past)]] * 3)
+                for cache in caches:
+                    model(input_ids=head, attention_mask=torch.ones_like(head), cache=cache, use_cache=True)
+            want = model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=caches[0], use_cache=True).logits[:, -1]
+            got = lean.prefill(ids, mask, pos, caches[1])
+            assert got is not None and float((got - want).abs().max()) < 1e-4
+            last = pos[:, -1]
+            for step in range(3):
+                tokens = torch.tensor([rng.randrange(3, 200) for _ in range(3)])
+                mask = torch.cat([mask, mask.new_ones((3, 1))], dim=1)
+                last = last + 1
+                want = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=last[:, None], cache=caches[0],
+                             use_cache=True).logits[:, -1]
+                assert float((lean.step(tokens, mask, last, caches[1]) - want).abs().max()) < 1e-4, step
+        assert LlamaDecode(model, fused=False).prefill(ids, mask[:, :past + width], pos, new_cache(model.config)) is None
+    finally:
+        engine.close()
+
+
 def test_the_fused_step_follows_parameters_changed_in_place_or_replaced(tmp_path):
     """The fused step keeps the layers' parameter pointers between steps: a weight copied into in place
     and a parameter replaced by a new tensor (or a non-contiguous one, which it refuses) are both
@@ -256,7 +297,8 @@ def test_the_inference_benchmark_takes_a_decode_step_apart(tmp_path):
         ms = step_breakdown(engine._model, batch=4, columns=20, reps=3)
     finally:
         engine.close()
-    assert set(ms) == {"step", "step_tensor_ops", "step_per_op", "linears", "attention", "attention_matmul", "sampling", "rest"}
+    assert set(ms) == {"step", "step_tensor_ops", "step_per_op", "step_shared_prefix", "linears", "attention", "attention_matmul",
+                       "sampling", "rest"}
     assert all(ms[k] > 0 for k in ("step", "linears", "attention", "attention_matmul", "sampling"))
     assert abs(ms["step"] - ms["linears"] - ms["attention"] - ms["rest"]) < 1e-9
 

@@ -327,8 +327,13 @@ class BatchRun:
                     keys[i, :, past - p.length:] = k
                     values[i, :, past - p.length:] = v
                 cache.update(keys, values, layer)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                         logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
+        last = None
+        if self.lean is not None and not whole_prompt and hasattr(cache, "layers"):
+            last = self.lean.prefill(ids, mask, positions, cache)  # one native call, where it takes them
+        if last is None:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             logits_to_keep=0 if whole_prompt else 1, **{self.cache_kw: cache})
+            last = out.logits[:, -1, :]
         # rows on top of one prefix hold copies of its keys and values at the same columns (the pass's
         # number in the key: a prefix freed since may have left its address to another)
         run = next(_PASSES)
@@ -338,7 +343,7 @@ class BatchRun:
             if _whole_prompt(r):
                 own = out.logits[i, width - len(r.input_ids):]
                 r.input_logprobs = prompt_logprobs(own, r.input_ids, r.params.temperature)
-        return out.logits[:, -1, :], cache, mask, positions[:, -1], shared
+        return last, cache, mask, positions[:, -1], shared
 
     def _keep_prefixes(self, leaving: list[int], cache, mask) -> None:
         """Leave the KV of rows that leave the batch in the prefix cache: the tokens they were fed

@@ -35,7 +35,7 @@ typedef struct {
     const int *shared;
     float *out;
     long ks0, ks1, ks2, vs0, vs1, vs2;
-    int rows, heads, kv_heads, cols, dim, first, last;
+    int rows, heads, kv_heads, cols, dim, first, last, qpr;
     float scale;
     int failed;
 } job_t;
@@ -140,7 +140,7 @@ static void weighted_values_vec(const src_t *vb, const src_t *vn, const unsigned
 
 /* task t's (row t / kv_heads, head t % kv_heads) block of the cache `base` with its shared columns */
 static src_t source(const job_t *j, const float *base, long s0, long s1, long s2, int t) {
-    const int r = t / j->kv_heads, g = t % j->kv_heads;
+    const int r = t / j->kv_heads / j->qpr, g = t % j->kv_heads;
     src_t s = {base + r * s0 + g * s1, base + r * s0 + g * s1, s2, 0, 0};
     if (j->shared && j->shared[3 * r + 2] > j->shared[3 * r + 1]) {
         s.shared = base + (long)j->shared[3 * r] * s0 + g * s1;
@@ -151,19 +151,22 @@ static src_t source(const job_t *j, const float *base, long s0, long s1, long s2
 }
 
 static int run_tasks(job_t *j) {
-    const int group = j->heads / j->kv_heads, dim = j->dim, cols = j->cols;
-    float *scores = malloc(sizeof(float) * (size_t)group * (size_t)(cols > 0 ? cols : 1));
+    const int group = j->heads / j->kv_heads, dim = j->dim;
+    float *scores = malloc(sizeof(float) * (size_t)group * (size_t)(j->cols > 0 ? j->cols : 1));
     if (!scores) return 1;
     for (int t = j->first; t < j->last; t++) {
-        const int r = t / j->kv_heads, g = t % j->kv_heads;
+        /* query row qr (row r's token qr % qpr of qpr) and key-value head g; token i of a row's qpr
+         * attends up to its own column, cols - qpr + i (causal within a prefill) */
+        const int qr = t / j->kv_heads, g = t % j->kv_heads, r = qr / j->qpr;
+        const int cols = j->cols - (j->qpr - 1 - qr % j->qpr);
         const src_t kb = source(j, j->k, j->ks0, j->ks1, j->ks2, t), vb = source(j, j->v, j->vs0, j->vs1, j->vs2, t);
         /* the next task's keys and values are fetched while this one computes: each task's are a
          * separate block of the cache, which the hardware prefetcher would start on cold */
         const int next = t + 1 < j->last ? t + 1 : t;
         const src_t kn = source(j, j->k, j->ks0, j->ks1, j->ks2, next), vn = source(j, j->v, j->vs0, j->vs1, j->vs2, next);
-        const unsigned char *restrict mask = j->mask + (long)r * cols;
-        const float *restrict qg = j->q + ((long)r * j->heads + (long)g * group) * dim;
-        float *restrict og = j->out + ((long)r * j->heads + (long)g * group) * dim;
+        const unsigned char *restrict mask = j->mask + (long)r * j->cols;
+        const float *restrict qg = j->q + ((long)qr * j->heads + (long)g * group) * dim;
+        float *restrict og = j->out + ((long)qr * j->heads + (long)g * group) * dim;
         if (dim % VW == 0 && dim <= MAX_DIM) {
             scores_vec(qg, &kb, &kn, scores, group, cols, dim, j->scale);
         } else {
@@ -211,21 +214,26 @@ static int run_tasks(job_t *j) {
     return 0;
 }
 
-/* 0: done; 1: out of memory. OpenMP: linked against the process's libgomp.so.1, which is the one
+/* `qpr` queries per row (1 for a decode step; a prefill's tokens per row): q and out hold rows * qpr
+ * query rows, row r's token i at r * qpr + i, attending to the row's columns up to cols - qpr + i.
+ * 0: done; 1: out of memory. OpenMP: linked against the process's libgomp.so.1, which is the one
  * torch loaded, so the step's matrix multiplies and this share one thread pool (threads of two
  * pools would spin against each other on the same cores). */
 int decode_attend(const float *q, const float *k, const float *v, const unsigned char *mask, const int *shared,
                   float *out, long ks0, long ks1, long ks2, long vs0, long vs1, long vs2,
-                  int rows, int heads, int kv_heads, int cols, int dim, float scale, int threads) {
-    const int tasks = rows * kv_heads;
+                  int rows, int heads, int kv_heads, int cols, int dim, float scale, int threads, int qpr) {
+    if (qpr < 1) qpr = 1;
+    const int tasks = rows * qpr * kv_heads;
     if (threads < 1) threads = 1;
     if (threads > tasks) threads = tasks > 0 ? tasks : 1;
     int failed = 0;
 #pragma omp parallel num_threads(threads) reduction(| : failed)
     {
         const int n = omp_get_num_threads(), i = omp_get_thread_num();
-        job_t j = {q, k, v, mask, shared, out, ks0, ks1, ks2, vs0, vs1, vs2, rows, heads, kv_heads, cols, dim,
-                   (int)((long)tasks * i / n), (int)((long)tasks * (i + 1) / n), scale, 0};
+        job_t j = {.q = q, .k = k, .v = v, .mask = mask, .shared = shared, .out = out, .ks0 = ks0, .ks1 = ks1,
+                   .ks2 = ks2, .vs0 = vs0, .vs1 = vs1, .vs2 = vs2, .rows = rows, .heads = heads, .kv_heads = kv_heads,
+                   .cols = cols, .dim = dim, .first = (int)((long)tasks * i / n), .last = (int)((long)tasks * (i + 1) / n),
+                   .qpr = qpr, .scale = scale, .failed = 0};
         failed |= run_tasks(&j);
     }
     return failed;
@@ -329,52 +337,63 @@ typedef struct {
 } layer_t;
 
 /* y[rows, out] = x[rows, in] @ w[out, in]^T (+ b) (beta 0), or y += that (beta 1): nn.Linear's layout,
- * row-major, as torch.mm(x, w.t()) calls the same sgemm */
-static void linear(sgemm_fn sgemm, const float *x, const float *w, const float *b, float *y, int rows, int in,
-                   int out, float beta) {
+ * row-major, as torch.mm(x, w.t()) calls the same sgemm; x's rows `ldx` floats apart */
+static void linear_ld(sgemm_fn sgemm, const float *x, int ldx, const float *w, const float *b, float *y, int rows,
+                      int in, int out, float beta) {
     const float one = 1.f;
-    sgemm("T", "N", &out, &rows, &in, &one, w, &in, x, &in, &beta, y, &out);
+    sgemm("T", "N", &out, &rows, &in, &one, w, &in, x, &ldx, &beta, y, &out);
     if (b)
         for (int r = 0; r < rows; r++)
             for (int o = 0; o < out; o++) y[(long)r * out + o] += b[o];
 }
 
-/* The step for `rows` rows whose residual stream `h` [rows, hidden] holds the fed tokens' embeddings:
- * every layer, then the final norm (`norm`, `norm_eps`) and the head (`head` [vocab, hidden], `head_b`)
- * into `logits` [rows, vocab]. The new keys and values are written at column `col` of each layer's
- * view (the caller made room for it); attention runs over its first `cols` columns (`mask` [rows,
- * cols], `shared` as decode_attend's). `x` [rows, hidden], `q`/`o` [rows, heads * dim], `k`/`v` [rows, kv_heads * dim] and
+static void linear(sgemm_fn sgemm, const float *x, const float *w, const float *b, float *y, int rows, int in,
+                   int out, float beta) {
+    linear_ld(sgemm, x, in, w, b, y, rows, in, out, beta);
+}
+
+/* The step for `rows` rows of `tokens` new tokens each (1 for a decode step; a prefill's, left-padded)
+ * whose residual stream `h` [rows * tokens, hidden] holds the fed tokens' embeddings (row r's token i
+ * at r * tokens + i): every layer, then the final norm (`norm`, `norm_eps`) and the head (`head`
+ * [vocab, hidden], `head_b`) of each row's last token into `logits` [rows, vocab]. The new keys and
+ * values are written at columns `col` .. col + tokens - 1 of each layer's view (the caller made room
+ * for them); attention runs over its first `cols` columns (`mask` [rows, cols], a token up to its own
+ * column; `shared` as decode_attend's). All row counts below are rows * tokens. `x` [rows, hidden], `q`/`o` [rows, heads * dim], `k`/`v` [rows, kv_heads * dim] and
  * `gate`/`up` [rows, inter] are scratch. 0: done; 1: out of memory. */
 int decode_layers(sgemm_fn sgemm, const layer_t *layers, int n_layers, float *h, float *x, float *q, float *k,
                   float *v, float *o, float *gate, float *up, const float *cos_, const float *sin_,
                   const unsigned char *mask, const int *shared, const float *norm, float norm_eps, const float *head, const float *head_b,
                   float *logits, int rows, int hidden, int heads, int kv_heads, int dim, int inter, int vocab,
-                  int cols, int col, float scale, int threads) {
-    const int qw = heads * dim, kw = kv_heads * dim;
+                  int cols, int col, float scale, int threads, int tokens) {
+    const int qw = heads * dim, kw = kv_heads * dim, fed = rows * (tokens > 0 ? tokens : 1);
+    if (tokens < 1) tokens = 1;
     for (int l = 0; l < n_layers; l++) {
         const layer_t *L = layers + l;
-        rms_norm(h, L->ln1, x, rows, hidden, L->eps1);
-        linear(sgemm, x, L->wq, L->bq, q, rows, hidden, qw, 0.f);
-        linear(sgemm, x, L->wk, L->bk, k, rows, hidden, kw, 0.f);
-        linear(sgemm, x, L->wv, L->bv, v, rows, hidden, kw, 0.f);
-        rope(q, cos_, sin_, rows, heads, dim, qw);
-        rope(k, cos_, sin_, rows, kv_heads, dim, kw);
+        rms_norm(h, L->ln1, x, fed, hidden, L->eps1);
+        linear(sgemm, x, L->wq, L->bq, q, fed, hidden, qw, 0.f);
+        linear(sgemm, x, L->wk, L->bk, k, fed, hidden, kw, 0.f);
+        linear(sgemm, x, L->wv, L->bv, v, fed, hidden, kw, 0.f);
+        rope(q, cos_, sin_, fed, heads, dim, qw);
+        rope(k, cos_, sin_, fed, kv_heads, dim, kw);
         for (int r = 0; r < rows; r++)
-            for (int g = 0; g < kv_heads; g++) {
-                memcpy(L->k + r * L->ks0 + g * L->ks1 + col * L->ks2, k + (long)r * kw + (long)g * dim, sizeof(float) * dim);
-                memcpy(L->v + r * L->vs0 + g * L->vs1 + col * L->vs2, v + (long)r * kw + (long)g * dim, sizeof(float) * dim);
-            }
+            for (int i = 0; i < tokens; i++)
+                for (int g = 0; g < kv_heads; g++) {
+                    const long src = ((long)r * tokens + i) * kw + (long)g * dim, c = col + i;
+                    memcpy(L->k + r * L->ks0 + g * L->ks1 + c * L->ks2, k + src, sizeof(float) * dim);
+                    memcpy(L->v + r * L->vs0 + g * L->vs1 + c * L->vs2, v + src, sizeof(float) * dim);
+                }
         if (decode_attend(q, L->k, L->v, mask, shared, o, L->ks0, L->ks1, L->ks2, L->vs0, L->vs1, L->vs2, rows, heads, kv_heads,
-                          cols, dim, scale, threads))
+                          cols, dim, scale, threads, tokens))
             return 1;
-        linear(sgemm, o, L->wo, L->bo, h, rows, qw, hidden, 1.f);
-        rms_norm(h, L->ln2, x, rows, hidden, L->eps2);
-        linear(sgemm, x, L->wg, L->bg, gate, rows, hidden, inter, 0.f);
-        linear(sgemm, x, L->wu, L->bu, up, rows, hidden, inter, 0.f);
-        silu_mul(gate, up, (long)rows * inter);
-        linear(sgemm, gate, L->wd, L->bd, h, rows, inter, hidden, 1.f);
+        linear(sgemm, o, L->wo, L->bo, h, fed, qw, hidden, 1.f);
+        rms_norm(h, L->ln2, x, fed, hidden, L->eps2);
+        linear(sgemm, x, L->wg, L->bg, gate, fed, hidden, inter, 0.f);
+        linear(sgemm, x, L->wu, L->bu, up, fed, hidden, inter, 0.f);
+        silu_mul(gate, up, (long)fed * inter);
+        linear(sgemm, gate, L->wd, L->bd, h, fed, inter, hidden, 1.f);
     }
-    rms_norm(h, norm, x, rows, hidden, norm_eps);
-    linear(sgemm, x, head, head_b, logits, rows, hidden, vocab, 0.f);
+    rms_norm(h, norm, x, fed, hidden, norm_eps);
+    /* each row's last token: rows `tokens` apart in x */
+    linear_ld(sgemm, x + (long)(tokens - 1) * hidden, tokens * hidden, head, head_b, logits, rows, hidden, vocab, 0.f);
     return 0;
 }

@@ -84,7 +84,7 @@ class Kernels:
         ptr, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_long, ctypes.c_float
         self.decode_attend = lib.decode_attend
         self.decode_attend.restype = i32
-        self.decode_attend.argtypes = [ptr] * 6 + [i64] * 6 + [i32] * 5 + [f32, i32]
+        self.decode_attend.argtypes = [ptr] * 6 + [i64] * 6 + [i32] * 5 + [f32, i32, i32]
         self.rms_norm = lib.rms_norm
         self.rms_norm.restype = None
         self.rms_norm.argtypes = [ptr] * 3 + [i32, i32, f32]
@@ -99,7 +99,7 @@ class Kernels:
         self.sample_rows.argtypes = [ptr, ptr, i32, i32, ptr, ptr, ptr, i32]
         self.decode_layers = lib.decode_layers
         self.decode_layers.restype = i32
-        self.decode_layers.argtypes = [ptr, ptr, i32] + [ptr] * 12 + [ptr, f32, ptr, ptr, ptr] + [i32] * 9 + [f32, i32]
+        self.decode_layers.argtypes = [ptr, ptr, i32] + [ptr] * 12 + [ptr, f32, ptr, ptr, ptr] + [i32] * 9 + [f32, i32, i32]
 
 
 class Layer(ctypes.Structure):
@@ -202,7 +202,7 @@ def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torc
     rc = lib.decode_attend(q.data_ptr(), keys.data_ptr(), values.data_ptr(), mask.data_ptr(),
                            None if shared is None else shared.data_ptr(), out.data_ptr(),
                            *keys.stride()[:3], *values.stride()[:3], rows, heads, kv_heads, cols, dim, scale,
-                           torch.get_num_threads())
+                           torch.get_num_threads(), 1)
     return out if rc == 0 else None
 
 
