@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from agentrl_cli.config import load_config
+from agentrl_cli.model.tiny import build_random
 from agentrl_cli.engines.inference.client import InferenceClient, SamplingParams
 from agentrl_cli.engines.embedded import hf_command
 from agentrl_cli.engines.inference.launcher import launch, start_process, thread_env, wait_healthy
@@ -87,10 +88,14 @@ def test_a_server_added_mid_run_joins_at_the_runs_weights_and_serves_within_a_st
     assert entry["component"] == "inference-1" and entry["status"] == "up" and url in listed["rotation"]
 
 
-def test_a_server_given_sigterm_hands_back_its_generation_which_finishes_on_another(tmp_path, random_model_dir):
+def test_a_server_given_sigterm_hands_back_its_generation_which_finishes_on_another(tmp_path):
     cfg = load_config(None, [f"inference.port={free_ports(2)}", "inference.replicas=2", "inference.startup_timeout_s=120"],
                       env={}).config
-    servers, urls = launch(cfg, str(random_model_dir), tmp_path / "logs")
+    # wider than the tiny test model, which decodes 600 tokens in about 0.3 s here: A must still be
+    # decoding when it is sent SIGTERM after 0.3 s of work (this one takes about 2 s)
+    model = build_random(tmp_path / "m", seed=5, hidden_size=256, intermediate_size=768, num_hidden_layers=6,
+                         tie_word_embeddings=False, initializer_range=0.2)  # and not one token repeated
+    servers, urls = launch(cfg, str(model), tmp_path / "logs")
     a, b = servers
     prompt = [72, 101, 108, 108, 111, 32]
     sampling = SamplingParams(max_new_tokens=600, temperature=0.0, ignore_eos=True)

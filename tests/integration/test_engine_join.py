@@ -28,8 +28,9 @@ def test_late_arrivals_join_the_running_batch_and_decode_as_if_alone(model_dir):
     engine = HFEngine(model_dir, batch_window_ms=1, max_batch_size=8)
     try:
         prompts = [[5, 6, 7, 8, 9], [40, 41], [100, 101, 102, 103, 104, 105, 106, 107, 108]]
-        reference = [_alone(engine, p, n) for p, n in zip(prompts, (200, 6, 9))]
-        long = engine.submit(prompts[0], {"max_new_tokens": 200, "temperature": 0.0, "ignore_eos": True}, True, "long")
+        # the long one long enough that the tiny model (about 0.45 ms a token here) still decodes it when the others end
+        reference = [_alone(engine, p, n) for p, n in zip(prompts, (1000, 6, 9))]
+        long = engine.submit(prompts[0], {"max_new_tokens": 1000, "temperature": 0.0, "ignore_eos": True}, True, "long")
         deadline = time.monotonic() + 30
         while not engine._running and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -62,10 +63,10 @@ def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir, lean, monk
         widths.append(mask.shape[1])
         return step(self, tokens, mask, positions, cache, **kw)
     try:
-        reference = _alone(engine, [5, 6, 7, 8, 9], 300)
+        reference = _alone(engine, [5, 6, 7, 8, 9], 1000)  # still decoding when the wide one has ended
         engine._model.forward = recording
         monkeypatch.setattr(LlamaDecode, "step", recording_step)
-        long = engine.submit([5, 6, 7, 8, 9], {"max_new_tokens": 300, "temperature": 0.0, "ignore_eos": True}, True, "long")
+        long = engine.submit([5, 6, 7, 8, 9], {"max_new_tokens": 1000, "temperature": 0.0, "ignore_eos": True}, True, "long")
         deadline = time.monotonic() + 30
         while not engine._running and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -76,7 +77,7 @@ def test_a_batch_narrows_again_when_its_longest_row_leaves(model_dir, lean, monk
     finally:
         engine.close()
     assert max(widths) >= 400  # the wide row was in the batch
-    assert widths[-1] <= 5 + 300  # the last step attends over the long row's own tokens only
+    assert widths[-1] <= 5 + 1000  # the last step attends over the long row's own tokens only
     assert got["output_ids"] == reference["output_ids"]
     assert max(abs(a - b) for a, b in zip(got["output_logprobs"], reference["output_logprobs"])) < 1e-4
 

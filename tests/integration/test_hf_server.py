@@ -301,7 +301,8 @@ def test_pause_blocks_generate_until_continue(fresh):
 
 
 def test_retracted_request_restarts_on_the_new_weights_without_mixing(fresh, model_dirs):
-    thread, box = in_background(fresh.generate, PROMPTS[5], max_new_tokens=400, ignore_eos=True)
+    # long enough that the tiny model (about 0.45 ms a token here) is still decoding when paused
+    thread, box = in_background(fresh.generate, PROMPTS[5], max_new_tokens=1500, ignore_eos=True)
     fresh.wait_running()
     assert fresh.post("/pause_generation", {"mode": "retract"}).status_code == 200
     assert fresh.post("/update_weights_from_disk", {"model_path": str(model_dirs[1]),
@@ -310,7 +311,7 @@ def test_retracted_request_restarts_on_the_new_weights_without_mixing(fresh, mod
     thread.join(120)
     out = box["value"]
     assert out["meta_info"]["weight_version"] == "v1" and out["meta_info"]["total_retractions"] == 1
-    assert out["output_ids"] == fresh.generate(PROMPTS[5], max_new_tokens=400, ignore_eos=True)["output_ids"]
+    assert out["output_ids"] == fresh.generate(PROMPTS[5], max_new_tokens=1500, ignore_eos=True)["output_ids"]
 
 
 def test_abort_request_by_rid_prefix_and_flush_cache_refuses_while_busy(fresh):

@@ -370,7 +370,8 @@ def test_an_aborted_generation_hands_back_its_tokens_and_is_resumed(served):
     from agentrl_cli.engines.resume import ResumePolicy, generate_resumable
 
     vllm_url, _, engine = served
-    sampling = SamplingParams(max_new_tokens=160, temperature=0.0, ignore_eos=True)
+    # long enough that the tiny model (about 0.45 ms a token here) is still decoding when paused
+    sampling = SamplingParams(max_new_tokens=1500, temperature=0.0, ignore_eos=True)
 
     async def go():
         c = client(vllm_url)
@@ -390,6 +391,6 @@ def test_an_aborted_generation_hands_back_its_tokens_and_is_resumed(served):
 
     aborted, gen, counters = asyncio.run(go())
     assert aborted == {"status": "aborted", "aborted": 1}
-    assert len(gen.output_ids) == 160 and len(gen.output_logprobs) == 160
+    assert len(gen.output_ids) == 1500 and len(gen.output_logprobs) == 1500
     # handed back and sent again (continued from its partial tokens when some had been generated)
     assert counters["aborted_generations"] == 1 and counters["lost_generations"] == 0
