@@ -187,9 +187,10 @@ class LlamaDecode:
         """Logits [rows, vocab] of each row's last token after feeding `ids` [rows, tokens] (left-padded;
         `mask` [rows, columns] covers the cached columns and these, 0 on padding; `positions` [rows,
         tokens]), their keys and values added to `cache`: the fused step's one native call over every
-        fed token at once, each attending up to its own column. None, with nothing changed, where the
-        fused step does not take it or a row feeds more than `PREFILL_MAX_TOKENS` tokens (then the
-        caller runs the module forward)."""
+        fed token at once, each attending up to its own column. None, with nothing cached changed, where
+        the fused step does not take it or a row feeds more than `PREFILL_MAX_TOKENS` tokens (then the
+        caller runs the module forward; a fresh cache's layers may have been started empty, as their
+        first `update` starts them)."""
         lib = decode_kernels.kernel() if self.native else None
         sgemm = decode_kernels.blas_sgemm() if lib is not None and self.fused else None
         if sgemm is None or not self._native_ok() or ids.dim() != 2 or not 1 <= ids.shape[1] <= PREFILL_MAX_TOKENS:
