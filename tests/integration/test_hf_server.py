@@ -535,7 +535,19 @@ def test_a_streamed_request_retracted_after_sending_tokens_is_aborted_with_them(
 
     body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True},
             "return_logprob": True, "stream": True}
+    engine = served.engine
+
+    # once a row has a token the batch waits at its checkpoint until the retraction has been asked for:
+    # the tiny model decodes 64 tokens in tens of milliseconds, which a retraction sent after reading
+    # the first chunk could miss
+    def checkpoint(active):
+        deadline = time.monotonic() + 60
+        while engine.paused is None and any(r.output_ids for r in active) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return type(engine).checkpoint(engine, active)
+
     chunks = []
+    engine.checkpoint = checkpoint  # BatchRun calls its hooks' (the engine's) checkpoint every step
     try:
         with httpx.stream("POST", f"{served.url}/generate", json=body, timeout=120) as r:
             for line in r.iter_lines():
@@ -545,6 +557,7 @@ def test_a_streamed_request_retracted_after_sending_tokens_is_aborted_with_them(
                 if len(chunks) == 1:  # tokens have left: now retract the running batch
                     assert served.post("/pause_generation", {"mode": "retract"}).status_code == 200
     finally:
+        engine.__dict__.pop("checkpoint", None)
         served.post("/continue_generation")
     last = chunks[-1]["meta_info"]
     assert last["finish_reason"]["type"] == "abort" and "cannot restart" in last["finish_reason"]["message"]
