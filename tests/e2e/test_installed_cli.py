@@ -24,9 +24,9 @@ def run(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedP
 
 def test_stage_run_all_from_a_fresh_directory(tmp_path, quick_sets):
     """Every stage is built: the only check a random model may fail is stage 8 smoke's reward
-    degeneracy (all rewards equal), and the exit code says whether any check failed. It runs beside
-    the other tests, so stage 4's throughput floor is set to 1 token/s here: whether the engine reaches
-    the default floor is judged alone, by tests/e2e/test_stage4.py (exclusive)."""
+    degeneracy (all rewards equal), and the exit code says whether any check failed. Stage 4's
+    throughput floor is set to 1 token/s here: whether the engine reaches the default floor is judged
+    by tests/e2e/test_stage4.py."""
     proc = run("stage", "run", "all", "--json", *quick_sets, "--set", "stages.inference_min_tokens_per_s=1", cwd=tmp_path)
     data = json.loads(proc.stdout)
     failing = [(r["stage"], c["name"]) for r in data["reports"] for c in r["checks"] if c["status"] == "fail"]

@@ -18,7 +18,8 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.exclusive  # "tokens/s under load" must reach stages.inference_min_tokens_per_s: not beside another test's CPU load
+# "tokens/s under load" is judged at the default floor (50 tokens/s) beside the other tests: this random model
+# serves about 7,300 tokens/s alone here and 1,400 beside three busy processes on the two cores (measured)
 def test_stage_4_passes_with_the_embedded_server(cli, tmp_path):
     model = build_random(tmp_path / "model", seed=3)
     result, data = cli.json("stage", "run", "4", "--set", f"model.path={model}", "--set", f"inference.port={_port()}",
