@@ -178,7 +178,10 @@ def test_a_nodes_own_mounts_are_seen_by_that_node_only(tmp_path, mounts):
     assert mounts() == before
 
 REHEARSAL = """
-import json, sys, time
+import json, signal, sys, time
+# Ctrl-C as a terminal delivers it, whatever this test's worker inherited (an ignored or blocked SIGINT)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 from agentrl_cli.ops.rehearse.nodes import Network
 with Network.create() as net:
     procs = [net.add_node(n).popen([sys.executable, "-c", "import time; time.sleep(300)"]) for n in ("trainer-0", "sandbox-0")]
@@ -201,8 +204,27 @@ def _start_rehearsal_and_signal_it(sig: int) -> tuple[dict, int]:
         proc.send_signal(sig)
         # Ctrl-C's teardown stops both nodes and deletes their namespaces: on a loaded 2-core box (CI's two
         # workers) that took over 30 s once; what is judged is that it tears down, not how fast
-        code = proc.wait(timeout=120)
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the rehearsal did not end within 120 s of {signal.Signals(sig).name}: {_stuck(proc.pid)}") from None
+        finally:
+            proc.kill()
     return facts, code
+
+
+def _stuck(pid: int) -> str:
+    """Where a process that did not end sits: its signal masks, state and kernel stack, its children's."""
+    out = []
+    for p in [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if c)]:
+        try:
+            status = [line for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                      if line.split(":")[0] in ("Name", "State", "SigBlk", "SigIgn", "SigCgt")]
+            stack = Path(f"/proc/{p}/stack").read_text().splitlines()[:8]
+        except OSError as exc:
+            status, stack = [f"unreadable: {exc}"], []
+        out.append(f"pid {p}: {'; '.join(status)}; kernel stack: {' < '.join(stack)}")
+    return " | ".join(out)
 
 
 def _reclaim_with_the_command() -> dict:
