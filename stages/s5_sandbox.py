@@ -141,12 +141,31 @@ def _timeout(sb: Sandbox) -> Check:
                        "status timeout, the command's processes gone", "the sandbox failed to kill a timed-out command; report a bug")
 
 
+# 64 forks that each sleep: a fork refused at the process limit ends it at once (bash's `cmd &` would retry
+# a refused fork for seconds, and the wall timeout end it)
+FORK_BOMB = """import os, sys, time
+kids = []
+try:
+    for _ in range(64):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(5)
+            os._exit(0)
+        kids.append(pid)
+except OSError as exc:
+    print(f"fork failed after {len(kids)} children: {exc}", file=sys.stderr)
+for pid in kids:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+
+
 def _limits(ctx: StageContext, settings: SandboxSettings) -> list[Check]:
     lim = settings.limits
     probes = [
         ("memory limit", dict(memory_mb=lim.memory_mb), ["python3", "-c", "x = []\nwhile True: x.append(bytearray(8 << 20))"],
          lambda r: r.killed_reason == "memory" or (r.exit_code not in (0, None) and "MemoryError" in r.stderr)),
-        ("process limit", dict(max_processes=16, wall_timeout_s=3), "for i in $(seq 64); do sleep 5 & done; wait",
+        ("process limit", dict(max_processes=16, wall_timeout_s=3), ["python3", "-c", FORK_BOMB],
          lambda r: bool(r.limits_hit.get("processes")) or "fork" in r.stderr),
         ("CPU-time limit", dict(cpu_time_s=1, wall_timeout_s=20), "while :; do :; done", lambda r: r.killed_reason == "cpu_time"),
         ("file-size limit", dict(max_file_size_mb=1), "head -c 4000000 /dev/zero > big",
