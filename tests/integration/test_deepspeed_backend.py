@@ -317,3 +317,14 @@ def test_samples_sharing_a_prompt_train_as_the_whole_sequences_do(make_backend, 
     # moves the updates of a few near-zero gradients by a few 1e-6
     for name, value in whole_params.items():
         assert torch.allclose(shared_params[name], value, atol=1e-5), name
+
+
+def test_deepspeed_is_imported_without_its_autotuners_mlflow_which_a_tracker_still_imports():
+    """DeepSpeed's autotuner imports mlflow (and pandas) when it is installed, for autotuning agentrl
+    never runs; import_deepspeed keeps it out of every rank's start-up, and mlflow imports afterwards."""
+    pytest.importorskip("mlflow")
+    code = ("import sys\nfrom agentrl_cli.learner.deepspeed_backend import import_deepspeed\nimport_deepspeed()\n"
+            "import deepspeed.autotuning.autotuner as tuner\nloaded = 'mlflow' in sys.modules\nimport mlflow\n"
+            "print(tuner.has_mlflow, loaded, mlflow.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["False", "False", "mlflow"], done.stderr[-2000:]

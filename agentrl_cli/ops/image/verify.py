@@ -101,7 +101,10 @@ def device_checks(gpus_per_node: int) -> list[Check]:
 
 def deepspeed_check() -> Check:
     """DeepSpeed's own environment report: it runs, and names the installed torch."""
-    cmd = [sys.executable, "-c", "from deepspeed.env_report import cli_main; cli_main()"]
+    # mlflow refused as if not installed: DeepSpeed's autotuner imports it (with pandas) only for its own
+    # experiments, 1.8 s of the report's start-up here (learner/deepspeed_backend.import_deepspeed)
+    cmd = [sys.executable, "-c", "import sys; sys.modules['mlflow'] = None\n"
+           "from deepspeed.env_report import cli_main; cli_main()"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:
