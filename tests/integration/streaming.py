@@ -34,6 +34,11 @@ def until(check, what: str, deadline_s: float = 60.0):
     raise AssertionError(f"{what}: not within {deadline_s:g} s")
 
 
+# a generation a client leaves: long enough to be still running when the client has read its first
+# content and gone (the tiny random model decodes 64 tokens in about 30 ms, which a client reading the
+# first event, closing and the server noticing may not beat); stopped there, it costs nothing more
+LEAVE_TOKENS = 1500
+
 LONG = {"model": "m", "messages": HELLO, "max_tokens": 64, "ignore_eos": True, "temperature": 0, "stream": True,
         "logprobs": True}
 

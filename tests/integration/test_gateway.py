@@ -27,7 +27,7 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.inference.client import InferenceClient
 from agentrl_cli.core.serving import ServerThread
 from tests.conftest import free_port
-from tests.integration.streaming import LONG, engine_counters, first_content_then_leave, until
+from tests.integration.streaming import LEAVE_TOKENS, LONG, engine_counters, first_content_then_leave, until
 
 pytestmark = [pytest.mark.integration]
 
@@ -345,17 +345,17 @@ def test_a_live_stream_through_the_gateway_is_recorded_from_exactly_the_ids_stre
 
 
 def test_an_agent_that_leaves_mid_stream_aborts_the_generation_and_records_no_half_step(gw, server):
-    """The agent reads the first content event of a 64-token generation and goes away: the inference
-    server's own counters show the request aborted before its 64th token, and the session records no
+    """The agent reads the first content event of a long generation and goes away: the inference
+    server's own counters show the request aborted before its last token, and the session records no
     step of it, only `aborted_calls` (which masks the episode)."""
     session = gw.session()
     before = engine_counters(server.url)
-    body = {**LONG, "model": "tiny-random", "messages": first_messages()}
+    body = {**LONG, "model": "tiny-random", "messages": first_messages(), "max_tokens": LEAVE_TOKENS}
     first_content_then_leave(f"{session['base_url']}/chat/completions", body,
                              {"Authorization": f"Bearer {session['api_key']}"})
     after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
                    "the aborted request to finish")
-    assert after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < 64
+    assert after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < LEAVE_TOKENS
     until(lambda: gw.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
     record = gw.admin("GET", f"/sessions/{session['session_id']}").json()
     assert record["segments"] == [] and record["counters"]["calls"] == 0 and record["counters"]["aborted_calls"] == 1

@@ -30,7 +30,7 @@ from agentrl_cli.engines.messages_api import add_messages_routes
 from agentrl_cli.engines.openai_api import Completion
 from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
-from tests.integration.streaming import engine_counters, until
+from tests.integration.streaming import LEAVE_TOKENS, engine_counters, until
 from tests.integration.test_gateway import ADMIN, Running, gateway_on, mismatches
 
 anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is a test dependency: pip install anthropic")
@@ -282,18 +282,18 @@ LONG = {"model": "m", "max_tokens": 64, "system": "You are terse.", "messages": 
 
 @pytest.mark.parametrize("where", ["server", "gateway"])
 def test_a_live_message_stream_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(server, gw, where):
-    """The SDK reads the first text delta of a 64-token message and leaves the stream: the inference
-    server's own counters show the request aborted before its 64th token (so the delta left, and was
+    """The SDK reads the first text delta of a long message and leaves the stream: the inference
+    server's own counters show the request aborted before its last token (so the delta left, and was
     read, before the generation finished), and a gateway session records no step of it, only
     `aborted_calls` (which masks the episode)."""
     s, client = session(gw) if where == "gateway" else (None, sdk(server.url))
     before, aborted = engine_counters(server.url), gw.gateway.stats()["gateway/aborted_calls"]
-    with client.messages.stream(**LONG) as stream:
+    with client.messages.stream(**{**LONG, "max_tokens": LEAVE_TOKENS}) as stream:
         first = next(e for e in stream if e.type == "content_block_delta")
     after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
                   "the aborted request to finish")
     assert first.delta.text and after["aborted"] == before["aborted"] + 1
-    assert 1 <= after["tokens"] - before["tokens"] < 64
+    assert 1 <= after["tokens"] - before["tokens"] < LEAVE_TOKENS
     if s is not None:
         until(lambda: gw.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
         record = gw.admin("GET", f"/sessions/{s['session_id']}").json()

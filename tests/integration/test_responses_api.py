@@ -28,7 +28,7 @@ from agentrl_cli.engines.gateway.service import Gateway
 from agentrl_cli.engines.openai_api import Completion, add_openai_routes
 from agentrl_cli.engines.openai_api.base import OpenAIError, TokenChunk
 from agentrl_cli.model.chat import chat_format
-from tests.integration.streaming import engine_counters, until
+from tests.integration.streaming import LEAVE_TOKENS, engine_counters, until
 from tests.integration.test_gateway import ADMIN, gateway_on, mismatches
 
 pytestmark = [pytest.mark.integration]
@@ -314,19 +314,19 @@ LONG = {"model": "tiny-random", "instructions": "You are terse.", "input": "Say 
 
 @pytest.mark.parametrize("where", ["server", "gateway"])
 def test_a_live_response_leaves_as_generated_and_a_client_that_leaves_aborts_its_generation(real, server, where):
-    """The SDK reads the first text delta of a 64-token response and closes the stream: the inference
-    server's own counters show the request aborted before its 64th token (so the delta left, and was
+    """The SDK reads the first text delta of a long response and closes the stream: the inference
+    server's own counters show the request aborted before its last token (so the delta left, and was
     read, before the generation finished), and a gateway session records no step of it, only
     `aborted_calls` (which masks the episode)."""
     client, session = real_client(real, server, where)
     before, aborted = engine_counters(server.url), real.gateway.stats()["gateway/aborted_calls"]
-    stream = client.responses.create(stream=True, **LONG)
+    stream = client.responses.create(stream=True, **{**LONG, "max_output_tokens": LEAVE_TOKENS})
     created = next(e for e in stream if e.type == "response.created").response
     first = next(e for e in stream if e.type == "response.output_text.delta")
     stream.close()
     after = until(lambda: (c := engine_counters(server.url))["requests"] > before["requests"] and c,
                   "the aborted request to finish")
-    assert first.delta and after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < 64
+    assert first.delta and after["aborted"] == before["aborted"] + 1 and 1 <= after["tokens"] - before["tokens"] < LEAVE_TOKENS
     if session is not None:
         until(lambda: real.gateway.stats()["gateway/calls_in_flight"] == 0, "the gateway to release the call")
         record = real.admin("GET", f"/sessions/{session['session_id']}").json()
