@@ -29,7 +29,8 @@ def test_a_test_engine_written_from_the_docs_recipe_serves_stage_4(cli, tmp_path
     model = build_random(tmp_path / "model", seed=3)
     result, data = cli.json("stage", "run", "4", "--set", f"inference.engine={PATH}", "--set", f"model.path={model}",
                             "--set", f"inference.port={_port()}", "--set", "stages.inference_load_concurrency=8",
-                            # the default throughput floor is test_stage4's; this test judges that the recipe's engine serves every check, not how fast
+                            # the default throughput floor is test_stage4's; this test judges that the
+                            # recipe's engine serves every check, not how fast
                             "--set", "stages.inference_min_tokens_per_s=1")
     report = data["reports"][0]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] != "pass"]

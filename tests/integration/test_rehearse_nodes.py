@@ -215,8 +215,12 @@ def _start_rehearsal_and_signal_it(sig: int) -> tuple[dict, int]:
 
 def _stuck(pid: int) -> str:
     """Where a process that did not end sits: its signal masks, state and kernel stack, its children's."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # it ended meanwhile
+        children = []
     out = []
-    for p in [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if c)]:
+    for p in [pid, *children]:
         try:
             status = [line for line in Path(f"/proc/{p}/status").read_text().splitlines()
                       if line.split(":")[0] in ("Name", "State", "SigBlk", "SigIgn", "SigCgt")]
