@@ -17,10 +17,10 @@ import logging
 import math
 import re
 from collections import Counter
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pyarrow as pa
-import pyarrow.compute as pc
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 DEFAULT_FIELD_NAMES = ("api_key", "token", "password", "secret")
 
@@ -238,6 +238,9 @@ class Redactor:
         so clean data costs one vectorised scan instead of a Python regex walk per string. The scan
         runs once over all text columns concatenated (Arrow compiles the pattern per call, which
         cost more than the scan itself when done per column); only a table with a hit is walked."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         leaves = [leaf for name in table.column_names if name not in _ROW_VERBATIM
                   for chunk in table.column(name).chunks for leaf in _text_leaves(chunk, name)]
         if not leaves:
@@ -254,6 +257,9 @@ class Redactor:
         return pa.Table.from_arrays(columns, schema=table.schema)
 
     def _array(self, arr: pa.Array, path: str) -> pa.Array:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         t = arr.type
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             if path in _ARROW_VERBATIM or len(arr) == 0:
@@ -332,6 +338,8 @@ def install_log_redaction(redactor: Redactor, logger: logging.Logger | None = No
 def _text_leaves(arr: pa.Array, path: str) -> list[pa.Array]:
     """The string arrays inside `arr` that `Redactor._array` would scan, as plain `string` arrays.
     Child arrays are taken whole (ignoring a parent's slice): a superset, fine for a screen."""
+    import pyarrow as pa
+
     t = arr.type
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return [] if path in _ARROW_VERBATIM or len(arr) == 0 else [arr.cast(pa.large_string())]

@@ -1,7 +1,8 @@
 """Building a run's parts when it starts, and closing them when it ends (`RunParts`, `parts.py`).
 
 In order: the inference servers (in the calling thread: a server gets SIGTERM when the thread that
-started it dies) and their client; the trainer backend (with a trainer); the task sampler, the
+started it dies) and their client, with the trainer backend (with a trainer) made at the same time
+in an executor thread, so the two start-ups overlap; the task sampler, the
 buffer and the trajectory writer; the recording gateway, when a harness needs it (`needs_gateway`:
 the `agent` harness, whose agents talk to the model through the OpenAI API), started before the
 sandboxes so a sandboxed agent's allowlist holds its port, and admitting as many sessions as the
@@ -16,8 +17,11 @@ restoring a checkpoint (`loop/checkpoints.py`), supervising the parts (`supervis
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
+import functools
 import logging
+import os
 from typing import Callable
 
 from agentrl_cli.core.errors import ConfigError
@@ -49,9 +53,20 @@ class PartsBuilder:
                               "host's loopback, which the remote sandbox service (sandbox.service_url) cannot",
                               "unset sandbox.service_url for this run, or run the agent as an entry function")
         self.base.run_dir.mkdir(parents=True, exist_ok=True)
-        urls = self._servers()
-        if self.trainer:
-            await self._backend()
+        # the trainer is built in a thread of its own while the servers start in this one (where they
+        # must: see the module's docstring), so the two start-ups overlap on the host's cores
+        environ = dict(os.environ)  # the servers' environment: not the trainer's rendezvous variables, set meanwhile
+        backend = self._start_backend() if self.trainer else None
+        try:
+            urls = self._servers(environ)
+        except BaseException:
+            if backend is not None:  # the servers' error is the one raised; a built trainer is closed with the parts
+                [made] = await asyncio.gather(backend, return_exceptions=True)
+                if not isinstance(made, BaseException):
+                    b["backend"] = made
+            raise
+        if backend is not None:
+            b["backend"] = await backend
         train = [h for h in cfg.harnesses if not h.held_out]
         b["sampler"] = TaskSampler({h.name: task_set(h, cfg.data).select("train") for h in train},
                                    {h.name: h.weight for h in train}, group_size=r.group_size, seed=r.seed,
@@ -65,22 +80,25 @@ class PartsBuilder:
             self._publisher()
         return self.parts()
 
-    def _servers(self) -> list[str]:
+    def _servers(self, environ: dict | None = None) -> list[str]:
         from agentrl_cli.engines.inference.client import client_from_config
         from agentrl_cli.engines.inference.launcher import launch, router_url
 
         self.progress("starting inference servers")
-        servers, urls = launch(self.cfg, str(self.base.model_path), self.base.run_dir / "logs", beside_trainer=True)
+        servers, urls = launch(self.cfg, str(self.base.model_path), self.base.run_dir / "logs", beside_trainer=True,
+                                environ=environ)
         self.built["servers"] = tuple(servers)
         self.built["client"] = client = client_from_config(self.cfg, urls, router_url(self.cfg, servers))
         client.watchdog = self.base.watchdog.start()
         return urls
 
-    async def _backend(self) -> None:
+    def _start_backend(self) -> asyncio.Future:
+        """The trainer backend being made in the loop's executor (started now, not when awaited)."""
         from agentrl_cli.learner.backends import make_backend
 
         self.progress(f"starting the trainer ({self.cfg.training.backend})")
-        self.built["backend"] = await asyncio.to_thread(make_backend, self.base.model_path, self.cfg, self.base.run_dir)
+        make = functools.partial(contextvars.copy_context().run, make_backend, self.base.model_path, self.cfg, self.base.run_dir)
+        return asyncio.get_running_loop().run_in_executor(None, make)
 
     async def _rollout(self, urls: list[str]) -> None:
         from transformers import AutoTokenizer

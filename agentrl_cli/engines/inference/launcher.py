@@ -37,6 +37,7 @@ class ServerProcess:
     env: dict | None = field(default=None, repr=False)  # may hold its key (embedded.key_env): never logged
     before_start: Callable[[], None] | None = field(default=None, repr=False)  # writes what the command reads at start-up
     after_healthy: Callable[[], None] | None = field(default=None, repr=False)  # removes it again
+    base_env: dict | None = field(default=None, repr=False)  # the environment it started from (None: the process's then)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -101,18 +102,20 @@ def _die_with_parent() -> None:
         pass
 
 
-def start_process(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None) -> ServerProcess:
-    """Start `cmd` in its own session (`env` added to this environment), its output appended to
-    `logs/<name>.log`; it gets SIGTERM when the thread that started it ends."""
+def start_process(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None,
+                  base_env: dict | None = None) -> ServerProcess:
+    """Start `cmd` in its own session (`env` added to `base_env`, default this process's environment),
+    its output appended to `logs/<name>.log`; it gets SIGTERM when the thread that started it ends."""
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
     log = open(log_path, "ab")
     try:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})}, preexec_fn=_die_with_parent)
+                                env={**(os.environ if base_env is None else base_env), **(env or {})},
+                                preexec_fn=_die_with_parent)
     finally:
         log.close()
-    return ServerProcess(name, url, proc, log_path, list(cmd), env)
+    return ServerProcess(name, url, proc, log_path, list(cmd), env, base_env=base_env)
 
 
 def relaunch(server: ServerProcess) -> None:
@@ -122,7 +125,7 @@ def relaunch(server: ServerProcess) -> None:
     server.stop(timeout_s=5.0)
     if server.before_start is not None:
         server.before_start()
-    again = start_process(server.name, server.cmd, server.url, server.log_path.parent, server.env)
+    again = start_process(server.name, server.cmd, server.url, server.log_path.parent, server.env, server.base_env)
     server.proc = again.proc
 
 
@@ -173,12 +176,14 @@ def router_url(config, servers: list[ServerProcess]) -> str | None:
     return started or config.inference.router_url.rstrip("/") or None
 
 
-def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) -> tuple[list[ServerProcess], list[str]]:
+def launch(config, model_path: str, logs: Path, beside_trainer: bool = False,
+           environ: dict | None = None) -> tuple[list[ServerProcess], list[str]]:
     """Start what the config asks for; returns (processes, the servers' URLs). When the engine puts a
     router in front of several servers it is the last process (named `router`; `router_url`), and the
     client sends generation there while weight updates go to every server's URL.
     `beside_trainer`: a trainer runs on this host too, so embedded servers take their share of the
-    cores only (`cpu_thread_split`)."""
+    cores only (`cpu_thread_split`). `environ`: the environment the processes start from (default this
+    process's), for a caller whose other threads change `os.environ` meanwhile."""
     from agentrl_cli.engines.registry import engine_for
 
     cfg, engine = config.inference, engine_for(config)
@@ -193,7 +198,7 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
         for i in range(cfg.replicas):
             port = cfg.port + i
             spec = engine.server_launch(config, model_path, port, key_dir=logs.parent / "keys", beside_trainer=beside_trainer)
-            servers.append(start_process(f"{engine.name}-{i}", spec.cmd, f"http://{cfg.host}:{port}", logs, spec.env))
+            servers.append(start_process(f"{engine.name}-{i}", spec.cmd, f"http://{cfg.host}:{port}", logs, spec.env, environ))
             servers[-1].before_start, servers[-1].after_healthy = spec.before_start, spec.after_healthy
         wait_healthy(servers, cfg.startup_timeout_s, path=engine.routes.ready)
         for s in servers:
@@ -202,7 +207,7 @@ def launch(config, model_path: str, logs: Path, beside_trainer: bool = False) ->
         router = next((p for p in engine.ports(cfg) if p.role == ROUTER), None) if engine.needs_router(cfg.replicas) else None
         if router is not None:
             spec = engine.router_launch(cfg, [s.url for s in servers], router.first)
-            servers.append(start_process(ROUTER, spec.cmd, f"http://{cfg.host}:{router.first}", logs, spec.env))
+            servers.append(start_process(ROUTER, spec.cmd, f"http://{cfg.host}:{router.first}", logs, spec.env, environ))
             wait_healthy(servers[-1:], cfg.startup_timeout_s, path=engine.routes.health)
             return servers, [s.url for s in servers[:-1]]
         return servers, [s.url for s in servers]
