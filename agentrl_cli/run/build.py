@@ -2,7 +2,9 @@
 
 In order: the inference servers (in the calling thread: a server gets SIGTERM when the thread that
 started it dies) and their client, with the trainer backend (with a trainer) made at the same time
-in an executor thread, so the two start-ups overlap; the task sampler, the
+in an executor thread, so the two start-ups overlap (where `setpriv` starts the servers: a Python
+`preexec_fn` would deadlock against that thread's imports; `launcher.pdeathsig_safe_beside_threads`;
+else the backend after the servers); the task sampler, the
 buffer and the trajectory writer; the recording gateway, when a harness needs it (`needs_gateway`:
 the `agent` harness, whose agents talk to the model through the OpenAI API), started before the
 sandboxes so a sandboxed agent's allowlist holds its port, and admitting as many sessions as the
@@ -54,9 +56,13 @@ class PartsBuilder:
                               "unset sandbox.service_url for this run, or run the agent as an entry function")
         self.base.run_dir.mkdir(parents=True, exist_ok=True)
         # the trainer is built in a thread of its own while the servers start in this one (where they
-        # must: see the module's docstring), so the two start-ups overlap on the host's cores
+        # must: see the module's docstring), so the two start-ups overlap on the host's cores; one after
+        # the other where a server's start is not safe beside a working thread (no `setpriv` here)
+        from agentrl_cli.engines.inference.launcher import pdeathsig_safe_beside_threads
+
         environ = dict(os.environ)  # the servers' environment: not the trainer's rendezvous variables, set meanwhile
-        backend = self._start_backend() if self.trainer else None
+        overlap = self.trainer and pdeathsig_safe_beside_threads()
+        backend = self._start_backend() if overlap else None
         try:
             urls = self._servers(environ)
         except BaseException:
@@ -67,6 +73,8 @@ class PartsBuilder:
             raise
         if backend is not None:
             b["backend"] = await backend
+        elif self.trainer:
+            b["backend"] = await self._start_backend()
         train = [h for h in cfg.harnesses if not h.held_out]
         b["sampler"] = TaskSampler({h.name: task_set(h, cfg.data).select("train") for h in train},
                                    {h.name: h.weight for h in train}, group_size=r.group_size, seed=r.seed,

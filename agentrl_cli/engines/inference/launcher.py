@@ -8,7 +8,9 @@ same port (`relaunch`)."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -93,13 +95,51 @@ def thread_env(threads: int) -> dict[str, str]:
 
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the launching thread dies (Linux), so a server a run
-    started never outlives the run, even when the run is SIGKILLed."""
+    started never outlives the run, even when the run is SIGKILLed. Only where `setpriv` is missing
+    (`_pdeathsig_wrapper`): a Python `preexec_fn` makes the fork take the interpreter's import lock,
+    which deadlocks against another thread importing a module that logs (`pdeathsig_safe_beside_threads`)."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+@functools.cache
+def _pdeathsig_wrapper() -> tuple[str, ...] | None:
+    """util-linux's `setpriv --pdeathsig TERM --`, which sets the parent-death signal and execs the
+    command: the child starts with no Python code run after the fork (and by vfork), so starting a
+    server is safe while other threads of this process import or log. None where it is missing or
+    too old (util-linux < 2.33)."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        ok = subprocess.run([path, "--pdeathsig", "TERM", "--", "true"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        ok = False
+    return (os.path.realpath(path), "--pdeathsig", "TERM", "--") if ok else None
+
+
+def _await_exec(proc: subprocess.Popen, wrapper: str, deadline_s: float = 10.0) -> None:
+    """Wait until `wrapper` (setpriv) has exec'd the command, so its parent-death signal is set when
+    `start_process` returns: a starting thread that ended sooner would leave the server running."""
+    end = time.monotonic() + deadline_s
+    while proc.poll() is None and time.monotonic() < end:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/exe") != wrapper:
+                return
+        except OSError:
+            return
+        time.sleep(0.001)
+
+
+def pdeathsig_safe_beside_threads() -> bool:
+    """Whether servers can start while other threads of this process work (`PartsBuilder` builds the
+    trainer meanwhile): true with `setpriv`; without it the `preexec_fn` fallback forks under the import
+    lock, and a thread importing a module that logs meanwhile deadlocks both (CPython 3.11)."""
+    return _pdeathsig_wrapper() is not None
 
 
 def start_process(name: str, cmd: list[str], url: str, logs: Path, env: dict | None = None,
@@ -109,12 +149,15 @@ def start_process(name: str, cmd: list[str], url: str, logs: Path, env: dict | N
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{name}.log"
     log = open(log_path, "ab")
+    wrapper = _pdeathsig_wrapper()
     try:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        proc = subprocess.Popen([*(wrapper or ()), *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**(os.environ if base_env is None else base_env), **(env or {})},
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=None if wrapper else _die_with_parent)
     finally:
         log.close()
+    if wrapper:
+        _await_exec(proc, wrapper[0])
     return ServerProcess(name, url, proc, log_path, list(cmd), env, base_env=base_env)
 
 
