@@ -63,7 +63,7 @@ def test_a_server_starts_while_another_thread_imports_and_logs(tmp_path):
 def test_the_preexec_fallback_is_not_safe_beside_such_a_thread_so_a_run_does_not_overlap_there(tmp_path, monkeypatch):
     """Why `PartsBuilder` builds the trainer after the servers where setpriv is missing: the fallback
     deadlocks in exactly this case (the child is killed at the timeout)."""
-    assert _start_beside_an_importing_thread("fallback", tmp_path, 15) is None
+    assert _start_beside_an_importing_thread("fallback", tmp_path, 8) is None
     monkeypatch.setattr(launcher, "_pdeathsig_wrapper", lambda: None)
     assert not launcher.pdeathsig_safe_beside_threads()
 
