@@ -111,6 +111,44 @@ def test_a_watched_service_leaves_after_two_failed_polls_and_returns_when_health
     asyncio.run(go())
 
 
+class ExitsLate(Flaky):
+    """A process that stops answering before its exit is reported (a SIGKILLed server under load: its
+    socket closes, then the kernel reaps it): `exit_code` is None for the first `late` calls after the
+    health failed."""
+
+    def __init__(self, name: str, health: Health, late: int) -> None:
+        super().__init__(name, health)
+        self.late = late
+
+    def exit_code(self):
+        if self.health.ok or self.exited is None:
+            return None
+        self.late -= 1
+        return self.exited if self.late < 0 else None
+
+
+@pytest.mark.parametrize("exits", [True, False])
+def test_a_process_that_stops_answering_before_its_exit_shows_is_down_for_its_exit(exits):
+    """Two failed polls make it down; its cause names the exit when the process ends within one more
+    interval, else the polls (a hung process, alive)."""
+    async def go():
+        h = await Health().start()
+        late = ExitsLate("inference-0", h, late=5)  # two ticks' checks and three of the grace's
+        sup = Supervisor([late], interval_s=0.05, max_restarts=1, backoff_s=0.01)
+        await sup.start()
+        try:
+            await until(lambda: h.polls >= 2, "polls while healthy")
+            late.exited, h.ok = (-9 if exits else None), False
+            await until(lambda: "down" in kinds(sup, "inference-0"), "down")
+            [down] = [e for e in sup.events if e["event"] == "down"]
+            assert ("exited with code -9" in down["cause"]) == exits, down
+            assert ("health polls in a row" in down["cause"]) == (not exits), down
+        finally:
+            await sup.stop()
+            await h.stop()
+    asyncio.run(go())
+
+
 def test_a_component_that_exits_is_restarted_with_backoff_and_back_only_after_on_up():
     async def go():
         h = await Health().start()

@@ -216,9 +216,21 @@ class Supervisor:
             ok, why = await self._probe(c)
             w.fails = 0 if ok else w.fails + 1
             if w.fails >= DOWN_AFTER:
-                await self._down(w, f"{why} ({w.fails} health polls in a row)")
+                code = await self._exit_within(c, self.interval_s) if c.restartable else None
+                await self._down(w, f"its process exited with code {code}" if code is not None
+                                 else f"{why} ({w.fails} health polls in a row)")
         elif (await self._probe(c))[0]:  # down and not ours to restart, or joining: back once healthy
             await self._bring_back(w)
+
+    @staticmethod
+    async def _exit_within(c: Component, grace_s: float) -> int | None:
+        """`c`'s exit status if its process ends within `grace_s`: a killed server stops answering a
+        little before the kernel reports its exit (under load, more than two polls before), and the
+        event's cause should name the exit rather than the failed polls. None for one still running."""
+        end = time.monotonic() + grace_s
+        while (code := c.exit_code()) is None and time.monotonic() < end:
+            await asyncio.sleep(0.01)
+        return code
 
     async def _probe(self, c: Component) -> tuple[bool, str]:
         try:
