@@ -5,6 +5,8 @@ signals, the output cap, the wall-clock deadline, background children)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -85,6 +87,7 @@ def test_without_a_compiler_the_python_supervisor_runs(sandbox_root, monkeypatch
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no cc here
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # and no supervisor compiled earlier on this host
     root = sandbox_root
     assert compiled(support_dir(root, SANDBOX_UID, WORK)) is None
     monkeypatch.undo()  # bubblewrap and the launcher programs are found again; the failed compile is remembered
@@ -92,3 +95,21 @@ def test_without_a_compiler_the_python_supervisor_runs(sandbox_root, monkeypatch
         assert sb.describe()["supervisor"] == "python"
         assert sb.exec("echo fine").stdout == "fine\n"
     assert not any(p.name == "supervisor-bin" for p in root.glob("support-*/*"))
+
+
+def test_a_new_sandbox_root_copies_the_hosts_compiled_supervisor_instead_of_compiling(monkeypatch, tmp_path):
+    """The first root compiles the supervisor and keeps it in the host's cache; a second root (another
+    run directory) gets the same binary from there, even with no compiler left on PATH."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler here: only the Python supervisor runs")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = support_dir(tmp_path / "root-a", SANDBOX_UID, WORK)
+    assert compiled(first) == "supervisor-bin"
+    [cached] = (tmp_path / "cache" / "agentrl" / "sandbox").iterdir()
+    assert cached.read_bytes() == (first / "supervisor-bin").read_bytes()
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # a compile would fail now
+    second = support_dir(tmp_path / "root-b", SANDBOX_UID, WORK)
+    assert compiled(second) == "supervisor-bin"
+    assert (second / "supervisor-bin").read_bytes() == cached.read_bytes() and os.access(second / "supervisor-bin", os.X_OK)

@@ -67,9 +67,34 @@ def support_dir(root: Path, sandbox_uid: int, home: str) -> Path:
     return d
 
 
+def _host_cache() -> Path:
+    """This host's copy of each compiled supervisor (by source hash and machine), so a new sandbox
+    root (another run directory, another test) copies it instead of compiling it again."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "agentrl" / "sandbox" / f"{BINARY}-{_sources()[1]}-{os.uname().machine}"
+
+
+def _install(binary: Path, support: Path) -> None:
+    tmp = support / f".{BINARY}.{os.getpid()}.{threading.get_ident()}"
+    shutil.copyfile(binary, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, support / BINARY)
+
+
+def _keep(built: Path, cache: Path) -> None:
+    """Copy a freshly compiled supervisor to the host's cache (best effort: an unwritable cache only means compiling again)."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{threading.get_ident()}")
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, cache)
+    except OSError as exc:
+        log.debug("compiled supervisor not cached at %s: %s", cache, exc)
+
+
 def compiled(support: Path) -> str | None:
-    """The compiled supervisor's file name in `support`, compiling it the first time; None without
-    a working C compiler (then the Python supervisor runs)."""
+    """The compiled supervisor's file name in `support`: copied from this host's cache (`_host_cache`),
+    else compiled and cached; None without a working C compiler (then the Python supervisor runs)."""
     if (support / BINARY).exists():
         return BINARY
     with _lock:
@@ -77,6 +102,13 @@ def compiled(support: Path) -> str | None:
             return BINARY
         if support in _failed:
             return None
+        cache = _host_cache()
+        if cache.is_file():
+            try:
+                _install(cache, support)
+                return BINARY
+            except OSError as exc:
+                log.debug("cached supervisor %s not usable, compiling: %s", cache, exc)
         cc = shutil.which("cc") or shutil.which("gcc")
         tmp = support / f".{BINARY}.{os.getpid()}"
         errors = []
@@ -86,6 +118,7 @@ def compiled(support: Path) -> str | None:
             if proc.returncode == 0:
                 os.chmod(tmp, 0o755)
                 os.replace(tmp, support / BINARY)
+                _keep(support / BINARY, cache)
                 return BINARY
             errors.append(proc.stderr.strip()[-300:])
         tmp.unlink(missing_ok=True)
