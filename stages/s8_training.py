@@ -2,7 +2,8 @@
 
 smoke: `stages.smoke_steps` GRPO steps; every loss finite; the reward distribution neither
 constant nor all maximal; a checkpoint written; a second run on the same directory resumes from it
-at the same step and sampler position and continues; no trajectory id stored twice.
+at the same step and sampler position and continues (on the first run's inference servers, brought to
+the checkpoint's weights: `agentrl_cli/run/kept_servers.py`); no trajectory id stored twice.
 short: train on the training harnesses for `stages.short_minutes` (or `training.total_steps`, whichever
 comes first) with `stages.short_recipe` applied
 on top of the config (null: the config as it is); greedy eval-split success
@@ -34,6 +35,7 @@ from agentrl_cli.acceptance.context import StageContext
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.core.outcomes import STAGE8_PHASES, Phase
 from agentrl_cli.core.report import Check, CheckStatus, StageReport
+from agentrl_cli.run.kept_servers import KeptServers
 from agentrl_cli.run.training_run import RunSummary
 from agentrl_cli.acceptance.verify.judge import UNMEASURABLE, achievable_max_reward, entropy_trend, gap_widening, grad_norm_stable
 
@@ -95,7 +97,15 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
     steps = ctx.config.stages.smoke_steps
     interval = max(1, min(ctx.config.training.checkpoint_interval_steps, steps // 2))
     cfg = ctx.derive({"training.checkpoint_interval_steps": interval, "training.resume_from_latest": True}, "stage 8 smoke")
-    checks, a = ctx.produce("loss finite", lambda: _first_smoke_run(ctx, cfg, path, steps))
+    kept = KeptServers()  # the resumed run takes the first run's inference servers: no second model load
+    try:
+        return _smoke_runs(ctx, cfg, path, steps, kept)
+    finally:
+        kept.close()
+
+
+def _smoke_runs(ctx: StageContext, cfg, path, steps: int, kept: KeptServers) -> list[Check]:
+    checks, a = ctx.produce("loss finite", lambda: _first_smoke_run(ctx, cfg, path, steps, kept))
     if a is None:
         return checks + [Check.skipped("smoke checks", "the first run failed; see above")]
     rewards = [m.get(keys.REWARD_MEAN) for m in a.metrics if m.get(keys.REWARD_MEAN) is not None]
@@ -112,7 +122,7 @@ def _smoke(ctx: StageContext, path) -> list[Check]:
     checks.append(Check.judge("checkpoint written", bool(a.checkpoints), a.checkpoints, "at least one complete checkpoint",
                               "see training.checkpoint_interval_steps and the checkpoints directory"))
     checks += _restarts(a)
-    checks.append(ctx.check("reloaded and resumed", lambda: _resume(ctx, cfg, path, steps, a)))
+    checks.append(ctx.check("reloaded and resumed", lambda: _resume(ctx, cfg, path, steps, a, kept)))
     checks.append(ctx.check("no trajectory stored twice", lambda: _unique_ids(ctx)))
     checks.append(_pools_clean(a))
     checks += _backpressure(a)
@@ -158,8 +168,8 @@ def _pools_clean(a: RunSummary) -> Check:
                        "and see docs/security.md row 4")
 
 
-def _first_smoke_run(ctx, cfg, path, steps: int) -> tuple[Check, RunSummary]:
-    summary = _train(ctx, cfg, path, steps)
+def _first_smoke_run(ctx, cfg, path, steps: int, kept: KeptServers) -> tuple[Check, RunSummary]:
+    summary = _train(ctx, cfg, path, steps, kept=kept)
     losses = [m.get(keys.TRAIN_LOSS) for m in summary.metrics]
     ok = len(losses) == steps and all(isinstance(x, float) and math.isfinite(x) for x in losses)
     measured = {"steps": len(losses), "first": _r(losses[:1]), "last": _r(losses[-1:])}
@@ -175,8 +185,8 @@ def _first_smoke_run(ctx, cfg, path, steps: int) -> tuple[Check, RunSummary]:
     return Check.judge("loss finite", ok, measured, f"{steps} steps, every loss finite", fix), summary
 
 
-def _resume(ctx, cfg, path, steps: int, a: RunSummary) -> Check:
-    b = _train(ctx, cfg, path, steps + 2)
+def _resume(ctx, cfg, path, steps: int, a: RunSummary, kept: KeptServers) -> Check:
+    b = _train(ctx, cfg, path, steps + 2, kept=kept)
     ok = b.resumed_from == a.checkpoints[-1] and b.start_step == a.steps and b.steps == steps + 2
     measured = {"resumed_from": b.resumed_from, "start_step": b.start_step, "end_step": b.steps}
     if b.restarts:

@@ -92,13 +92,25 @@ class PartsBuilder:
         from agentrl_cli.engines.inference.client import client_from_config
         from agentrl_cli.engines.inference.launcher import launch, router_url
 
-        self.progress("starting inference servers")
-        servers, urls = launch(self.cfg, str(self.base.model_path), self.base.run_dir / "logs", beside_trainer=True,
-                                environ=environ)
+        kept = self.base.kept.take(*self._routes()) if self.base.kept is not None else None
+        if kept is not None:
+            self.progress("using the inference servers the previous run kept")
+            servers, urls = kept
+        else:
+            self.progress("starting inference servers")
+            servers, urls = launch(self.cfg, str(self.base.model_path), self.base.run_dir / "logs", beside_trainer=True,
+                                   environ=environ)
         self.built["servers"] = tuple(servers)
         self.built["client"] = client = client_from_config(self.cfg, urls, router_url(self.cfg, servers))
         client.watchdog = self.base.watchdog.start()
         return urls
+
+    def _routes(self) -> tuple[str, str]:
+        """(the servers' ready route, the router's health route) of the configured engine."""
+        from agentrl_cli.engines.registry import engine_for
+
+        routes = engine_for(self.cfg).routes
+        return routes.ready, routes.health
 
     def _start_backend(self) -> asyncio.Future:
         """The trainer backend being made in the loop's executor (started now, not when awaited)."""
@@ -188,8 +200,11 @@ async def close_parts(parts: RunParts) -> dict:
         await parts.client.close()
     if parts.backend is not None:
         parts.backend.close()
-    for s in parts.servers:
-        s.stop()
+    if parts.kept is not None and parts.servers:  # the next run takes them (`kept_servers.py`)
+        parts.kept.hand_over(parts.servers)
+    else:
+        for s in parts.servers:
+            s.stop()
     return leaks
 
 

@@ -50,7 +50,8 @@ class RunParts:
     watchdog: Watchdog | None = None
     checkpoints: CheckpointManager | None = None  # <run_dir>/checkpoints: readable before the start (restarts)
     samples: SampleBuilder | None = None  # groups into GRPO samples; keeps the reward normalizer's window
-    servers: tuple = ()  # the inference servers this run started (launcher.ServerProcess)
+    servers: tuple = ()  # the inference servers this run started or took over (launcher.ServerProcess)
+    kept: object = None  # kept_servers.KeptServers: where the run takes its servers from and hands them to (None: its own)
     client: InferenceClient | None = None
     sampler: TaskSampler | None = None
     buffer: TrajectoryBuffer | None = None

@@ -61,12 +61,13 @@ class TrainingRun:
 
     def __init__(self, cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: str = Phase.TRAIN,
                  progress: Callable[[str], None] = lambda msg: None, trainer: bool = True,
-                 components: list | None = None) -> None:
+                 components: list | None = None, kept=None) -> None:
         """`trainer=False`: the rollout side only (servers, harnesses and their sandboxes, reward,
         store, controller), for playing episodes exactly as training does without training on them.
         `components`: more parts for the supervisor to watch (`agentrl_cli.run.supervise.Component`s, e.g.
         a `ProcessComponent` the caller made: started by the supervisor when not running yet, restarted
-        like the run's own, stopped by the caller)."""
+        like the run's own, stopped by the caller). `kept`: a `kept_servers.KeptServers` the run takes
+        its inference servers from when it resumes from a checkpoint, and hands them to when it ends."""
         self.cfg, self.run_dir, self.model_path, self.run_id, self.phase = cfg, Path(run_dir), Path(model_path), run_id, phase
         self.with_trainer, self.progress = trainer, progress
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -74,7 +75,7 @@ class TrainingRun:
                               metrics=MetricsLog(self.metrics_path, cfg.observe, run_id=run_id),
                               watchdog=Watchdog(cfg.training.watchdog_seconds),
                               checkpoints=CheckpointManager(self.run_dir / "checkpoints", cfg.training.keep_last_checkpoints),
-                              samples=SampleBuilder(cfg))
+                              samples=SampleBuilder(cfg), kept=kept)
         self.state = RunState()
         self.restarting = False  # started again after a crash: reuse the stored trajectories even with no checkpoint
         self.sandbox_leaks: dict = {}  # filled by close(): what outlived the run's sandbox pools
@@ -84,6 +85,8 @@ class TrainingRun:
         self.loop: StepLoop | None = None  # with a trainer, once started
 
     async def start(self) -> None:
+        if self.parts.kept is not None and not self._resumes():  # at the launch weights: servers load them from disk
+            self.parts.kept.close()
         builder = PartsBuilder(self.cfg, self.parts, trainer=self.with_trainer, progress=self.progress)
         try:
             await builder.build()
@@ -104,6 +107,9 @@ class TrainingRun:
         if self.with_trainer:
             cfg = self.cfg
             self.loop = StepLoop(self.parts, self.state, cfg.rollout, cfg.training, cfg.observe, supervisor=self.supervisor)
+
+    def _resumes(self) -> bool:
+        return self.with_trainer and self.cfg.training.resume_from_latest and self.ckpt.latest() is not None
 
     async def run(self, steps: int, *, deadline_s: float | None = None, eval_tasks: dict | None = None,
                   eval_every: int | None = None, on_step: Callable[[dict], None] = lambda row: None) -> RunSummary:
@@ -147,18 +153,20 @@ async def training(cfg, run_dir: Path, model_path: Path, *, run_id: str, phase: 
 
 async def supervised(cfg, run_dir: Path, model_path: Path, body: Callable[[TrainingRun], Awaitable[T]], *, run_id: str,
                      phase: str = Phase.TRAIN, progress: Callable[[str], None] = lambda msg: None,
-                     crashed: list[TrainingRun] | None = None, components: list | None = None) -> T:
+                     crashed: list[TrainingRun] | None = None, components: list | None = None, kept=None) -> T:
     """`await body(run)` on a started run, closed on the way out; after a trainer crash, again on a new
     run resumed from the latest complete checkpoint, up to `training.max_restarts` times (then
     `TrainerRestartsExhausted`, naming the cause). `body` must continue to its goal from the run's
     step (as `TrainingRun.run` does). The crashed runs are appended to `crashed`; `components`: as
-    TrainingRun's, for every attempt. A component the supervisor gave up on (`ComponentFailed`) is no
+    TrainingRun's, for every attempt; `kept`: as TrainingRun's (an attempt resumed after a crash takes
+    the servers the crashed one kept). A component the supervisor gave up on (`ComponentFailed`) is no
     trainer crash: it ends the run."""
     crashed = [] if crashed is None else crashed
     restarts: list[dict] = []  # the restart rows so far; the last one goes into the next attempt's metrics
     attempt = cfg
     while True:
-        run = TrainingRun(attempt, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, components=components)
+        run = TrainingRun(attempt, run_dir, model_path, run_id=run_id, phase=phase, progress=progress, components=components,
+                          kept=kept)
         run.restarts, run.restarting = len(restarts), bool(restarts)
         if restarts:
             run.metrics.append(restarts[-1])
@@ -180,12 +188,12 @@ async def supervised(cfg, run_dir: Path, model_path: Path, body: Callable[[Train
 
 
 async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str, phase: str = Phase.TRAIN,
-                progress: Callable[[str], None] = lambda msg: None, components: list | None = None,
+                progress: Callable[[str], None] = lambda msg: None, components: list | None = None, kept=None,
                 **run_options) -> RunSummary:
     """Start a run, train to step `steps` (`run_options` as `TrainingRun.run`), close it, restarting
     after a trainer crash (`supervised`). The summary covers the whole run: the steps and evaluations
     of crashed attempts up to the checkpoint the next resumed from, and the restarts; its counters
-    include what outlived the last attempt's sandbox pools."""
+    include what outlived the last attempt's sandbox pools. `kept`: as TrainingRun's."""
     crashed: list[TrainingRun] = []
     last: list[TrainingRun] = []
 
@@ -193,5 +201,5 @@ async def train(cfg, run_dir: Path, model_path: Path, steps: int, *, run_id: str
         last.append(run)
         return await run.run(steps, **run_options)
     summary = await supervised(cfg, run_dir, model_path, body, run_id=run_id, phase=phase, progress=progress, crashed=crashed,
-                               components=components)
+                               components=components, kept=kept)
     return whole_run(summary, crashed, last[-1])
