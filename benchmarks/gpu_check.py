@@ -42,7 +42,10 @@ them with pip from DIR alone. `--device cpu` is the dry run: every part at tiny 
 (a random tiny model, streams 2, 4 and 8, stage runs of 2 steps), as `tests/integration/test_gpu_check.py` runs it.
 
     python benchmarks/gpu_check.py [--json] [--device cuda|cpu] [--streams 32,64,256] [--new-tokens 128]
-                                   [--parts engine,train,transfer,stages] [--smollm2 auto|none|DIR]
+                                   [--parts engine,train,transfer,stages] [--smollm2 auto|none|DIR] [--workdir DIR]
+
+Every part writes under one directory: `--workdir DIR` (kept), else a new temporary one, removed at
+the end unless a part failed (then its path is printed for the runs' logs).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -266,6 +271,8 @@ def main() -> int:
                     help="--pack: the target's Python (3.12 on this workplace's lent devices)")
     ap.add_argument("--pack-parts", default="core,stages", help="--pack: core (engine, steps, transfer) and/or stages")
     ap.add_argument("--target-has", default="", help="--pack: comma-separated packages the target already has, or cuda-image")
+    ap.add_argument("--workdir", type=Path, help="where every part writes (its runs, logs, models), kept afterwards "
+                    "(default: a new temporary directory, removed at the end unless a part failed)")
     ap.add_argument("--worker", help=__import__("argparse").SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -288,10 +295,17 @@ def main() -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="agentrl-gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = os.environ["TMPDIR"] = str(work)  # every part's files, and its processes' (TMPDIR), under one directory
     figs = run_check(args)
     bad = [k for k, f in figs.items() if isinstance(f["value"], float) and not math.isfinite(f["value"])]
     for k in bad:
         figs[k] = failed(f"not a finite number ({figs[k]['unit']})")
+    if args.workdir is None and not any(f["value"] == "failed" for f in figs.values()):
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        say(f"the parts' files are in {work}")
     return report(figs, args.json)
 
 

@@ -98,6 +98,8 @@ def test_verify_with_no_training_runs_its_own_verification_run_and_judges_every_
     assert len(progress["measured"]["evaluations"]) >= 2 and progress["measured"]["episodes"] >= 4
     run = Path(data["run_dir"])
     assert (run / "reports" / "verify.json").exists() and "## cross-harness" in (run / "reports" / "verify.md").read_text()
+    [log] = (run / "verify" / "logs").glob("*-0.log")  # the resume probe's run took the verification run's server
+    assert log.read_text().count("embedded inference server on") == 1 and not list((run / "verify" / "resume").rglob("*-0.log"))
     rows = [json.loads(line) for line in (run / "verify" / "metrics.jsonl").read_text().splitlines()]
     from agentrl_cli.acceptance.troubleshoot import signals
 

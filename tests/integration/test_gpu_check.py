@@ -27,11 +27,11 @@ DEVICE_SKIPPED = ["weight_transfer_nccl_s"]
 STAGES_SKIPPED = ["stage0_smollm2_checks_passed", "stage8_smoke_smollm2_checks_passed"]
 
 
-def _dry_run(*parts: str) -> dict:
+def _dry_run(workdir: Path, *parts: str) -> dict:
     args = ["--parts", ",".join(parts)] if parts else []
     proc = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--json", "--streams",
-                           ",".join(map(str, STREAMS)), "--smollm2", "none", "--wheels", "/nonexistent", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                           ",".join(map(str, STREAMS)), "--smollm2", "none", "--wheels", "/nonexistent",
+                           "--workdir", str(workdir), *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout)["figures"]
     failed = {k: f["unit"] for k, f in figures.items() if f["value"] == "failed"}
@@ -48,10 +48,10 @@ def _measured(figures: dict, measured: list[str], skipped: list[str]) -> None:
         assert figures[name]["value"] == "skipped" and figures[name]["unit"], (name, figures[name])
 
 
-def test_the_dry_run_measures_every_device_part_on_the_cpu():
+def test_the_dry_run_measures_every_device_part_on_the_cpu(tmp_path):
     """The parts a lent GPU runs that nothing else in the suite does (the engine's streams, both trainer
     backends' steps, the weight transfer); the stage runs, which every stage test covers, are the long one's."""
-    figures = _dry_run("engine", "train", "transfer")
+    figures = _dry_run(tmp_path, "engine", "train", "transfer")
     _measured(figures, DEVICE_MEASURED, DEVICE_SKIPPED)
     assert figures["weight_transfer_gloo_s"]["met"] is True  # every sync was read back from the server
     assert 0 < figures["weight_transfer_gloo_share_of_step"]["value"] < 1
@@ -59,8 +59,8 @@ def test_the_dry_run_measures_every_device_part_on_the_cpu():
 
 
 @pytest.mark.long
-def test_the_dry_run_measures_every_part_on_the_cpu():
-    figures = _dry_run()
+def test_the_dry_run_measures_every_part_on_the_cpu(tmp_path):
+    figures = _dry_run(tmp_path)
     _measured(figures, DEVICE_MEASURED + STAGES_MEASURED, DEVICE_SKIPPED + STAGES_SKIPPED)
     assert figures["stage0_checks_passed"]["value"] >= 1
 

@@ -49,6 +49,7 @@ def run_config(cfg):
 
 def verification_run(cfg, run, progress) -> str:
     from agentrl_cli.model.resolve import resolve_model_path
+    from agentrl_cli.run.kept_servers import KeptServers
 
     recipe = "the stage 8 short recipe" if cfg.stages.short_recipe else "the config as it is (stages.short_recipe is null)"
     cfg = run_config(cfg)
@@ -57,14 +58,18 @@ def verification_run(cfg, run, progress) -> str:
     if workdir.exists():
         shutil.rmtree(workdir)
     minutes = cfg.verify.minutes
-    extra = asyncio.run(_train_and_probe(cfg, path, workdir, run.run_id, minutes * 60 * TRAIN_SHARE, progress))
-    extra["resume"] = _resume(cfg, path, workdir, run.run_id, progress)
+    kept = KeptServers()  # the resume probe's run takes the verification run's inference servers: no second model load
+    try:
+        extra = asyncio.run(_train_and_probe(cfg, path, workdir, run.run_id, minutes * 60 * TRAIN_SHARE, progress, kept))
+        extra["resume"] = _resume(cfg, path, workdir, run.run_id, progress, kept)
+    finally:
+        kept.close()
     atomic_write_text(workdir / "extra.json", json.dumps(extra, indent=2, default=str) + "\n")
     return (f"no run had training to judge: verify trained {extra['steps']} steps (at least {MIN_STEPS}, then up to "
             f"{minutes * TRAIN_SHARE:g} of verify.minutes = {minutes:g}) with {recipe} in {workdir} and judged that")
 
 
-async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline_s: float, progress) -> dict:
+async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline_s: float, progress, kept) -> dict:
     import time
 
     from agentrl_cli.runtime.rollout.sampler import Draw
@@ -103,7 +108,7 @@ async def _train_and_probe(cfg, path: Path, workdir: Path, run_id: str, deadline
                 rewards.append(scored.reward)
             repeats.append({"task_id": task.task_id, "rewards": rewards})
         return {"steps": training.step, "canaries": canaries, "repeats": repeats}
-    extra = await supervised(cfg, workdir, path, probe, run_id=run_id, phase=Phase.VERIFY, progress=progress)
+    extra = await supervised(cfg, workdir, path, probe, run_id=run_id, phase=Phase.VERIFY, progress=progress, kept=kept)
     restarts = [{k: v for k, v in row.items() if k.startswith(("restart/", "run/"))} for row in _restart_rows(workdir)]
     return {**extra, "trainer_restarts": restarts}
 
@@ -117,9 +122,9 @@ def _restart_rows(workdir: Path) -> list[dict]:
     return [r for r in rows if r.get(keys.EVENT) == keys.TRAINER_RESTART]
 
 
-def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
-    """Copy the newest checkpoint into a fresh directory, start a run there that resumes from it,
-    and take one step."""
+def _resume(cfg, path: Path, workdir: Path, run_id: str, progress, kept) -> dict:
+    """Copy the newest checkpoint into a fresh directory, start a run there that resumes from it
+    (on the servers the verification run `kept`), and take one step."""
     from agentrl_cli.config.load import with_overrides
     from agentrl_cli.run.training_run import train
     from agentrl_cli.learner.checkpoint import CheckpointManager
@@ -131,7 +136,8 @@ def _resume(cfg, path: Path, workdir: Path, run_id: str, progress) -> dict:
     resume_dir = workdir / "resume"
     shutil.copytree(workdir / "checkpoints", resume_dir / "checkpoints")
     cfg = with_overrides(cfg, {"training.resume_from_latest": True}, "verify's resume probe")
-    s = asyncio.run(train(cfg, resume_dir, path, step + 1, run_id=run_id, phase=Phase.VERIFY_RESUME, progress=progress))
+    s = asyncio.run(train(cfg, resume_dir, path, step + 1, run_id=run_id, phase=Phase.VERIFY_RESUME, progress=progress,
+                          kept=kept))
     ok = s.resumed_from == latest.name and s.start_step == step and s.steps == step + 1
     return {"ok": ok, "checkpoint": latest.name, "resumed_from": s.resumed_from, "start_step": s.start_step, "end_step": s.steps}
 
