@@ -85,7 +85,9 @@ class TrainingRun:
         self.loop: StepLoop | None = None  # with a trainer, once started
 
     async def start(self) -> None:
-        if self.parts.kept is not None and not self._resumes():  # at the launch weights: servers load them from disk
+        resumable = self.with_trainer and self.cfg.training.resume_from_latest
+        latest = self.ckpt.latest() if resumable else None
+        if self.parts.kept is not None and latest is None:  # at the launch weights: servers load them from disk
             self.parts.kept.close()
         builder = PartsBuilder(self.cfg, self.parts, trainer=self.with_trainer, progress=self.progress)
         try:
@@ -93,7 +95,6 @@ class TrainingRun:
         finally:
             self.parts = builder.parts()  # whole, or what a start that failed halfway made (close() closes it)
         if self.with_trainer:
-            latest = self.ckpt.latest() if self.cfg.training.resume_from_latest else None
             if latest is not None:
                 self.progress(f"resuming from {latest.name}")
                 await resume(self.parts, self.state, latest)
@@ -107,9 +108,6 @@ class TrainingRun:
         if self.with_trainer:
             cfg = self.cfg
             self.loop = StepLoop(self.parts, self.state, cfg.rollout, cfg.training, cfg.observe, supervisor=self.supervisor)
-
-    def _resumes(self) -> bool:
-        return self.with_trainer and self.cfg.training.resume_from_latest and self.ckpt.latest() is not None
 
     async def run(self, steps: int, *, deadline_s: float | None = None, eval_tasks: dict | None = None,
                   eval_every: int | None = None, on_step: Callable[[dict], None] = lambda row: None) -> RunSummary:

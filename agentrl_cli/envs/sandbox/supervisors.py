@@ -74,22 +74,13 @@ def _host_cache() -> Path:
     return base / "agentrl" / "sandbox" / f"{BINARY}-{_sources()[1]}-{os.uname().machine}"
 
 
-def _install(binary: Path, support: Path) -> None:
-    tmp = support / f".{BINARY}.{os.getpid()}.{threading.get_ident()}"
-    shutil.copyfile(binary, tmp)
+def _copy(src: Path, dest: Path) -> None:
+    """`src` to `dest`, executable, atomically (a concurrent reader sees the whole file or none)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}")
+    shutil.copyfile(src, tmp)
     os.chmod(tmp, 0o755)
-    os.replace(tmp, support / BINARY)
-
-
-def _keep(built: Path, cache: Path) -> None:
-    """Copy a freshly compiled supervisor to the host's cache (best effort: an unwritable cache only means compiling again)."""
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f".{cache.name}.{os.getpid()}.{threading.get_ident()}")
-        shutil.copyfile(built, tmp)
-        os.replace(tmp, cache)
-    except OSError as exc:
-        log.debug("compiled supervisor not cached at %s: %s", cache, exc)
+    os.replace(tmp, dest)
 
 
 def compiled(support: Path) -> str | None:
@@ -105,7 +96,7 @@ def compiled(support: Path) -> str | None:
         cache = _host_cache()
         if cache.is_file():
             try:
-                _install(cache, support)
+                _copy(cache, support / BINARY)
                 return BINARY
             except OSError as exc:
                 log.debug("cached supervisor %s not usable, compiling: %s", cache, exc)
@@ -118,7 +109,10 @@ def compiled(support: Path) -> str | None:
             if proc.returncode == 0:
                 os.chmod(tmp, 0o755)
                 os.replace(tmp, support / BINARY)
-                _keep(support / BINARY, cache)
+                try:  # best effort: an unwritable cache only means compiling again
+                    _copy(support / BINARY, cache)
+                except OSError as exc:
+                    log.debug("compiled supervisor not cached at %s: %s", cache, exc)
                 return BINARY
             errors.append(proc.stderr.strip()[-300:])
         tmp.unlink(missing_ok=True)
