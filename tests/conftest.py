@@ -161,12 +161,72 @@ def random_model_dir(tmp_path_factory) -> Path:
     return build_random(tmp_path_factory.mktemp("model") / "tiny", seed=5)
 
 
-def free_port() -> int:
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+PORTS_FROM = 20000  # test servers' ports: from here up to the kernel's ephemeral range
+
+
+def _port_block() -> range:
+    """This xdist worker's share of the ports below the kernel's ephemeral range. A port the kernel picks
+    (bind to port 0, or the local end of any outgoing connection) comes from the ephemeral range, so it
+    can be handed to someone else before the test's server binds it: CI saw a server started ~45 s after
+    its port was picked find it taken ("address already in use"). Ports below that range are handed out
+    only here, each worker from its own block, so nothing else takes them meanwhile."""
+    top = _ephemeral_low()
+    if top - PORTS_FROM < 1000:
+        return range(0)
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    worker = int((os.environ.get("PYTEST_XDIST_WORKER", "gw0") or "gw0").lstrip("gw") or 0) % workers
+    size = (top - PORTS_FROM) // workers
+    return range(PORTS_FROM + worker * size, PORTS_FROM + (worker + 1) * size)
+
+
+_next_port: list[int] = []
+
+
+def free_ports(n: int = 1) -> int:
+    """The first of `n` consecutive ports free on loopback now, from this worker's block below the
+    kernel's ephemeral range (`_port_block`), handed out in turn (a port comes round again only after
+    the whole block). Falls back to a kernel-picked port where that range is too small."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    block = _port_block()
+    if len(block) < n + 1:
+        if n != 1:
+            raise RuntimeError(f"no block of ports below the ephemeral range for {n} consecutive ports")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    if not _next_port:
+        _next_port.append(random.randrange(block.start, block.stop - n))
+    for _ in range(len(block)):
+        first = _next_port[0]
+        if first + n > block.stop:
+            first = block.start
+        _next_port[0] = first + n
+        socks = []
+        try:
+            for p in range(first, first + n):  # without SO_REUSEADDR: a port in TIME_WAIT counts as taken
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", p))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free ports in {block}")
+
+
+def free_port() -> int:
+    """A port free on loopback now that nothing else will be handed meanwhile (`free_ports`)."""
+    return free_ports(1)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -177,7 +176,9 @@ def start_postgres(deadline_s: float = 60.0) -> Service:
         shutil.chown(root, "postgres", "postgres")
         shutil.chown(sock, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    port = _free_port()
+    from tests.conftest import free_port
+
+    port = free_port()
     svc = Service(dirs=[root])
     try:
         subprocess.run([*as_user, initdb, "-D", data, "-U", "agentrl", "--auth=trust", "-E", "UTF8", "--no-sync"],
@@ -193,12 +194,6 @@ def start_postgres(deadline_s: float = 60.0) -> Service:
     svc.info["url"] = f"postgresql://agentrl@127.0.0.1:{port}/postgres"
     svc.info["port"] = port
     return svc
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait(ok, deadline_s: float, what: str) -> None:

@@ -4,23 +4,17 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 
 from agentrl_cli.model.tiny import build_random
 from tests.engines import recipe_engine
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 PATH = "tests.engines.recipe_engine:RecipeEngine"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_test_engine_written_from_the_docs_recipe_serves_stage_4(cli, tmp_path, monkeypatch):
@@ -28,7 +22,7 @@ def test_a_test_engine_written_from_the_docs_recipe_serves_stage_4(cli, tmp_path
     recipe_engine.USED.clear()
     model = build_random(tmp_path / "model", seed=3)
     result, data = cli.json("stage", "run", "4", "--set", f"inference.engine={PATH}", "--set", f"model.path={model}",
-                            "--set", f"inference.port={_port()}", "--set", "stages.inference_load_concurrency=8",
+                            "--set", f"inference.port={free_port()}", "--set", "stages.inference_load_concurrency=8",
                             # the default throughput floor is test_stage4's; this test judges that the
                             # recipe's engine serves every check, not how fast
                             "--set", "stages.inference_min_tokens_per_s=1")

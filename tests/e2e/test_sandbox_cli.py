@@ -49,7 +49,6 @@ def test_missing_bubblewrap_is_a_clear_refusal(cli):
 
 def test_serve_sandbox_runs_the_http_service(tmp_path):
     import os
-    import socket
     import subprocess
     import sys
     import time
@@ -57,9 +56,9 @@ def test_serve_sandbox_runs_the_http_service(tmp_path):
 
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from tests.conftest import free_port
+
+    port = free_port()
     agentrl = Path(sys.executable).parent / "agentrl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRL_")}
     key_file = tmp_path / "sandbox.key"

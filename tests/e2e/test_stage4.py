@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 
 import pytest
 
 from agentrl_cli.model.tiny import build_random
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # "tokens/s under load" is judged at the default floor (50 tokens/s) beside the other tests: this random model
 # serves about 7,300 tokens/s alone here and 1,400 beside three busy processes on the two cores (measured)
 def test_stage_4_passes_with_the_embedded_server(cli, tmp_path):
     model = build_random(tmp_path / "model", seed=3)
-    result, data = cli.json("stage", "run", "4", "--set", f"model.path={model}", "--set", f"inference.port={_port()}",
+    result, data = cli.json("stage", "run", "4", "--set", f"model.path={model}", "--set", f"inference.port={free_port()}",
                             "--set", "stages.inference_load_concurrency=8")
     report = data["reports"][0]
     failing = [(c["name"], c["detail"][:300]) for c in report["checks"] if c["status"] != "pass"]

@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from agentrl_cli.ops.bench.allreduce import AllreduceSpec, checks, run_allreduce
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 SIZE, ITERS, ROUNDS, PAIRS = 4 << 20, 5, 2, 24
@@ -54,17 +55,9 @@ PAIRED = textwrap.dedent("""
 """)
 
 
-def _port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _paired(script) -> dict:
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(_port()), str(script), str(SIZE), str(ITERS), str(PAIRS)],
+                           "--master-port", str(free_port()), str(script), str(SIZE), str(ITERS), str(PAIRS)],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")).removeprefix("RESULT "))

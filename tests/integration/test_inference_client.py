@@ -68,11 +68,9 @@ def test_least_loaded_and_weight_updates_reach_every_server(two_servers, models)
 
 
 def test_launcher_starts_the_embedded_server_and_refuses_missing_sglang(models, tmp_path):
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cfg = load_config(None, [f"inference.port={port}", "inference.startup_timeout_s=120"], env={}).config
+    from tests.conftest import free_port
+
+    cfg = load_config(None, [f"inference.port={free_port()}", "inference.startup_timeout_s=120"], env={}).config
     servers, urls = launch(cfg, str(models[0]), tmp_path / "logs")
     try:
         async def go():

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -26,32 +24,11 @@ from agentrl_cli.config import load_config
 from agentrl_cli.runtime.observe import keys
 from agentrl_cli.run.training_run import training
 from agentrl_cli.run.supervise import ComponentFailed, ProcessComponent
-from tests.conftest import free_port
+from tests.conftest import free_port, free_ports
 from tests.integration.conftest import needs_bwrap
 
 pytestmark = [pytest.mark.integration, needs_bwrap]
 PLAIN = "tests.integration.test_plugin_recipes:PlainTorchBackend"
-
-
-def free_ports(n: int) -> int:
-    """The first of `n` consecutive ports free on loopback now, below the kernel's ephemeral range
-    (32768-60999): a server restarted on its port must not find it taken meanwhile by a port the kernel
-    handed out (another test's free_port(), or the local end of any outgoing connection)."""
-    for _ in range(100):
-        first = random.randrange(20000, 32000 - n)
-        socks = []
-        try:
-            for p in range(first, first + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return first
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 def config(tmp_path: Path, model: Path, **extra):

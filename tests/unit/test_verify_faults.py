@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +23,7 @@ from agentrl_cli.core.report import atomic_write_text
 from agentrl_cli.acceptance.run_meta import create_run
 from agentrl_cli.acceptance.troubleshoot.diagnose import diagnose
 from agentrl_cli.acceptance.verify import verify
+from tests.conftest import free_port
 
 TRAIN = ("terminal_like", "code_sandbox_like")
 HELD_OUT = "tool_api_like"
@@ -31,12 +31,6 @@ BASELINE = {"steps": 2, "time_shares": {"sampling": 0.55, "training": 0.35, "syn
             "tokens_generated": 900, "tokens_per_s": 120.0, "tokens_per_s_per_stream": 40.0, "samples_per_min": 24.0,
             "server_busy_fraction": 0.6, "inference_queue_len_mean": 0.4, "env_steps": 30, "env_step_latency_s": 0.05,
             "env_failure_rate": 0.0, "episodes": 8}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def loaded_config(tmp_path: Path, *sets: str):
