@@ -13,9 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl_cli.acceptance.gemm_rate import decode_bound, linear_shapes, measure_gemm, model_flops, sample_flops  # noqa: E402
+from agentrl_cli.acceptance.gemm_rate import (  # noqa: E402
+    batch_bound, decode_bound, linear_shapes, measure_gemm, model_flops, output_head, prefill_bound, sample_flops)
 
-__all__ = ["decode_bound", "linear_shapes", "measure_gemm", "model_flops", "sample_flops"]
+__all__ = ["batch_bound", "decode_bound", "linear_shapes", "measure_gemm", "model_flops", "output_head", "prefill_bound",
+           "sample_flops"]
 
 
 def main() -> int:

@@ -76,7 +76,52 @@ def decode_bound(shapes: list[tuple[str, int, int]], batch: int, seconds: float 
     w.t())`, what the model computes) and [in, out] (`torch.matmul(x, w)`); the faster one's median
     is the bound (`layout` says which; on this project's 2-core AVX-512 box [out, in] ran 7-9% faster
     at 64 rows of SmolLM2). Not counted (so the bound is above what any engine reaches): attention
-    over the KV cache, norms, activations, sampling, and the prompt's prefill."""
+    over the KV cache, norms, activations, sampling, and the prompt's prefill (`prefill_bound`)."""
+    timed = _time_linears([(i, o, batch) for _, i, o in shapes], seconds, threads)
+    n = sum(i * o for _, i, o in shapes)
+    return {"batch": batch, "tokens_per_s": batch / timed["step_s"], "gflops": 2.0 * n * batch / timed["step_s"] / 1e9,
+            **timed}
+
+
+def output_head(shapes: list[tuple[str, int, int]]) -> str:
+    """The name of the model's output head among `shapes`: the `nn.Linear` named `lm_head` (transformers'
+    causal LMs), else the one with the most outputs (the vocabulary)."""
+    named = [name for name, _, _ in shapes if name.rsplit(".", 1)[-1] == "lm_head"]
+    return named[0] if named else max(shapes, key=lambda s: s[2])[0]
+
+
+def prefill_bound(shapes: list[tuple[str, int, int]], prompt_tokens: int, prompts: int, seconds: float = 1.0,
+                  threads: int = 0) -> dict:
+    """The least time this machine's multiplies take for the prefill of `prompts` prompts of
+    `prompt_tokens` tokens in all: every `nn.Linear` but the output head at `prompt_tokens` rows (one a
+    prompt token), and the output head at `prompts` rows (each prompt's last position, which gives its
+    first generated token); fp32, timed back to back for `seconds` as `decode_bound` times a step, the
+    faster layout's median: {"prefill_s", "gflops", ...}."""
+    head = output_head(shapes)
+    rows = [(i, o, prompts if name == head else prompt_tokens) for name, i, o in shapes]
+    timed = _time_linears(rows, seconds, threads)
+    flop = sum(2.0 * i * o * r for i, o, r in rows)
+    return {"prompt_tokens": prompt_tokens, "prompts": prompts, "prefill_s": timed["step_s"],
+            "gflops": flop / timed["step_s"] / 1e9, **timed}
+
+
+def batch_bound(decode: dict, prefill: dict, tokens: int) -> dict:
+    """The GEMM-bound rate of serving a whole batch on this machine: `tokens` generated for
+    `prefill["prompts"]` requests, the prompts prefilled first (`prefill_bound`) and every later token
+    one decode step of every request (`decode_bound` at that many rows): each request's first token
+    comes from its prefill, so the decode steps give the other `tokens - prompts`. The least time
+    (`seconds`) is the prefill's plus those steps'; the bound is `tokens` over it. Attention, norms and
+    sampling are still left out, so no engine reaches it."""
+    rows = prefill["prompts"]
+    seconds = prefill["prefill_s"] + (tokens - rows) / rows * decode["step_s"]
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+            "prefill_share": prefill["prefill_s"] / seconds}
+
+
+def _time_linears(rows: list[tuple[int, int, int]], seconds: float, threads: int) -> dict:
+    """Time `x @ w.t()` for every (in, out, rows) back to back, in both weight layouts with the steps
+    alternating, for `seconds` (at least three steps a layout): {"step_s" (the faster layout's median),
+    "layout", "layout_step_s", "steps", "threads"}."""
     import torch
 
     before = torch.get_num_threads()
@@ -84,18 +129,19 @@ def decode_bound(shapes: list[tuple[str, int, int]], batch: int, seconds: float 
         torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(0)
-        weights = [torch.randn(o, i, generator=gen) for _, i, o in shapes]  # nn.Linear's [out, in]
+        weights = [torch.randn(o, i, generator=gen) for i, o, _ in rows]  # nn.Linear's [out, in]
         transposed = [w.t().contiguous() for w in weights]  # [in, out]
-        inputs = {i: torch.randn(batch, i, generator=gen) for _, i, _ in shapes}
-        outs = [torch.empty(batch, w.shape[0]) for w in weights]
+        inputs = {(i, r): torch.randn(r, i, generator=gen) for i, _, r in rows}
+        outs = [torch.empty(r, o) for _, o, r in rows]
+        xs = [inputs[(i, r)] for i, _, r in rows]
 
         def linear() -> None:
-            for w, out in zip(weights, outs):
-                torch.mm(inputs[w.shape[1]], w.t(), out=out)
+            for x, w, out in zip(xs, weights, outs):
+                torch.mm(x, w.t(), out=out)
 
         def matmul() -> None:
-            for w, out in zip(transposed, outs):
-                torch.matmul(inputs[w.shape[0]], w, out=out)
+            for x, w, out in zip(xs, transposed, outs):
+                torch.matmul(x, w, out=out)
 
         layouts = {"out_in": linear, "in_out": matmul}
         calls: dict[str, list[float]] = {name: [] for name in layouts}
@@ -112,10 +158,8 @@ def decode_bound(shapes: list[tuple[str, int, int]], batch: int, seconds: float 
         torch.set_num_threads(before)
     medians = {name: statistics.median(c) for name, c in calls.items()}
     layout = min(medians, key=medians.get)
-    median = medians[layout]
-    n = sum(i * o for _, i, o in shapes)
-    return {"batch": batch, "threads": used, "steps": len(calls[layout]), "step_s": median, "layout": layout,
-            "layout_step_s": medians, "tokens_per_s": batch / median, "gflops": 2.0 * n * batch / median / 1e9}
+    return {"threads": used, "steps": len(calls[layout]), "step_s": medians[layout], "layout": layout,
+            "layout_step_s": medians}
 
 
 def model_flops(shapes: list[tuple[str, int, int]], lora_rank: int = 0, lora_targets: list[str] | tuple[str, ...] = ()) -> dict:

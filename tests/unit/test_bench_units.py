@@ -318,6 +318,26 @@ def test_the_gemm_bound_decode_rate_times_every_multiply_of_the_model_at_the_bat
         assert bound["step_s"] == min(bound["layout_step_s"].values()) == bound["layout_step_s"][bound["layout"]]
 
 
+def test_the_batch_bound_adds_the_prompts_prefill_to_the_decode_steps_that_follow_it():
+    from benchmarks import gemm
+
+    shapes = [("model.layers.0.q", 32, 32), ("model.layers.0.up", 32, 96), ("lm_head", 32, 200)]
+    assert gemm.output_head(shapes) == "lm_head"
+    assert gemm.output_head([("a", 8, 8), ("out", 8, 300)]) == "out"  # no lm_head: the widest output
+    pre = gemm.prefill_bound(shapes, 40, 4, seconds=0.05, threads=1)
+    assert pre["prompt_tokens"] == 40 and pre["prompts"] == 4 and pre["steps"] >= 3
+    assert pre["prefill_s"] == min(pre["layout_step_s"].values())
+    # the body at one row a prompt token, the output head only at each prompt's last position
+    assert pre["gflops"] == pytest.approx(2 * ((32 * 32 + 32 * 96) * 40 + 32 * 200 * 4) / pre["prefill_s"] / 1e9)
+    decode = {"step_s": 0.01}
+    bound = gemm.batch_bound(decode, {"prompts": 4, "prefill_s": 0.02}, tokens=4 * 8)
+    # each request's first token from its prefill; the other 7 a request from 7 decode steps of all 4 rows
+    assert bound["seconds"] == pytest.approx(0.02 + 7 * 0.01)
+    assert bound["tokens_per_s"] == pytest.approx(32 / 0.09) and bound["prefill_share"] == pytest.approx(0.02 / 0.09)
+    # below the decode steps' bound alone (32 tokens at 4 a step of 10 ms) whenever the prefill costs more than a step
+    assert bound["tokens_per_s"] < 4 / decode["step_s"]
+
+
 def test_trl_phases_come_from_its_timers_and_add_up_to_the_step():
     from agentrl_cli.acceptance.phases import Rates
     from benchmarks import peer_trl
