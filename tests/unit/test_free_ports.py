@@ -17,12 +17,12 @@ def test_ports_come_from_this_workers_block_below_the_ephemeral_range_and_are_no
 
 
 def test_a_port_in_use_is_skipped_and_n_consecutive_ports_are_all_free(monkeypatch):
-    first = free_ports(3)
+    base = free_ports(8)  # eight free ports nobody else in this worker is handed now (the turn has moved past them)
     with socket.socket() as held:
-        held.bind(("127.0.0.1", first + 4))
-        monkeypatch.setattr(conftest, "_next_port", [first + 2])
-        again = free_ports(3)  # first+2..first+4 holds the taken port: the next three free ones
-        assert again == first + 5
+        held.bind(("127.0.0.1", base + 2))
+        monkeypatch.setattr(conftest, "_next_port", [base])
+        again = free_ports(3)  # base..base+2 holds the taken port: the next three
+        assert again == base + 3
         for p in range(again, again + 3):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", p))
